@@ -1,0 +1,247 @@
+"""The benchmark suite: stampede against raw redis-py on the same servers, same run.
+
+    python -m benchmarks.suite [--seconds 1.0] [--json out.json] [--only shards|cluster]
+
+For each topology (3 independent primaries; a 3-master cluster), each operation
+and each concurrency (1, 16, 64, 256 requests in flight), it runs stampede and
+raw redis-py doing the same work in its most natural way (one pipeline per shard
+per request, all shards in parallel; on the cluster, redis-py's cluster pipeline),
+alternating, and reports median and p99 latency, throughput and the ratios.
+
+Operations: read (stamp), read (commit), write (stamp, HybridClock), write
+(commit), write (stamp, Counter) of a 4-key group spread over the shards, drawn
+from 256 groups. A reference line gives raw 256-command GET pipelines on one
+primary: the most one process gets out of redis-py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import random
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+import stampede
+from stampede.testing import LocalCluster, LocalPrimaries
+
+Op = Callable[[int], Awaitable[Any]]
+LEVELS = (1, 16, 64, 256)
+GROUPS = 256
+
+
+def group_keys(g: int) -> list[str]:
+    return [f"bench:{g}:{part}" for part in ("a", "b", "c", "d")]
+
+
+async def measure(op: Op, concurrency: int, seconds: float) -> dict[str, float]:
+    """Run `op` from `concurrency` tasks for `seconds`; latencies in microseconds."""
+    latencies: list[float] = []
+    stop = time.perf_counter() + seconds
+    rng = random.Random(concurrency)
+
+    async def loop() -> None:
+        while time.perf_counter() < stop:
+            started = time.perf_counter()
+            await op(rng.randrange(GROUPS))
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "ops_per_s": len(latencies) / elapsed,
+        "p50_us": statistics.median(latencies) * 1e6,
+        "p99_us": latencies[int(len(latencies) * 0.99) - 1] * 1e6,
+    }
+
+
+PAYLOAD = b"x" * 100
+
+
+def raw_cluster_ops(cluster: RedisCluster) -> dict[str, Op]:
+    """redis-py's natural way on a cluster: one cluster pipeline per request."""
+
+    async def read(g: int) -> Any:
+        pipe = cluster.pipeline()
+        for k in group_keys(g):
+            pipe.get(k)
+        return await pipe.execute()
+
+    async def write(g: int) -> Any:
+        pipe = cluster.pipeline()
+        for k in group_keys(g):
+            pipe.set(k + ":raw", PAYLOAD)
+        return await pipe.execute()
+
+    return {"read": read, "write": write}
+
+
+def raw_shard_ops(shards: list[Redis], shard_of: Callable[[str], int]) -> dict[str, Op]:
+    """redis-py's natural way over primaries: one pipeline per shard, in parallel."""
+
+    async def per_shard(g: int, write: bool) -> Any:
+        by: dict[int, list[str]] = {}
+        for k in group_keys(g):
+            by.setdefault(shard_of(k), []).append(k)
+
+        async def one(s: int, ks: list[str]) -> Any:
+            pipe = shards[s].pipeline(transaction=False)
+            for k in ks:
+                if write:
+                    pipe.set(k + ":raw", PAYLOAD)
+                else:
+                    pipe.get(k)
+            return await pipe.execute()
+
+        return await asyncio.gather(*(one(s, ks) for s, ks in by.items()))
+
+    async def read(g: int) -> Any:
+        return await per_shard(g, False)
+
+    async def write(g: int) -> Any:
+        return await per_shard(g, True)
+
+    return {"read": read, "write": write}
+
+
+def ours(st: stampede.Stampede) -> dict[str, tuple[str, Op]]:
+    def read(mode: Literal["stamp", "commit"]) -> Op:
+        return lambda g: st.read(f"bench:{g}", group_keys(g), mode=mode)
+
+    def write(mode: Literal["stamp", "commit"], versions: Literal["hybrid", "counter"]) -> Op:
+        return lambda g: st.write(
+            f"bench:{g}", dict.fromkeys(group_keys(g), PAYLOAD), mode=mode, versions=versions
+        )
+
+    return {
+        "read stamp": ("read", read("stamp")),
+        "read commit": ("read", read("commit")),
+        "write stamp hybrid": ("write", write("stamp", "hybrid")),
+        "write commit hybrid": ("write", write("commit", "hybrid")),
+        "write stamp counter": ("write", write("stamp", "counter")),
+    }
+
+
+async def pipeline_ceiling(url: str, seconds: float, key: str = "ceiling") -> float:
+    """GETs/s of raw 256-command pipelines on one primary, one task."""
+    client = Redis.from_url(url)
+    await client.set(key, b"x" * 100)
+    count = 0
+    stop = time.perf_counter() + seconds
+    started = time.perf_counter()
+    while time.perf_counter() < stop:
+        pipe = client.pipeline(transaction=False)
+        for _ in range(256):
+            pipe.get(key)
+        await pipe.execute()
+        count += 256
+    rate = count / (time.perf_counter() - started)
+    await client.aclose()
+    return rate
+
+
+async def run_topology(kind: str, seconds: float) -> dict[str, Any]:
+    servers: Any = LocalCluster(3) if kind == "cluster" else LocalPrimaries(3)
+    with servers:
+        if kind == "cluster":
+            st = stampede.connect(servers.url, cluster=True)
+            raw_clients: Any = RedisCluster.from_url(servers.url, max_connections=1024)
+        else:
+            st = stampede.connect(servers.urls)
+            raw_clients = [Redis.from_url(u, max_connections=1024) for u in servers.urls]
+        results: dict[str, Any] = {}
+        async with st:
+            names = st.topology.shard_names
+            raw = (
+                raw_cluster_ops(raw_clients)
+                if kind == "cluster"
+                else raw_shard_ops(
+                    raw_clients, lambda k: names.index(st.topology.shard_of(k.encode()))
+                )
+            )
+            for g in range(GROUPS):
+                await st.write(
+                    f"bench:{g}", dict.fromkeys(group_keys(g), b"x" * 100), mode="commit"
+                )
+            for name, (base, op) in ours(st).items():
+                results[name] = {}
+                for level in LEVELS:
+                    mine = await measure(op, level, seconds)
+                    theirs = await measure(raw[base], level, seconds)
+                    results[name][level] = {
+                        "stampede": mine,
+                        "raw": theirs,
+                        "latency_ratio": mine["p50_us"] / theirs["p50_us"],
+                        "throughput_ratio": mine["ops_per_s"] / theirs["ops_per_s"],
+                    }
+                    print(
+                        f"  {kind:8} {name:22} c={level:<4} "
+                        f"{mine['ops_per_s']:8.0f}/s vs raw {theirs['ops_per_s']:8.0f}/s"
+                    )
+            first = servers.urls[0]
+            key = next(  # a key the first node serves itself (no MOVED on a cluster)
+                k
+                for k in (f"ceiling:{i}" for i in range(10_000))
+                if st.topology.shard_of(k.encode()) == first.removeprefix("redis://")
+            )
+            ceiling = await pipeline_ceiling(first, seconds, key)
+        if kind == "cluster":
+            await raw_clients.aclose()
+        else:
+            for client in raw_clients:
+                await client.aclose()
+    return {"ops": results, "raw_pipeline_256_gets_per_s": ceiling}
+
+
+def report(data: dict[str, Any]) -> None:
+    print(f"\n# stampede benchmark suite ({data['machine']}, {data['date']})")
+    for kind, res in data["topologies"].items():
+        print(
+            f"\n## {kind}: 4-key groups; raw 256-GET pipelines: "
+            f"{res['raw_pipeline_256_gets_per_s']:,.0f} GET/s"
+        )
+        print(
+            f"{'operation':22} {'c':>4} {'ops/s':>8} {'raw/s':>8} {'x':>5} "
+            f"{'p50us':>7} {'raw p50':>7} {'p99us':>7} {'raw p99':>7} {'lat x':>6}"
+        )
+        for name, levels in res["ops"].items():
+            for level, r in levels.items():
+                m, t = r["stampede"], r["raw"]
+                print(
+                    f"{name:22} {level:>4} {m['ops_per_s']:8.0f} {t['ops_per_s']:8.0f} "
+                    f"{r['throughput_ratio']:5.2f} {m['p50_us']:7.0f} {t['p50_us']:7.0f} "
+                    f"{m['p99_us']:7.0f} {t['p99_us']:7.0f} {r['latency_ratio']:6.2f}"
+                )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--only", choices=["shards", "cluster"])
+    parser.add_argument("--json", dest="json_path")
+    args = parser.parse_args()
+    data: dict[str, Any] = {
+        "machine": f"{platform.node()} ({platform.machine()}, {platform.python_version()})",
+        "date": time.strftime("%Y-%m-%d"),
+        "topologies": {},
+    }
+    for kind in ("shards", "cluster"):
+        if args.only in (None, kind):
+            data["topologies"][kind] = asyncio.run(run_topology(kind, args.seconds))
+    report(data)
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump(data, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

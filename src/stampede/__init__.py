@@ -1,0 +1,103 @@
+"""stampede: keep related Redis keys consistent when one write spans shards."""
+
+from . import atomic as atomic
+from . import eventlog as eventlog
+from . import fanout as fanout
+from . import repair as repair
+from .client import Stampede as Stampede
+from .client import connect as connect
+from .envelope import Envelope as Envelope
+from .errors import ConfigurationError as ConfigurationError
+from .errors import CrossSlotError as CrossSlotError
+from .errors import InvalidKeyError as InvalidKeyError
+from .errors import MalformedEntry as MalformedEntry
+from .errors import MalformedEnvelope as MalformedEnvelope
+from .errors import ModelValidationError as ModelValidationError
+from .errors import PartialWriteError as PartialWriteError
+from .errors import ReadError as ReadError
+from .errors import RepairError as RepairError
+from .errors import ShardError as ShardError
+from .errors import ShardResponseError as ShardResponseError
+from .errors import ShardTimeout as ShardTimeout
+from .errors import ShardUnavailable as ShardUnavailable
+from .errors import StampedeError as StampedeError
+from .errors import TornReadError as TornReadError
+from .errors import WriteConflict as WriteConflict
+from .errors import WriteError as WriteError
+from .errors import WriteTimeout as WriteTimeout
+from .keys import HashPolicy as HashPolicy
+from .keys import KeySpace as KeySpace
+from .keys import SlotMap as SlotMap
+from .keys import analyze as analyze
+from .keys import hash_tag as hash_tag
+from .keys import keyslot as keyslot
+from .keys import lint as lint
+from .options import ConnectOptions as ConnectOptions
+from .options import Options as Options
+from .options import RetryPolicy as RetryPolicy
+from .results import ReadResult as ReadResult
+from .results import Receipt as Receipt
+from .topology import Cluster as Cluster
+from .topology import Shards as Shards
+from .topology import Topology as Topology
+from .typed import TypedGroup as TypedGroup
+from .typed import TypedRead as TypedRead
+from .verdict import Mode as Mode
+from .verdict import Reason as Reason
+from .verdict import Status as Status
+from .versions import Counter as Counter
+from .versions import HybridClock as HybridClock
+from .versions import VersionSource as VersionSource
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Cluster",
+    "ConfigurationError",
+    "ConnectOptions",
+    "Counter",
+    "CrossSlotError",
+    "Envelope",
+    "HashPolicy",
+    "HybridClock",
+    "InvalidKeyError",
+    "KeySpace",
+    "MalformedEntry",
+    "MalformedEnvelope",
+    "Mode",
+    "ModelValidationError",
+    "Options",
+    "PartialWriteError",
+    "ReadError",
+    "ReadResult",
+    "Reason",
+    "Receipt",
+    "RepairError",
+    "RetryPolicy",
+    "ShardError",
+    "ShardResponseError",
+    "ShardTimeout",
+    "ShardUnavailable",
+    "Shards",
+    "SlotMap",
+    "Stampede",
+    "StampedeError",
+    "Status",
+    "Topology",
+    "TornReadError",
+    "TypedGroup",
+    "TypedRead",
+    "VersionSource",
+    "WriteConflict",
+    "WriteError",
+    "WriteTimeout",
+    "analyze",
+    "atomic",
+    "connect",
+    "eventlog",
+    "fanout",
+    "hash_tag",
+    "keyslot",
+    "lint",
+    "repair",
+]

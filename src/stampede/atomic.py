@@ -1,0 +1,336 @@
+"""Server-side atomicity for co-located keys: MULTI/EXEC, WATCH retries and Lua scripts.
+
+When every key an operation touches shares one hash slot (give them one hash tag:
+`user:{42}:balance`, `user:{42}:pending`), the server itself makes the operation
+atomic, on independent primaries and on a Redis Cluster alike:
+
+```python
+from stampede import atomic
+
+await atomic.multi(st, [("DECRBY", "user:{42}:balance", 5), ("INCRBY", "user:{42}:pending", 5)])
+
+reserve = atomic.script(LUA_SOURCE, name="reserve")
+await reserve(st, keys=["sku:{9}:stock", "sku:{9}:reserved"], args=[2])
+```
+
+Every helper checks the slot of every key first and raises `CrossSlotError`
+(naming each key and its slot) before anything is sent. Each takes a `Stampede` or
+a bare `Topology`; either way the commands go through the topology, which routes
+them to the slot's owner and follows a migrating slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from .client import Stampede
+from .errors import CrossSlotError, InvalidKeyError, WriteConflict
+from .keys import to_bytes
+from .topology.base import Topology
+from .topology.node_ops import Read, Script
+
+__all__ = [
+    "Command",
+    "RegisteredScript",
+    "Target",
+    "WatchFn",
+    "WatchResult",
+    "Watched",
+    "common_slot",
+    "keys_of",
+    "multi",
+    "script",
+    "topology_of",
+    "watch",
+]
+
+Target: TypeAlias = Stampede | Topology
+"""What the helpers accept: a `Stampede` (its `.topology` is used) or a `Topology`."""
+Key: TypeAlias = bytes | str
+Command: TypeAlias = tuple[Any, ...]
+"""One Redis command as a tuple: `("SET", key, value)`, `("HINCRBY", key, field, 1)`."""
+
+# Where each known command keeps its keys (upper-case names).
+_FIRST = frozenset(
+    """GET SET SETNX SETEX PSETEX GETSET GETDEL GETEX APPEND INCR INCRBY INCRBYFLOAT DECR
+    DECRBY STRLEN SETRANGE GETRANGE SETBIT GETBIT BITCOUNT EXPIRE PEXPIRE EXPIREAT PEXPIREAT
+    PERSIST TTL PTTL TYPE HSET HSETNX HGET HMGET HMSET HDEL HINCRBY HINCRBYFLOAT HGETALL HKEYS
+    HVALS HLEN HEXISTS LPUSH RPUSH LPUSHX RPUSHX LPOP RPOP LRANGE LTRIM LLEN LINDEX LSET LREM
+    LINSERT LPOS SADD SREM SISMEMBER SMISMEMBER SMEMBERS SCARD SPOP SRANDMEMBER ZADD ZREM
+    ZINCRBY ZSCORE ZMSCORE ZRANGE ZREVRANGE ZRANGEBYSCORE ZREVRANGEBYSCORE ZREMRANGEBYRANK
+    ZREMRANGEBYSCORE ZCARD ZCOUNT ZRANK ZREVRANK ZPOPMIN ZPOPMAX XADD XLEN XRANGE XREVRANGE
+    XTRIM XDEL PFADD""".split()
+)
+_ALL = frozenset(
+    """DEL UNLINK EXISTS MGET TOUCH SINTER SUNION SDIFF PFCOUNT WATCH SINTERSTORE SUNIONSTORE
+    SDIFFSTORE PFMERGE""".split()
+)
+_FIRST_TWO = frozenset("RENAME RENAMENX SMOVE LMOVE RPOPLPUSH COPY".split())
+_PAIRS = frozenset("MSET MSETNX".split())
+_NUMKEYS_AT_1 = frozenset("EVAL EVALSHA EVAL_RO EVALSHA_RO FCALL FCALL_RO".split())
+_DEST_NUMKEYS = frozenset("ZUNIONSTORE ZINTERSTORE ZDIFFSTORE".split())
+
+
+def topology_of(target: Target) -> Topology:
+    """The `Topology` behind `target` (a `Stampede` or a topology itself)."""
+    return target.topology if isinstance(target, Stampede) else target
+
+
+def keys_of(command: Command) -> list[bytes] | None:
+    """The keys `command` touches, or None when stampede does not know the command.
+
+    Covers the usual string, hash, list, set, sorted-set, stream and key commands
+    (`SET`, `HINCRBY`, `RPUSH`, `ZADD`, `DEL`, `MSET`, `EVALSHA`, ...).
+    """
+    if not command:
+        raise ValueError("an empty command; write it as a tuple such as ('SET', key, value)")
+    head = command[0]
+    name = (head.decode() if isinstance(head, bytes) else str(head)).upper()
+    args = command[1:]
+    picked: Sequence[Any]
+    if name in _FIRST:
+        picked = args[:1]
+    elif name in _ALL:
+        picked = args
+    elif name in _FIRST_TWO:
+        picked = args[:2]
+    elif name in _PAIRS:
+        picked = args[::2]
+    elif name in _NUMKEYS_AT_1:
+        picked = args[2 : 2 + int(args[1])] if len(args) > 1 else ()
+    elif name in _DEST_NUMKEYS:
+        picked = [*args[:1], *args[2 : 2 + int(args[1])]] if len(args) > 1 else args[:1]
+    else:
+        return None
+    return [to_bytes(k) for k in picked]
+
+
+def common_slot(target: Target, keys: Sequence[Key], operation: str) -> int:
+    """The one hash slot every key shares; `CrossSlotError` (keys and slots) otherwise.
+
+    `operation` names the caller in the message, e.g. `"multi()"`.
+    """
+    topology = topology_of(target)
+    raw = [to_bytes(k) for k in keys]
+    if not raw:
+        raise InvalidKeyError(
+            f"{operation} names no key; the keys decide which shard runs it, so name them"
+        )
+    slots = {k: topology.slot_of(k) for k in raw}
+    if len(set(slots.values())) > 1:
+        raise CrossSlotError(slots, operation=operation)
+    return next(iter(slots.values()))
+
+
+def _unique(keys: Sequence[bytes]) -> list[bytes]:
+    return list(dict.fromkeys(keys))
+
+
+def _keys_for(
+    commands: Sequence[Command], explicit: Sequence[bytes], operation: str
+) -> list[bytes]:
+    """Every key the commands name, plus `explicit`; unknown commands need `explicit`."""
+    found = list(explicit)
+    unknown: list[str] = []
+    for cmd in commands:
+        keys = keys_of(cmd)
+        if keys is None:
+            unknown.append(str(cmd[0]))
+        else:
+            found.extend(keys)
+    if unknown and not explicit:
+        raise InvalidKeyError(
+            f"{operation} cannot tell which keys {', '.join(sorted(set(unknown)))} touches; "
+            "pass keys=[...] naming every key the commands use"
+        )
+    return found
+
+
+async def multi(
+    target: Target, commands: Sequence[Command], *, keys: Sequence[Key] = ()
+) -> list[Any]:
+    """Run `commands` in one MULTI/EXEC on the owner of their slot; returns their replies.
+
+    The keys come from the commands themselves (see `keys_of`) plus `keys`; a
+    command stampede does not know is allowed only when `keys` names its keys.
+    Every key must share one slot: `CrossSlotError` before anything is sent
+    otherwise. No command: nothing is sent and `[]` is returned. A command that
+    fails inside EXEC raises `ShardResponseError`; as in Redis, the others applied
+    (a command the server rejects while queuing aborts the whole block instead).
+    """
+    cmds = [tuple(c) for c in commands]
+    if not cmds:
+        return []
+    topology = topology_of(target)
+    named = _keys_for(cmds, [to_bytes(k) for k in keys], "multi()")
+    common_slot(topology, named, "multi()")
+    return await topology.transaction(_unique(named), cmds)
+
+
+class Watched:
+    """What a `watch()` function reads through: the watched connection, one slot.
+
+    Reads of keys outside the watched slot raise `CrossSlotError`: on independent
+    primaries they would silently read the wrong server.
+    """
+
+    def __init__(
+        self, topology: Topology, watched: Sequence[bytes], slot: int, read: Read, attempt: int
+    ) -> None:
+        self._topology = topology
+        self._watched = watched[0]
+        self._slot = slot
+        self._read = read
+        self.attempt = attempt
+        """1 on the first try, 2 after one lost race, and so on."""
+
+    def _check(self, keys: Sequence[bytes], what: str) -> None:
+        slots = {k: self._topology.slot_of(k) for k in keys}
+        if any(s != self._slot for s in slots.values()):
+            raise CrossSlotError({self._watched: self._slot, **slots}, operation=f"watch(): {what}")
+
+    async def get(self, key: Key) -> bytes | None:
+        """GET one key of the watched slot."""
+        raw = to_bytes(key)
+        self._check([raw], "GET")
+        value: bytes | None = await self._read("GET", raw)
+        return value
+
+    async def mget(self, keys: Sequence[Key]) -> list[bytes | None]:
+        """MGET keys of the watched slot, in order."""
+        raw = [to_bytes(k) for k in keys]
+        if not raw:
+            return []
+        self._check(raw, "MGET")
+        return list(await self._read("MGET", *raw))
+
+    async def call(self, *command: Any) -> Any:
+        """Any read command (HGETALL, ZRANGE, ...) on the watched connection."""
+        keys = keys_of(command)
+        if keys:
+            self._check(keys, str(command[0]))
+        return await self._read(*command)
+
+
+WatchFn: TypeAlias = Callable[
+    [Watched], Awaitable[Sequence[Command] | None] | Sequence[Command] | None
+]
+"""`fn(tx)`: read through `tx`, return the commands to run atomically (None: none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchResult:
+    """A `watch()` that went through: the EXEC replies and how many tries it took.
+
+    `written` is False when the function returned None (it chose not to write).
+    """
+
+    results: list[Any] = field(default_factory=list)
+    attempts: int = 1
+    written: bool = True
+
+
+async def watch(
+    target: Target,
+    keys: Sequence[Key],
+    fn: WatchFn,
+    *,
+    max_attempts: int = 16,
+    base_delay: float = 0.001,
+    max_delay: float = 0.05,
+) -> WatchResult:
+    """Optimistic read-modify-write: WATCH `keys`, let `fn` read and plan, MULTI/EXEC.
+
+    `fn(tx)` (sync or async) reads through `tx` (`await tx.get(key)`) and returns
+    the commands to run, or None to write nothing. When a watched key changes
+    before EXEC, the attempt is discarded and `fn` runs again after a jittered
+    backoff (uniform in `[0, min(max_delay, base_delay * 2**n)]`), so `fn` must
+    not have side effects of its own. `WriteConflict` after `max_attempts`
+    lost races; `CrossSlotError` before anything is sent when `keys` span slots,
+    and before EXEC when the returned commands leave the slot.
+    """
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    topology = topology_of(target)
+    watched = _unique([to_bytes(k) for k in keys])
+    slot = common_slot(topology, watched, "watch()")
+    attempt = 0
+    written = True
+
+    async def body(read: Read) -> Sequence[Command] | None:
+        nonlocal written
+        planned = fn(Watched(topology, watched, slot, read, attempt))
+        if inspect.isawaitable(planned):
+            planned = await planned
+        written = planned is not None
+        if planned is None:
+            return None
+        cmds = [tuple(c) for c in planned]
+        named = [k for c in cmds for k in keys_of(c) or ()]
+        common_slot(topology, [*watched, *named], "watch() commands")
+        return cmds
+
+    for attempt in range(1, max_attempts + 1):  # `body` reads the current attempt
+        ok, results = await topology.optimistic(watched, body)
+        if ok:
+            return WatchResult(results, attempt, written=written)
+        if attempt < max_attempts:
+            cap = min(max_delay, base_delay * 2 ** min(attempt, 30))
+            await asyncio.sleep(random.uniform(0.0, cap))
+    label = ", ".join(k.decode("utf-8", "backslashreplace") for k in watched)
+    raise WriteConflict(f"watch({label})", max_attempts)
+
+
+class RegisteredScript:
+    """A Lua script run atomically on the owner of its keys' slot.
+
+    Call it with the keys it touches (all in one slot) and its arguments:
+    `await reserve(st, keys=[...], args=[...])`. It runs with EVALSHA and falls
+    back to EVAL when the server does not have it cached yet (NOSCRIPT), so
+    servers that restarted or never saw it work without a separate load step.
+    """
+
+    def __init__(self, source: bytes | str, *, name: str | None = None) -> None:
+        self._script = Script(source)
+        self.name = name or f"script {self._script.sha[:12]}"
+
+    @property
+    def sha(self) -> str:
+        """The SHA1 of the source, as EVALSHA and SCRIPT LOAD name it."""
+        return self._script.sha
+
+    @property
+    def source(self) -> bytes:
+        """The Lua source."""
+        return self._script.source
+
+    async def __call__(
+        self, target: Target, *, keys: Sequence[Key], args: Sequence[Any] = ()
+    ) -> Any:
+        """Run the script over `keys` (one slot) with `args`; returns its reply.
+
+        `CrossSlotError` before anything is sent when the keys span slots; a Lua
+        error (or `redis.error_reply`) raises `ShardResponseError` naming the shard.
+        """
+        topology = topology_of(target)
+        raw = [to_bytes(k) for k in keys]
+        common_slot(topology, raw, f"Lua {self.name}")
+        return await topology.script(self._script, raw, list(args))
+
+    def __repr__(self) -> str:
+        return f"RegisteredScript({self.name!r}, sha={self.sha[:12]}...)"
+
+
+def script(source: bytes | str, *, name: str | None = None) -> RegisteredScript:
+    """Register a Lua script: `s = atomic.script(src)`, then `await s(st, keys=[...])`.
+
+    Nothing is sent here; the first call loads the script on whichever shard runs it.
+    Declare every key the script touches in `keys`: that is how the shard is
+    chosen and how Redis Cluster checks the slot.
+    """
+    return RegisteredScript(source, name=name)

@@ -1,0 +1,80 @@
+"""`python -m stampede.chaos`: run the chaos scenarios and the fuzzers, print the tables."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from .runner import run
+from .scenarios import FAST, LONG, SCENARIOS
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--long", "long_run", is_flag=True, help="20 s per scenario and 40 groups.")
+@click.option(
+    "--scenario",
+    "names",
+    multiple=True,
+    type=click.Choice([s.name for s in SCENARIOS]),
+    help="Run only these scenarios (repeatable) [default: all].",
+)
+@click.option(
+    "--topology",
+    "topologies",
+    multiple=True,
+    type=click.Choice(["shards", "cluster"]),
+    help="Run only on these topologies (repeatable) [default: both].",
+)
+@click.option(
+    "--fuzz-cases",
+    type=click.IntRange(min=0),
+    default=2500,
+    show_default=True,
+    help="Hypothesis cases per fuzz target (5 targets); 0 skips fuzzing.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where histories (JSON lines) and worker logs go [default: a new temporary dir].",
+)
+def main(
+    long_run: bool,
+    names: tuple[str, ...],
+    topologies: tuple[str, ...],
+    fuzz_cases: int,
+    workdir: Path | None,
+) -> None:
+    """Fault injection and an independent consistency check; exit 1 on any violation."""
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+    chosen = [s for s in SCENARIOS if not names or s.name in names]
+    where = workdir or Path(tempfile.mkdtemp(prefix="stampede-chaos-"))
+    timing = LONG if long_run else FAST
+    started = time.monotonic()
+    outcome = run(
+        console,
+        topologies=list(topologies) or ["shards", "cluster"],
+        scenarios=chosen,
+        timing=timing,
+        workdir=where,
+        fuzz_cases=fuzz_cases,
+    )
+    console.print()
+    verdict = "[bold green]no violation[/]" if outcome.ok else "[bold red]FAILED[/]"
+    console.print(
+        f"{verdict}: {len(outcome.runs)} runs, {len(outcome.errors)} crashed, "
+        f"{sum(len(r.report.violations) for r in outcome.runs)} violations, "
+        f"{len(outcome.fuzz_failures)} unexpected fuzz failures, "
+        f"{len(outcome.defects_present)} regressions; "
+        f"{time.monotonic() - started:.0f} s; histories in {where}"
+    )
+    sys.exit(0 if outcome.ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""Run the scenarios on both topologies and the fuzzers; print the tables (rich).
+
+The exit status is 0 only when every run has no violation and every group read
+consistent at the end, and fuzzing met no exception but the documented ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..testing import LocalCluster, LocalPrimaries
+from .checker import CheckReport
+from .scenarios import SCENARIOS, Env, Scenario, ScenarioRun, Timing, run_scenario
+
+__all__ = ["FAULT_KINDS", "Outcome", "fuzz_table", "run_all", "scenario_table"]
+
+FAULT_KINDS = ("crash", "kill", "pause", "migrate", "worker-kill", "skew")
+"""The fault events counted as "faults injected" (restarts, resumes and such are not)."""
+
+
+@dataclass
+class Outcome:
+    """Everything a chaos run found."""
+
+    runs: list[ScenarioRun] = field(default_factory=list)
+    errors: list[tuple[str, str, str]] = field(default_factory=list)  # scenario, topology, error
+    fuzz_failures: list[str] = field(default_factory=list)
+    defects_present: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        clean = all(r.report.ok and not r.torn_at_end for r in self.runs)
+        return clean and not self.errors and not self.fuzz_failures and not self.defects_present
+
+
+def _faults(report: CheckReport) -> str:
+    """Faults injected, by kind: `1 kill`, `3 migrate + 518 crash`."""
+    counts = [(report.counts[f"faults_{kind}"], kind) for kind in FAULT_KINDS]
+    return " + ".join(f"{n} {kind}" for n, kind in counts if n) or "0"
+
+
+def _repairs(report: CheckReport) -> str:
+    c = report.counts
+    done = c["repairs_rewritten"] + c["repairs_rolled_forward"]
+    parts = [str(done)]
+    extra = {
+        "lost race": c["repairs_lost_race"],
+        "queued": c["repairs_queued"],
+        "failed": c["repairs_fail"],
+    }
+    parts += [f"{n} {name}" for name, n in extra.items() if n]
+    return " / ".join(parts)
+
+
+def scenario_table(scenario: Scenario, runs: Sequence[ScenarioRun]) -> Table:
+    """One scenario's figures: a row per topology."""
+    table = Table(title=f"{scenario.name}: {scenario.title}", title_justify="left")
+    for column in ("topology", "writes ok/unknown/fail", "reads", "faults", "torn reads"):
+        table.add_column(column, justify="right" if column != "topology" else "left")
+    for column in ("repairs", "violations", "lost writes", "seconds"):
+        table.add_column(column, justify="right")
+    for run in runs:
+        c = run.report.counts
+        writes = f"{c['writes_ok']}/{c['writes_unknown']}/{c['writes_fail']}"
+        reads = c["reads_ok"] + c["reads_fail"]
+        violations = len(run.report.violations) + len(run.torn_at_end)
+        table.add_row(
+            run.topology,
+            writes,
+            str(reads),
+            _faults(run.report),
+            str(c["torn_reads_detected"]),
+            _repairs(run.report),
+            f"[bold red]{violations}[/]" if violations else "0",
+            str(len(run.report.lost_to_fault)),
+            f"{run.seconds:.1f}",
+        )
+    return table
+
+
+def _details(console: Console, run: ScenarioRun) -> None:
+    for note in run.notes:
+        console.print(f"  [dim]{run.topology}:[/] {note}")
+    for violation in run.report.violations[:20]:
+        console.print(f"  [bold red]{violation.kind}[/] {violation.message}")
+    if len(run.report.violations) > 20:
+        console.print(f"  ... and {len(run.report.violations) - 20} more violations")
+    for group in run.torn_at_end:
+        console.print(f"  [bold red]torn at the end[/] {group}")
+    if run.report.lost_to_fault:
+        console.print(
+            f"  {run.topology}: {len(run.report.lost_to_fault)} acknowledged write(s) lost to "
+            "the data-loss fault:"
+        )
+        for lost in run.report.lost_to_fault:
+            console.print(
+                f"    write {lost.write} of {lost.group} (stamp {lost.stamp[0]}:{lost.stamp[1]}, "
+                f"acknowledged at t={lost.acknowledged_at:.3f}) held "
+                f"{', '.join(lost.keys_on_shard)} on {lost.shard}"
+            )
+    if run.history_path is not None:
+        console.print(f"  [dim]history: {run.history_path}[/]")
+
+
+@contextlib.contextmanager
+def _servers(kind: str) -> Iterator[Env]:
+    if kind == "cluster":
+        with LocalCluster(3, 0) as cluster:
+            yield Env("cluster", cluster)
+    else:
+        with LocalPrimaries(3) as primaries:
+            yield Env("shards", primaries)
+
+
+async def run_all(
+    console: Console,
+    *,
+    topologies: Sequence[str],
+    scenarios: Sequence[Scenario] = SCENARIOS,
+    timing: Timing,
+    workdir: Path,
+) -> Outcome:
+    """Every scenario on every topology it applies to; a table per scenario."""
+    outcome = Outcome()
+    by_scenario: dict[str, list[ScenarioRun]] = collections.defaultdict(list)
+    for kind in topologies:
+        with _servers(kind) as env:
+            for scenario in scenarios:
+                if kind not in scenario.topologies:
+                    continue
+                console.print(f"[dim]running {scenario.name} on {kind}...[/]")
+                try:
+                    run = await run_scenario(scenario, env, timing, workdir=workdir)
+                except Exception as exc:
+                    error = "".join(traceback.format_exception(exc))
+                    outcome.errors.append((scenario.name, kind, error))
+                    console.print(f"[bold red]{scenario.name} on {kind} failed:[/]\n{error}")
+                    continue
+                outcome.runs.append(run)
+                by_scenario[scenario.name].append(run)
+    for scenario in scenarios:
+        runs = by_scenario.get(scenario.name, [])
+        if not runs:
+            continue
+        console.print()
+        console.print(scenario_table(scenario, runs))
+        for run in runs:
+            _details(console, run)
+    return outcome
+
+
+def fuzz_table(console: Console, cases: int, outcome: Outcome) -> None:
+    """Run each fuzz target `cases` times and replay the defects found before; print both."""
+    from .fuzz import REGRESSIONS, TARGETS, probe, run_target
+
+    table = Table(title=f"fuzz: {cases} cases per target (hypothesis)", title_justify="left")
+    for column in ("target", "cases", "unexpected exceptions", "seconds"):
+        table.add_column(column, justify="left" if column == "target" else "right")
+    for target in TARGETS:
+        started = time.monotonic()
+        result = run_target(target, cases)
+        if result.failure is not None:
+            outcome.fuzz_failures.append(f"{target}: {result.failure}")
+        table.add_row(
+            target,
+            str(result.cases),
+            "[bold red]yes[/]" if result.failure else "0",
+            f"{time.monotonic() - started:.1f}",
+        )
+    console.print()
+    console.print(table)
+    for failure in outcome.fuzz_failures:
+        console.print(f"  [bold red]unexpected[/] {failure}")
+    again = Table(title="defects fuzzing found (fixed in 30fcd8f), replayed", title_justify="left")
+    for column in ("defect", "target", "status"):
+        again.add_column(column)
+    for defect in REGRESSIONS:
+        raised = probe(defect)
+        if raised is not None:
+            outcome.defects_present.append(defect.name)
+        status = "fixed" if raised is None else f"[bold red]REGRESSED[/] ({raised})"
+        again.add_row(defect.name, defect.target, status)
+    console.print(again)
+
+
+def run(
+    console: Console,
+    *,
+    topologies: Sequence[str],
+    scenarios: Sequence[Scenario],
+    timing: Timing,
+    workdir: Path,
+    fuzz_cases: int,
+) -> Outcome:
+    """The whole chaos run: scenarios (asyncio), then fuzzing."""
+    outcome = asyncio.run(
+        run_all(console, topologies=topologies, scenarios=scenarios, timing=timing, workdir=workdir)
+    )
+    if fuzz_cases:
+        fuzz_table(console, fuzz_cases, outcome)
+    return outcome

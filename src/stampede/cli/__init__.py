@@ -1,0 +1,39 @@
+"""The `stampede` command line (click + rich).
+
+`main` is the click group behind the `stampede` console script. Each command
+lives in the module of its topic and is registered below; to add one, write
+`cli/<topic>.py` with a `@click.command()` and add it to `main` here. Shared
+helpers (key input, display, JSON output) are in `cli/_common.py`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .demo import demo_command
+from .keyspace import keyslot_command, lint_command, slots_command
+from .repair import scan_command, worker_command
+
+__all__ = ["main"]
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(package_name="stampede", prog_name="stampede")
+def main() -> None:
+    """Keep related Redis keys consistent across shards.
+
+    Key design: `keyslot` (where keys land), `lint` (hash tag mistakes),
+    `slots` (how a key sample spreads over slots and shards).
+    Repair: `scan` (find torn groups in live data), `worker` (drain the repair stream).
+    Demo: `demo` (local servers, injected faults, repairs, a summary).
+    """
+
+
+main.add_command(keyslot_command)
+main.add_command(lint_command)
+main.add_command(slots_command)
+main.add_command(scan_command)
+main.add_command(worker_command)
+main.add_command(demo_command)

@@ -1,0 +1,168 @@
+"""`stampede demo`: local servers, concurrent writers, injected faults, repairs, a summary."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from types import FrameType
+
+import click
+from rich.console import Console
+
+from ..demo import STRATEGIES, Demo, DemoConfig, Summary, run_demo
+from ..demo.display import live_view, summary_table
+from ..errors import StampedeError
+from ..testing import LocalCluster, LocalPrimaries
+from ..verdict import Mode
+from ._common import console
+
+__all__ = ["demo_command"]
+
+
+@click.command("demo")
+@click.option(
+    "--size",
+    type=click.IntRange(1, 1_000_000),
+    default=200,
+    show_default=True,
+    help="Number of entities (half users, half orders).",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(0, 86_400),
+    default=10.0,
+    show_default=True,
+    help="Seconds of concurrent load.",
+)
+@click.option(
+    "--fault-rate",
+    type=click.FloatRange(0, 1),
+    default=0.05,
+    show_default=True,
+    help="Share of writes whose writer dies between shards.",
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(["all", *STRATEGIES]),
+    default="all",
+    show_default=True,
+    help="Repair strategy to show; 'all' spreads the entities over the three.",
+)
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="Start a local 3-master Redis Cluster instead of 3 primaries (with --url: the "
+    "URL is a cluster node).",
+)
+@click.option(
+    "--url",
+    "urls",
+    multiple=True,
+    metavar="URL",
+    help="Run against your servers instead (repeat per primary; one node with --cluster). "
+    "Keys go under 'stampede-demo:' (cleared first); nothing is paused.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice([m.value for m in Mode]),
+    default="commit",
+    show_default=True,
+    help="Stamps alone, or stamps and a commit record per group.",
+)
+@click.option("--seed", type=int, default=None, help="Seed the random choices.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of the view.")
+@click.pass_context
+def demo_command(
+    ctx: click.Context,
+    size: int,
+    duration: float,
+    fault_rate: float,
+    strategy: str,
+    cluster: bool,
+    urls: tuple[str, ...],
+    mode: str,
+    seed: int | None,
+    as_json: bool,
+) -> None:
+    """Show torn writes detected and repaired, live, then check that none is left.
+
+    Starts its own redis-server processes (3 primaries, or a 3-master cluster with
+    --cluster) unless --url is given, runs concurrent writers and readers over
+    users and orders whose keys span shards, kills writers between shards and
+    pauses a primary for a moment, repairs what stays torn, and ends with a
+    summary. Exit status 0 only when a final scan finds no torn group. Servers it
+    started are stopped in every case, Ctrl-C included.
+    """
+    config = DemoConfig(
+        size=size,
+        duration=duration,
+        fault_rate=fault_rate,
+        strategies=STRATEGIES if strategy == "all" else (strategy,),
+        mode=Mode(mode),
+        seed=seed,
+    )
+    out = console()
+    try:
+        with _sigterm_interrupts():
+            summary = _run(config, urls, cluster, out, as_json)
+    except KeyboardInterrupt:
+        click.echo("stampede demo: interrupted; every server it started is stopped", err=True)
+        ctx.exit(130)
+    except StampedeError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(summary.as_dict(), indent=2))
+    else:
+        out.print()
+        out.print(summary_table(summary))
+        if not summary.ok:
+            out.print(f"[bold red]torn groups left:[/] {', '.join(summary.left_groups)}")
+    ctx.exit(summary.exit_code)
+
+
+def _run(
+    config: DemoConfig, urls: tuple[str, ...], cluster: bool, out: Console, as_json: bool
+) -> Summary:
+    @contextlib.asynccontextmanager
+    async def watch(demo: Demo) -> AsyncIterator[None]:
+        if as_json:
+            yield
+            return
+        async with live_view(demo, out):
+            yield
+
+    if urls:
+        return asyncio.run(run_demo(urls, cluster=cluster, config=config, watch=watch))
+    servers = LocalCluster(3) if cluster else LocalPrimaries(3)
+    kind = "a 3-master Redis Cluster" if cluster else "3 independent primaries"
+    click.echo(f"stampede demo: starting {kind} (redis-server)", err=True)
+    with servers:
+        nodes = servers.masters if isinstance(servers, LocalCluster) else servers.nodes
+        addresses = ", ".join(node.address for node in nodes)
+        click.echo(f"stampede demo: servers up at {addresses}", err=True)
+        start = [servers.url] if isinstance(servers, LocalCluster) else servers.urls
+        return asyncio.run(
+            run_demo(start, cluster=cluster, config=config, nodes=nodes, local=True, watch=watch)
+        )
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C, so the servers the demo started are stopped too."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    if sys.platform == "win32" or threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread (and not on Windows)
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

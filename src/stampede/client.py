@@ -1,0 +1,201 @@
+"""`connect()` and `Stampede`: the object users hold."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar
+
+from .errors import ConfigurationError, InvalidKeyError
+from .keys import HashPolicy, SlotMap, to_bytes
+from .options import Options, RetryPolicy, load_options, resolve_versions
+from .reader import read_group
+from .repair.base import RepairStrategy
+from .results import ReadResult, Receipt
+from .topology.base import Topology
+from .topology.cluster import Cluster
+from .topology.shards import Shards
+from .verdict import Mode
+from .versions import VersionSource
+from .writer import UpdateFn, as_payload, update_group, write_group
+
+__all__ = ["Stampede", "connect"]
+
+K = TypeVar("K", bytes, str)
+ModeName = Mode | Literal["stamp", "commit"]
+
+
+class Stampede:
+    """Stamped writes and validated reads over one `Topology`.
+
+    Use as an async context manager (`async with stampede.connect(...) as st:`) or
+    call `await st.open()` and `await st.aclose()` yourself.
+    """
+
+    def __init__(self, topology: Topology, *, options: Options | None = None) -> None:
+        self.topology = topology
+        self.options = options or Options()
+        self._versions = self.options.version_source()
+
+    @property
+    def versions(self) -> VersionSource:
+        """The version source writes use unless a call names another."""
+        return self._versions
+
+    async def open(self) -> Self:
+        opener = getattr(self.topology, "open", None)
+        if opener is not None:
+            await opener()
+        return self
+
+    async def aclose(self) -> None:
+        await self.topology.aclose()
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _versions_for(self, versions: str | VersionSource | None) -> VersionSource:
+        return self._versions if versions is None else resolve_versions(versions)
+
+    async def write(
+        self,
+        group: bytes | str,
+        values: Mapping[K, bytes | str],
+        *,
+        mode: ModeName | None = None,
+        versions: Literal["hybrid", "counter"] | VersionSource | None = None,
+        ttl: float | None = None,
+    ) -> Receipt:
+        """Write every key of `group` as one logical write; returns its `Receipt`.
+
+        Raises `PartialWriteError` (`WriteTimeout` for a slow shard) naming the
+        shard when only some keys were acknowledged; readers then see the group
+        in flight or torn until it is written again or repaired.
+        """
+        gkey = _group(group)
+        if not values:
+            raise InvalidKeyError(f"write of group {group!r} has no values", key=group)
+        keys = [to_bytes(k) for k in values]
+        payloads = [as_payload(k, v) for k, v in zip(keys, values.values(), strict=True)]
+        return await write_group(
+            self.topology,
+            gkey,
+            keys,
+            payloads,
+            mode=self.options.mode if mode is None else Mode(mode),
+            versions=self._versions_for(versions),
+            ttl=self.options.ttl if ttl is None else ttl,
+        )
+
+    async def read(
+        self,
+        group: bytes | str,
+        keys: Sequence[K],
+        *,
+        mode: ModeName | None = None,
+        retry: RetryPolicy | None = None,
+        repair: RepairStrategy | None = None,
+    ) -> ReadResult[K]:
+        """Read every key of `group` in one round trip per shard and judge it.
+
+        Returns a consistent (or not-found) result; retries with backoff while a
+        write may be in flight; a group that stays torn goes to `repair` (or the
+        default strategy) and otherwise raises `TornReadError` with what was seen.
+        """
+        gkey = _group(group)
+        if not keys:
+            raise InvalidKeyError(f"read of group {group!r} names no keys", key=group)
+        versions = self._versions
+        return await read_group(
+            self.topology,
+            gkey,
+            list(keys),
+            [to_bytes(k) for k in keys],
+            mode=self.options.mode if mode is None else Mode(mode),
+            retry=retry or self.options.retry,
+            repair=repair if repair is not None else self.options.repair,
+            versions=versions,
+            ttl=self.options.ttl,
+        )
+
+    async def update(
+        self,
+        group: bytes | str,
+        keys: Sequence[K],
+        fn: UpdateFn[K],
+        *,
+        mode: ModeName | None = None,
+        ttl: float | None = None,
+        max_attempts: int = 16,
+    ) -> Receipt:
+        """Optimistic read-modify-write of a co-located group (WATCH, MULTI/EXEC).
+
+        `fn(current)` maps each key to its current payload (None when missing) and
+        returns the new payload of every key; it may run several times when other
+        writers race. Keys in different slots raise `CrossSlotError` before anything
+        is sent; `WriteConflict` after `max_attempts` lost races.
+        """
+        if not keys:
+            raise InvalidKeyError(f"update of group {group!r} names no keys", key=group)
+        return await update_group(
+            self.topology,
+            _group(group),
+            list(keys),
+            fn,
+            mode=self.options.mode if mode is None else Mode(mode),
+            versions=self._versions,
+            ttl=self.options.ttl if ttl is None else ttl,
+            max_attempts=max_attempts,
+        )
+
+
+def _group(group: bytes | str) -> bytes:
+    gkey = to_bytes(group)
+    if not gkey:
+        raise InvalidKeyError("the group name is empty; name the entity, e.g. 'user:{42}'")
+    return gkey
+
+
+def connect(
+    urls: str | Sequence[str],
+    *,
+    cluster: bool = False,
+    options: Options | None = None,
+    slot_map: SlotMap | None = None,
+    hash_pattern: str | None = None,
+    **overrides: Any,
+) -> Stampede:
+    """A `Stampede` over independent primaries (a list of URLs) or a cluster.
+
+    `cluster=True` takes one startup node URL. Keyword options (`mode`, `versions`,
+    `retry`, `ttl`, `repair`, `connection`) override the fields of `options`.
+    Nothing is sent until the first call (or `open()`).
+    """
+    opts = load_options(options, overrides)
+    if isinstance(urls, str):
+        urls = [urls]
+    urls = list(urls)
+    if not urls:
+        raise ConfigurationError("connect() needs at least one Redis URL")
+    if cluster:
+        if len(urls) != 1:
+            raise ConfigurationError(
+                "cluster=True takes one startup node URL; the rest are discovered"
+            )
+        if slot_map is not None or hash_pattern is not None:
+            raise ConfigurationError(
+                "slot_map and hash_pattern apply to client-side sharding, not a cluster"
+            )
+        topology: Topology = Cluster.from_url(urls[0], options=opts.connection)
+    else:
+        policy = HashPolicy(hash_pattern) if hash_pattern is not None else None
+        topology = Shards.from_urls(urls, options=opts.connection, slot_map=slot_map, policy=policy)
+    return Stampede(topology, options=opts)

@@ -1,0 +1,224 @@
+"""Every error stampede raises, under one root.
+
+```
+StampedeError
+├── ConfigurationError (ValueError)    bad options, URLs, patterns, strategies
+├── InvalidKeyError (ValueError)       empty key, bad naming part
+├── CrossSlotError (ValueError)        keys that had to share one slot do not
+├── MalformedEnvelope (ValueError)     a stored value is not <version>:<token>:<payload>
+├── MalformedEntry (ValueError)        an event-log entry is not <token>:...
+├── ModelValidationError (ValueError)  a typed part failed pydantic validation
+├── ShardError                         one shard failed; names the shard
+│   ├── ShardUnavailable (ConnectionError)
+│   ├── ShardTimeout (TimeoutError)
+│   └── ShardResponseError             the server answered with an error
+├── WriteError
+│   ├── PartialWriteError              some shards took the write, others did not
+│   │   └── WriteTimeout (TimeoutError) ...because a shard did not answer in time
+│   └── WriteConflict                  WATCH lost the race too many times
+├── ReadError
+│   └── TornReadError                  a group stayed torn; carries what was seen
+└── RepairError                        a repair could not be made (loader failed, ...)
+```
+
+Messages say what was expected and what to do about it. They never contain a
+payload: values may hold personal data and logs outlive it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .verdict import Observation
+
+
+def _show(key: bytes | str) -> str:
+    """Render a key for a message: keys are names, not payloads, so they may appear."""
+    if isinstance(key, bytes):
+        text = key.decode("utf-8", "backslashreplace")
+    else:
+        text = key
+    return repr(text if len(text) <= 200 else text[:200] + "...")
+
+
+class StampedeError(Exception):
+    """Root of every error stampede raises."""
+
+
+class ConfigurationError(StampedeError, ValueError):
+    """An option, URL, pattern or strategy is not usable as given."""
+
+
+class InvalidKeyError(StampedeError, ValueError):
+    """A key (or a part of a key name) is not acceptable."""
+
+    def __init__(self, message: str, *, key: bytes | str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class CrossSlotError(StampedeError, ValueError):
+    """Keys that must share one hash slot do not; raised before anything is sent."""
+
+    def __init__(self, slots: Mapping[bytes, int], *, operation: str = "this operation") -> None:
+        self.slots = dict(slots)
+        self.keys = list(self.slots)
+        by_slot: dict[int, list[bytes]] = {}
+        for key, slot in self.slots.items():
+            by_slot.setdefault(slot, []).append(key)
+        listing = "; ".join(
+            f"slot {slot}: {', '.join(_show(k) for k in keys[:5])}"
+            + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else "")
+            for slot, keys in sorted(by_slot.items())
+        )
+        super().__init__(
+            f"{operation} needs every key in one hash slot, but they span "
+            f"{len(by_slot)} slots ({listing}). Give the keys a shared hash tag, "
+            "e.g. 'user:{42}:profile' and 'user:{42}:settings'."
+        )
+
+
+class MalformedEnvelope(StampedeError, ValueError):
+    """A stored value is not a well-formed `<version>:<token>:<payload>` envelope."""
+
+    def __init__(self, reason: str, *, key: bytes | str | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        where = f"value of key {_show(key)}" if key is not None else "value"
+        super().__init__(
+            f"{where} is not a stampede envelope: {reason}. Expected "
+            "'<version>:<token>:<payload>' (decimal version, 26-character ULID token); "
+            "was it written by another program?"
+        )
+
+
+class MalformedEntry(StampedeError, ValueError):
+    """A log entry or event member is not `<token>:...`; names the key, never the content."""
+
+    def __init__(self, key: bytes, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(
+            f"entry of {_show(key)} is not a stampede event ({reason}); expected "
+            "'<token>:<change>' in a log or '<token>:<part>:<payload>' in an event set. "
+            "Was it written by another program?"
+        )
+
+
+class ModelValidationError(StampedeError, ValueError):
+    """A part of a typed group did not validate against its pydantic model."""
+
+    def __init__(self, key: bytes | str, model: str, errors: int) -> None:
+        self.key = key
+        self.model = model
+        super().__init__(
+            f"value of key {_show(key)} does not validate as {model} "
+            f"({errors} validation error{'s' if errors != 1 else ''}); "
+            "fix the writer or migrate the stored data."
+        )
+
+
+class ShardError(StampedeError):
+    """One shard failed. `shard` names it (a URL or host:port)."""
+
+    def __init__(self, message: str, *, shard: str) -> None:
+        super().__init__(f"shard {shard}: {message}")
+        self.shard = shard
+
+
+class ShardUnavailable(ShardError, ConnectionError):
+    """A shard refused or dropped the connection, and retries did not help."""
+
+
+class ShardTimeout(ShardError, TimeoutError):
+    """A shard did not answer in time (it may be paused, overloaded or partitioned)."""
+
+
+class ShardResponseError(ShardError):
+    """A shard answered with an error reply."""
+
+
+class WriteError(StampedeError):
+    """A logical write did not complete."""
+
+
+class PartialWriteError(WriteError):
+    """Some shards took the write and others did not.
+
+    What landed is detectable: the next read of the group reports it in flight or
+    torn. `landed` and `failed` list the keys on each side.
+    """
+
+    def __init__(
+        self,
+        group: bytes | str,
+        *,
+        landed: Sequence[bytes],
+        failed: Sequence[bytes],
+        cause: ShardError,
+    ) -> None:
+        self.group = group
+        self.landed = list(landed)
+        self.failed = list(failed)
+        self.cause = cause
+        self.shard = cause.shard
+        super().__init__(
+            f"write of group {_show(group)} is incomplete: {len(self.landed)} key(s) "
+            f"acknowledged, {len(self.failed)} not ({cause}). Readers will see the group "
+            "in flight or torn until it is written again or repaired."
+        )
+
+
+class WriteTimeout(PartialWriteError, TimeoutError):
+    """A write is incomplete because a shard did not answer in time.
+
+    The slow shard may still apply its part later; the guard keeps that harmless.
+    """
+
+
+class WriteConflict(WriteError):
+    """An optimistic (WATCH) update lost the race more times than allowed."""
+
+    def __init__(self, group: bytes | str, attempts: int) -> None:
+        self.group = group
+        self.attempts = attempts
+        super().__init__(
+            f"update of group {_show(group)} lost to concurrent writers {attempts} "
+            "times; retry later or raise max_attempts."
+        )
+
+
+class ReadError(StampedeError):
+    """A group read could not produce a trustworthy answer."""
+
+
+class TornReadError(ReadError):
+    """A group stayed torn after retries; `seen` holds what each key looked like."""
+
+    def __init__(
+        self,
+        group: bytes | str,
+        *,
+        reason: str,
+        observation: Observation,
+        attempts: int,
+    ) -> None:
+        self.group = group
+        self.reason = reason
+        self.observation = observation
+        self.attempts = attempts
+        self.seen = observation.seen()
+        super().__init__(
+            f"group {_show(group)} is torn ({reason}) after {attempts} read(s); "
+            "pass repair=... to read() to repair it, or run the repair worker."
+        )
+
+
+class RepairError(StampedeError):
+    """A torn group could not be repaired; `group` names it, `reason` says why."""
+
+    def __init__(self, group: bytes | str, message: str) -> None:
+        self.group = group
+        super().__init__(f"repair of group {_show(group)} failed: {message}")

@@ -1,0 +1,145 @@
+"""Options, as pydantic models: set defaults on `connect`, override them per call.
+
+```python
+stampede.connect(urls, options=stampede.Options(mode="commit", ttl=3600))
+await st.read(group, keys, retry=stampede.RetryPolicy(attempts=3))
+```
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ConfigurationError
+from .verdict import Mode
+from .versions import Counter, HybridClock, VersionSource
+
+__all__ = [
+    "ConnectOptions",
+    "Options",
+    "RetryPolicy",
+    "load_options",
+    "redis_kwargs",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+class RetryPolicy(_Frozen):
+    """How a read waits out a write in flight: exponential backoff with full jitter.
+
+    A read is tried at most `attempts` times and gives up once `deadline` seconds
+    have passed since it started; the sleep before attempt n+1 is uniform in
+    `[0, min(max_delay, base_delay * 2**n)]`.
+    """
+
+    attempts: int = Field(default=8, ge=1, le=1000)
+    base_delay: float = Field(default=0.002, gt=0)
+    max_delay: float = Field(default=0.1, gt=0)
+    deadline: float | None = Field(default=1.0, gt=0)
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """The full-jitter sleep after failed attempt number `attempt` (0-based)."""
+        cap = min(self.max_delay, self.base_delay * (2 ** min(attempt, 30)))
+        return (rng or random).uniform(0.0, cap)
+
+
+class ConnectOptions(_Frozen):
+    """How stampede talks to each Redis server."""
+
+    socket_timeout: float = Field(default=2.0, gt=0)
+    connect_timeout: float = Field(default=1.0, gt=0)
+    connection_retries: int = Field(default=3, ge=0, le=100)
+    retry_base: float = Field(default=0.01, gt=0)
+    retry_cap: float = Field(default=0.5, gt=0)
+    max_connections: int = Field(default=1024, ge=1, description="per shard (node)")
+    coalesce: bool = Field(
+        default=True,
+        description="gather the requests of one loop turn into one round trip per shard",
+    )
+    batch_keys: int = Field(default=1024, ge=1, description="most keys in one coalesced batch")
+
+
+class Options(_Frozen):
+    """Defaults for every `write` and `read` of one `Stampede`."""
+
+    mode: Mode = Mode.STAMP
+    versions: Literal["hybrid", "counter"] | VersionSource = "hybrid"
+    retry: RetryPolicy = RetryPolicy()
+    ttl: float | None = Field(
+        default=None, gt=0, description="seconds; data and record expire together"
+    )
+    repair: Any = Field(default=None, description="a RepairStrategy, or None")
+    connection: ConnectOptions = ConnectOptions()
+
+    @model_validator(mode="after")
+    def _check_versions(self) -> Options:
+        if not isinstance(self.versions, str) and not isinstance(self.versions, VersionSource):
+            raise ValueError("versions must be 'hybrid', 'counter' or a VersionSource")
+        from .repair.base import RepairStrategy  # the repair layer builds on this module
+
+        if self.repair is not None and not isinstance(self.repair, RepairStrategy):
+            raise ValueError(
+                "repair must be a RepairStrategy (NewestWins(), Refetch(loader), "
+                f"Enqueue(queue)), got {type(self.repair).__name__}"
+            )
+        return self
+
+    def version_source(self) -> VersionSource:
+        """The `VersionSource` the `versions` option names (a fresh one for a name)."""
+        return resolve_versions(self.versions)
+
+
+def resolve_versions(spec: str | VersionSource) -> VersionSource:
+    if isinstance(spec, str):
+        if spec == "hybrid":
+            return HybridClock()
+        if spec == "counter":
+            return Counter()
+        raise ConfigurationError(f"versions must be 'hybrid' or 'counter', got {spec!r}")
+    return spec
+
+
+def load_options(options: Options | None, overrides: dict[str, Any]) -> Options:
+    """`options` with `overrides` applied and validated; one `ConfigurationError` if bad."""
+    try:
+        data = {} if options is None else dict(options)
+        data.update(overrides)
+        return Options.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigurationError(f"invalid stampede options: {problems}") from None
+
+
+def redis_kwargs(opts: ConnectOptions) -> dict[str, Any]:
+    """redis-py client arguments: retry connection errors with backoff, never timeouts.
+
+    redis-py 8 retries timeouts too by default, so a paused primary would stall a
+    call for several socket timeouts; stampede reports it at once instead.
+    """
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialWithJitterBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    kwargs: dict[str, Any] = {
+        # RESP2: stampede reads raw replies on its hot path; redis-py 8 defaults to
+        # RESP3, whose maps and doubles would change their shape.
+        "protocol": 2,
+        "socket_timeout": opts.socket_timeout,
+        "socket_connect_timeout": opts.connect_timeout,
+        "retry": Retry(
+            ExponentialWithJitterBackoff(base=opts.retry_base, cap=opts.retry_cap),
+            opts.connection_retries,
+            supported_errors=(RedisConnectionError,),
+        ),
+    }
+    kwargs["max_connections"] = opts.max_connections
+    return kwargs

@@ -1,0 +1,125 @@
+"""Read a group in one round trip per shard, judge it, retry while a write may be in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from .errors import TornReadError
+from .observe import observe_group
+from .options import RetryPolicy
+from .repair.base import RepairAction, RepairContext, RepairOutcome, RepairStrategy
+from .results import ReadResult
+from .topology.base import Topology
+from .verdict import Mode, Observation, Status, Verdict, judge
+from .versions import HybridClock, VersionSource
+
+__all__ = ["read_group"]
+
+K = TypeVar("K", bytes, str)
+
+
+async def read_group(
+    topology: Topology,
+    group: bytes,
+    names: Sequence[K],
+    keys: Sequence[bytes],
+    *,
+    mode: Mode,
+    retry: RetryPolicy,
+    repair: RepairStrategy | None = None,
+    versions: VersionSource | None = None,
+    ttl: float | None = None,
+) -> ReadResult[K]:
+    """Read until the group is consistent, not found, or stays torn.
+
+    A torn group goes to `repair` when given, else raises `TornReadError`. A
+    strategy with `fills_missing` set also gets not-found groups (read-through).
+    """
+    started = time.monotonic()
+    deadline = None if retry.deadline is None else started + retry.deadline
+    attempt = 0
+    while True:
+        attempt += 1
+        obs = await observe_group(topology, group, keys, mode)
+        verdict = judge(obs)
+        if verdict.status is Status.CONSISTENT:
+            if versions is not None and verdict.envelope is not None:
+                versions.observe(verdict.envelope.version)
+            return result_of(names, obs, verdict, attempt)
+        if verdict.status is Status.NOT_FOUND:
+            if repair is not None and getattr(repair, "fills_missing", False):
+                break
+            return result_of(names, obs, verdict, attempt)
+        if verdict.status is Status.TORN or attempt >= retry.attempts:
+            break
+        pause = retry.delay(attempt - 1)
+        if deadline is not None and time.monotonic() + pause >= deadline:
+            break
+        await asyncio.sleep(pause)
+    final = verdict.exhausted()
+    if repair is not None:
+        ctx = RepairContext(topology, mode, versions or HybridClock(), ttl)
+        outcome = await repair.repair(ctx, obs, final)
+        return result_of_repair(names, obs, final, outcome, attempt)
+    raise TornReadError(
+        group.decode("utf-8", "backslashreplace"),
+        reason=str(final.reason),
+        observation=obs,
+        attempts=attempt,
+    )
+
+
+def result_of_repair(
+    names: Sequence[K],
+    obs: Observation,
+    verdict: Verdict,
+    outcome: RepairOutcome,
+    attempts: int,
+) -> ReadResult[K]:
+    """The read result a repair hands back: whole when it repaired, else queued."""
+    values = {name: outcome.values.get(key) for name, key in zip(names, obs.keys, strict=True)}
+    version, token = outcome.stamp if outcome.stamp is not None else (None, None)
+    whole = outcome.consistent
+    if not whole:
+        status = Status.TORN
+    elif all(v is None for v in values.values()):
+        status = Status.NOT_FOUND
+    else:
+        status = Status.CONSISTENT
+    return ReadResult(
+        group=obs.group,
+        status=status,
+        values=values,
+        version=version if whole else None,
+        token=token if whole else None,
+        attempts=attempts,
+        reason=verdict.reason,
+        repaired=whole and outcome.action is not RepairAction.LOST_RACE,
+        queued=outcome.action is RepairAction.QUEUED,
+        observation=obs,
+        repair=outcome,
+    )
+
+
+def result_of(
+    names: Sequence[K], obs: Observation, verdict: Verdict, attempts: int, **extra: Any
+) -> ReadResult[K]:
+    """A `ReadResult` from an observation: payloads under the caller's key names."""
+    values: dict[K, bytes | None] = {}
+    for name, env, raw in zip(names, obs.envelopes, obs.raw, strict=True):
+        values[name] = env.payload if env is not None else raw
+    env = verdict.envelope
+    return ReadResult(
+        group=obs.group,
+        status=verdict.status,
+        values=values,
+        version=None if env is None else env.version,
+        token=None if env is None else env.token,
+        attempts=attempts,
+        reason=verdict.reason,
+        observation=obs,
+        **extra,
+    )

@@ -1,0 +1,23 @@
+"""Repair: strategies for groups that stay torn, the repair stream and its worker."""
+
+from .base import RepairAction as RepairAction
+from .base import RepairContext as RepairContext
+from .base import RepairOutcome as RepairOutcome
+from .base import RepairStrategy as RepairStrategy
+from .queue import Job as Job
+from .queue import RepairQueue as RepairQueue
+from .strategies import Enqueue as Enqueue
+from .strategies import NewestWins as NewestWins
+from .strategies import Refetch as Refetch
+
+__all__ = [
+    "Enqueue",
+    "Job",
+    "NewestWins",
+    "Refetch",
+    "RepairAction",
+    "RepairContext",
+    "RepairOutcome",
+    "RepairQueue",
+    "RepairStrategy",
+]

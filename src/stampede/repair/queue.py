@@ -1,0 +1,433 @@
+"""`RepairQueue`: repair jobs on Redis Streams, delivered at least once.
+
+```
+stream        stampede:repairs            (one partition)
+              stampede:repairs:{<n>}      (n = 0..partitions-1; the default on a cluster)
+consumers     group "stampede-repair"
+entry fields  group, keys (JSON), seen (JSON), reason, enqueued_at, plus stampede's
+              own mode ("stamp"/"commit"), attempts and, after a failure, last_error
+pending       {stampede:repairs}:pending / stampede:repairs:{<n>}:pending   (hash: group -> id)
+dead letters  stampede:repairs:dead       (entry fields plus last_error, failed_at)
+```
+
+A group's partition is its slot modulo the partition count, and its pending
+marker lives in the slot of its partition's stream, so "one pending job per group"
+is checked and recorded in the same Lua call as the XADD. A job whose worker
+died stays pending in the consumer group and is taken over with XAUTOCLAIM once
+idle long enough; a job that fails (or whose worker died) `max_attempts` times
+goes to the dead-letter stream with its last error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError, ShardResponseError
+from ..keys import hash_tag, keyslot, to_bytes
+from ..topology.base import Topology
+from ..topology.node_ops import Script
+
+__all__ = ["CONSUMER_GROUP", "DEAD", "Job", "RepairQueue"]
+
+CONSUMER_GROUP = b"stampede-repair"
+BASE = b"stampede:repairs"
+DEAD = b"stampede:repairs:dead"
+
+_ENQUEUE = Script(b"""
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if cur then
+  local at = tonumber(string.match(cur, ':(%d+)$'))
+  if at and (tonumber(ARGV[2]) - at) < tonumber(ARGV[3]) then return false end
+end
+local fields = {}
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
+redis.call('HSET', KEYS[2], ARGV[1], id .. ':' .. ARGV[2])
+return id
+""")
+
+# ack: XACK + XDEL the entry, drop the pending marker if it still names this entry.
+_ACK = Script(b"""
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+local cur = redis.call('HGET', KEYS[2], ARGV[3])
+if cur and string.sub(cur, 1, #ARGV[2] + 1) == ARGV[2] .. ':' then
+  redis.call('HDEL', KEYS[2], ARGV[3])
+end
+return 1
+""")
+
+# retry: replace the entry by a new one (attempts + 1, last_error) and re-point the marker.
+_RETRY = Script(b"""
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+local fields = {}
+for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
+redis.call('HSET', KEYS[2], ARGV[3], id .. ':' .. ARGV[4])
+return id
+""")
+
+
+# XPENDING's detailed form, raw (redis-py's reply parser expects the summary form).
+_PENDING = Script(b"return redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', ARGV[2], ARGV[3])")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One repair job as a worker sees it."""
+
+    id: str
+    stream: bytes
+    group: bytes
+    keys: list[bytes]
+    seen: dict[str, str | None]
+    reason: str
+    enqueued_at: float
+    attempts: int
+    deliveries: int = 1
+    last_error: str | None = None
+    mode: str | None = None
+
+    def fields(self) -> dict[bytes, bytes]:
+        return _fields(
+            self.group,
+            self.keys,
+            self.seen,
+            self.reason,
+            self.enqueued_at,
+            self.attempts,
+            self.mode,
+        )
+
+
+def _fields(
+    group: bytes,
+    keys: Sequence[bytes],
+    seen: Mapping[str, str | None],
+    reason: str,
+    enqueued_at: float,
+    attempts: int,
+    mode: str | None = None,
+) -> dict[bytes, bytes]:
+    fields = {
+        b"group": group,
+        b"keys": json.dumps([k.decode("utf-8", "surrogateescape") for k in keys]).encode(),
+        b"seen": json.dumps(dict(seen)).encode(),
+        b"reason": reason.encode(),
+        b"enqueued_at": repr(enqueued_at).encode(),
+        b"attempts": str(attempts).encode(),
+    }
+    if mode is not None:
+        fields[b"mode"] = mode.encode()
+    return fields
+
+
+def _flat(fields: Mapping[bytes, bytes]) -> list[bytes]:
+    return [part for pair in fields.items() for part in pair]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RepairQueue:
+    """Repair jobs on one or more Redis Streams, with a consumer group and dead letters."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        name: bytes | str = BASE,
+        partitions: int | None = None,
+        max_attempts: int = 5,
+        min_idle: float = 30.0,
+        marker_ttl: float = 3600.0,
+    ) -> None:
+        if partitions is None:
+            partitions = 8 if topology.kind == "cluster" else 1
+        if not 1 <= partitions <= 1024:
+            raise ConfigurationError(f"partitions must be in 1..1024, got {partitions}")
+        if max_attempts < 1:
+            raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
+        self.topology = topology
+        self.partitions = partitions
+        self.max_attempts = max_attempts
+        self.min_idle_ms = int(min_idle * 1000)
+        self.marker_ttl_ms = int(marker_ttl * 1000)
+        base = to_bytes(name)
+        if not base:
+            raise ConfigurationError("the repair stream name is empty")
+        self.name = base
+        self.dead = base + b":dead"
+        self.streams = (
+            [base] if partitions == 1 else [b"%s:{%d}" % (base, n) for n in range(partitions)]
+        )
+        self._ready: set[bytes] = set()
+
+    def __repr__(self) -> str:
+        return (
+            f"RepairQueue(name={self.name!r}, partitions={self.partitions}, "
+            f"max_attempts={self.max_attempts})"
+        )
+
+    @staticmethod
+    def pending_key(stream: bytes) -> bytes:
+        """The hash of pending groups for `stream`, in the stream's slot."""
+        return b"{%s}:pending" % stream if hash_tag(stream) is None else stream + b":pending"
+
+    def stream_for(self, group: bytes) -> bytes:
+        return self.streams[keyslot(group) % self.partitions]
+
+    async def _ensure(self, stream: bytes) -> None:
+        if stream in self._ready:
+            return
+        try:
+            await self.topology.execute(
+                stream, "XGROUP", "CREATE", stream, CONSUMER_GROUP, "0", "MKSTREAM"
+            )
+        except ShardResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._ready.add(stream)
+
+    async def _call(self, stream: bytes, fn: Any) -> Any:
+        """Run `fn()`, recreating the consumer group once if the node lost it."""
+        await self._ensure(stream)
+        try:
+            return await fn()
+        except ShardResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self._ready.discard(stream)
+            await self._ensure(stream)
+            return await fn()
+
+    async def enqueue(
+        self,
+        group: bytes | str,
+        keys: Sequence[bytes | str],
+        seen: Mapping[str, str | None],
+        reason: str,
+        *,
+        mode: str | None = None,
+    ) -> str | None:
+        """Queue a repair of `group`; None when a job for it is already pending.
+
+        `mode` ("stamp" or "commit") tells the worker how the group is read.
+        """
+        gkey = to_bytes(group)
+        stream = self.stream_for(gkey)
+        now = time.time()
+        fields = _fields(gkey, [to_bytes(k) for k in keys], seen, reason, now, 0, mode)
+        args = [gkey, int(now * 1000), self.marker_ttl_ms, *_flat(fields)]
+        job_id = await self._call(
+            stream,
+            lambda: self.topology.script(_ENQUEUE, [stream, self.pending_key(stream)], args),
+        )
+        return None if job_id is None else _text(job_id)
+
+    async def claim(self, consumer: str, count: int = 16, *, block_ms: int = 0) -> list[Job]:
+        """New jobs for `consumer`, then jobs idle past `min_idle` from dead consumers.
+
+        `block_ms` blocks on a single-partition queue only (keep it below the
+        socket timeout); partitioned queues are polled, the caller sleeping between.
+        """
+        jobs: list[Job] = []
+        for stream in self.streams:
+            want = count - len(jobs)
+            if want <= 0:
+                break
+            block = ["BLOCK", block_ms] if block_ms and self.partitions == 1 else []
+            reply = await self._call(
+                stream,
+                lambda s=stream, w=want, b=block: self.topology.execute(
+                    s,
+                    "XREADGROUP",
+                    "GROUP",
+                    CONSUMER_GROUP,
+                    consumer,
+                    "COUNT",
+                    w,
+                    *b,
+                    "STREAMS",
+                    s,
+                    ">",
+                ),
+            )
+            for _, entries in reply or []:
+                jobs.extend(self._job(stream, eid, fields) for eid, fields in entries if fields)
+        if len(jobs) < count:
+            jobs.extend(await self.reclaim(consumer, count - len(jobs)))
+        return jobs
+
+    async def reclaim(self, consumer: str, count: int) -> list[Job]:
+        """XAUTOCLAIM jobs idle past `min_idle` (their worker died) for `consumer`."""
+        jobs: list[Job] = []
+        for stream in self.streams:
+            reply = await self._call(
+                stream,
+                lambda s=stream: self.topology.execute(
+                    s,
+                    "XAUTOCLAIM",
+                    s,
+                    CONSUMER_GROUP,
+                    consumer,
+                    self.min_idle_ms,
+                    "0-0",
+                    "COUNT",
+                    count,
+                ),
+            )
+            entries = [(eid, f) for eid, f in reply[1] if f]
+            if not entries:
+                continue
+            pending = await self.topology.script(
+                _PENDING, [stream], [CONSUMER_GROUP, max(count, 100), consumer]
+            )
+            deliveries = {_text(p[0]): int(p[3]) for p in pending}
+            for eid, fields in entries:
+                job = self._job(stream, eid, fields, deliveries.get(_text(eid), 1))
+                jobs.append(job)
+            if len(jobs) >= count:
+                break
+        return jobs
+
+    def _job(self, stream: bytes, eid: Any, raw: Any, deliveries: int = 1) -> Job:
+        fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
+        try:
+            keys = json.loads(fields[b"keys"])
+            seen = json.loads(fields.get(b"seen", b"{}"))
+            if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+                raise ValueError("keys is not a JSON list of strings")
+            if not isinstance(seen, dict):
+                raise ValueError("seen is not a JSON object")
+            return Job(
+                id=_text(eid),
+                stream=stream,
+                group=fields[b"group"],
+                keys=[k.encode("utf-8", "surrogateescape") for k in keys],
+                seen=seen,
+                reason=_text(fields.get(b"reason", b"torn")),
+                enqueued_at=float(fields.get(b"enqueued_at", b"0")),
+                attempts=int(fields.get(b"attempts", b"0")),
+                deliveries=deliveries,
+                last_error=_text(fields[b"last_error"]) if b"last_error" in fields else None,
+                mode=_text(fields[b"mode"]) if b"mode" in fields else None,
+            )
+        except (
+            KeyError,
+            ValueError,
+            TypeError,
+            AttributeError,
+            RecursionError,
+            UnicodeError,
+        ) as exc:
+            # A poison entry: keep it visible as a job that can only be dead-lettered.
+            group = fields.get(b"group", b"?") if isinstance(fields, dict) else b"?"
+            return Job(
+                id=_text(eid),
+                stream=stream,
+                group=group if isinstance(group, bytes) else b"?",
+                keys=[],
+                seen={},
+                reason="malformed",
+                enqueued_at=0.0,
+                attempts=self.max_attempts,
+                deliveries=deliveries,
+                last_error=f"malformed job entry ({type(exc).__name__}: {str(exc)[:200]})",
+            )
+
+    async def release(self, job: Job) -> None:
+        """Hand a claimed job back: make it idle enough for any worker to take at once."""
+        await self.topology.execute(
+            job.stream,
+            "XCLAIM",
+            job.stream,
+            CONSUMER_GROUP,
+            "released",
+            0,
+            job.id,
+            "IDLE",
+            self.min_idle_ms + 1,
+            "JUSTID",
+        )
+
+    async def ack(self, job: Job) -> None:
+        """The job is done: remove it and its pending marker."""
+        await self.topology.script(
+            _ACK, [job.stream, self.pending_key(job.stream)], [CONSUMER_GROUP, job.id, job.group]
+        )
+
+    async def fail(self, job: Job, error: str) -> bool:
+        """Record a failed attempt; returns True when the job went to the dead letters."""
+        attempts = job.attempts + 1
+        if attempts >= self.max_attempts or not job.keys:
+            await self.dead_letter(job, error, attempts)
+            return True
+        fields = _fields(
+            job.group, job.keys, job.seen, job.reason, job.enqueued_at, attempts, job.mode
+        )
+        fields[b"last_error"] = error[:500].encode()
+        now_ms = int(time.time() * 1000)
+        await self.topology.script(
+            _RETRY,
+            [job.stream, self.pending_key(job.stream)],
+            [CONSUMER_GROUP, job.id, job.group, now_ms, *_flat(fields)],
+        )
+        return False
+
+    async def dead_letter(self, job: Job, error: str, attempts: int | None = None) -> None:
+        """Move the job to `stampede:repairs:dead` with its last error, then ack it."""
+        fields = job.fields() if job.keys else {b"group": job.group, b"reason": b"malformed"}
+        fields[b"attempts"] = str(attempts if attempts is not None else job.attempts).encode()
+        fields[b"last_error"] = error[:500].encode()
+        fields[b"failed_at"] = repr(time.time()).encode()
+        fields[b"source_id"] = job.id.encode()
+        await self.topology.execute(self.dead, "XADD", self.dead, "*", *_flat(fields))
+        await self.ack(job)
+
+    async def dead_letters(self, count: int = 100) -> list[dict[str, str]]:
+        """The newest dead-lettered jobs, fields as text."""
+        reply = await self.topology.execute(
+            self.dead, "XREVRANGE", self.dead, "+", "-", "COUNT", count
+        )
+        out = []
+        for eid, raw in reply:
+            fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
+            item = {_text(k): _text(v) for k, v in fields.items()}
+            item["id"] = _text(eid)
+            out.append(item)
+        return out
+
+    async def stats(self) -> dict[str, int]:
+        """Queue length, pending (claimed, not acked), lag (not yet delivered) and dead letters."""
+        length = pending = lag = 0
+        for stream in self.streams:
+            try:
+                length += int(await self.topology.execute(stream, "XLEN", stream))
+                groups = await self.topology.execute(stream, "XINFO", "GROUPS", stream)
+            except ShardResponseError:
+                continue  # no stream yet
+            for info in groups:
+                fields = (
+                    dict(zip(info[::2], info[1::2], strict=True))
+                    if isinstance(info, list)
+                    else info
+                )
+                if _text(fields.get(b"name", b"")) == CONSUMER_GROUP.decode():
+                    pending += int(fields.get(b"pending", 0) or 0)
+                    lag += int(fields.get(b"lag", 0) or 0)
+        dead = int(await self.topology.execute(self.dead, "XLEN", self.dead))
+        return {"length": length, "pending": pending, "lag": lag, "dead": dead}
+
+    async def clear(self) -> None:
+        """Delete every stream, marker and dead letter of this queue (tests, demos)."""
+        keys = [*self.streams, *(self.pending_key(s) for s in self.streams), self.dead]
+        await asyncio.gather(*(self.topology.execute(k, "DEL", k) for k in keys))
+        self._ready.clear()

@@ -1,0 +1,169 @@
+"""The repair strategies: `NewestWins`, `Refetch`, `Enqueue`.
+
+Each can be passed to `read(..., repair=...)` (or as the `repair` option of
+`connect`) and run by the worker. In commit mode a group whose data is one whole
+write but whose record is missing or older is rolled forward (the record is
+written), never rewritten.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import RepairError, TornReadError
+from ..verdict import Observation, Verdict
+from .base import (
+    RepairAction,
+    RepairContext,
+    RepairOutcome,
+    best_effort,
+    guarded_delete,
+    rewrite,
+    roll_forward,
+)
+
+if TYPE_CHECKING:
+    from .queue import RepairQueue
+
+__all__ = ["Enqueue", "NewestWins", "Refetch"]
+
+Rebuild = Callable[
+    [Mapping[bytes, bytes], Sequence[bytes]],
+    Mapping[bytes, bytes] | Awaitable[Mapping[bytes, bytes]],
+]
+Loader = Callable[[bytes, Sequence[bytes]], Awaitable[Mapping[bytes, bytes] | None]]
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def _torn(obs: Observation, verdict: Verdict, why: str) -> TornReadError:
+    err = TornReadError(
+        obs.group.decode("utf-8", "backslashreplace"),
+        reason=str(verdict.reason),
+        observation=obs,
+        attempts=0,
+    )
+    err.args = (f"{err.args[0]} {why}",)
+    return err
+
+
+class NewestWins:
+    """The key with the newest (version, token) is the truth.
+
+    `rebuild(truth, stale)` gets the payloads of the keys that carry the newest
+    write and the names of the others, and returns new payloads for the others
+    (for example settings derived from the profile). Without it, the current
+    payloads are re-stamped under one new stamp: last writer wins per key, made
+    consistent. A missing key cannot be re-stamped: give `rebuild` or use `Refetch`.
+    """
+
+    name = "newest-wins"
+
+    def __init__(self, rebuild: Rebuild | None = None) -> None:
+        self.rebuild = rebuild
+
+    async def repair(self, ctx: RepairContext, obs: Observation, verdict: Verdict) -> RepairOutcome:
+        rolled = await roll_forward(ctx, obs, verdict.reason)
+        if rolled is not None:
+            return rolled
+        current = best_effort(obs)
+        newest = obs.newest()
+        if self.rebuild is None:
+            missing = [k for k, v in current.items() if v is None]
+            if missing:
+                raise _torn(
+                    obs,
+                    verdict,
+                    f"NewestWins cannot re-stamp missing key(s) {missing!r}; "
+                    "pass NewestWins(rebuild=...) or use Refetch(loader).",
+                )
+            payloads = {k: v for k, v in current.items() if v is not None}
+            return await rewrite(ctx, obs, payloads, verdict.reason)
+        truth: dict[bytes, bytes] = {}
+        stale: list[bytes] = []
+        for key, env in zip(obs.keys, obs.envelopes, strict=True):
+            if env is not None and newest is not None and env.token == newest.token:
+                truth[key] = env.payload
+            else:
+                stale.append(key)
+        rebuilt = dict(await _maybe_await(self.rebuild(truth, stale)))
+        absent = [k for k in stale if k not in rebuilt]
+        if absent:
+            raise RepairError(obs.group, f"rebuild returned no payload for {absent!r}")
+        return await rewrite(ctx, obs, {**truth, **rebuilt}, verdict.reason)
+
+    def __repr__(self) -> str:
+        return f"NewestWins(rebuild={self.rebuild!r})"
+
+
+class Refetch:
+    """Rewrite the whole group from the authoritative source.
+
+    `loader(group, keys)` returns the payload of every key, or None when the
+    source has no such entity (the Redis copies are then deleted, guarded).
+    A loader that raises gives `RepairError` naming the group. With
+    `fills_missing=True` a read of a group that is not in Redis at all also asks
+    the loader (read-through), so missing copies are filled from the source.
+    """
+
+    name = "refetch"
+
+    def __init__(self, loader: Loader, *, fills_missing: bool = False) -> None:
+        self.loader = loader
+        self.fills_missing = fills_missing
+
+    async def repair(self, ctx: RepairContext, obs: Observation, verdict: Verdict) -> RepairOutcome:
+        rolled = await roll_forward(ctx, obs, verdict.reason)
+        if rolled is not None:
+            return rolled
+        try:
+            loaded = await self.loader(obs.group, list(obs.keys))
+        except Exception as exc:
+            raise RepairError(obs.group, f"the loader raised {type(exc).__name__}: {exc}") from exc
+        if loaded is None:
+            return await guarded_delete(ctx, obs, verdict.reason)
+        missing = [k for k in obs.keys if loaded.get(k) is None]
+        if missing:
+            raise RepairError(
+                obs.group,
+                f"the loader returned no payload for {missing!r}; it must return every "
+                "key of the group, or None when the entity does not exist",
+            )
+        payloads = {k: bytes(loaded[k]) for k in obs.keys}
+        return await rewrite(ctx, obs, payloads, verdict.reason)
+
+    def __repr__(self) -> str:
+        return f"Refetch({getattr(self.loader, '__qualname__', self.loader)!r})"
+
+
+class Enqueue:
+    """Queue the group for the repair worker and return the best-effort merge now.
+
+    The read result is marked not consistent and `queued`; the worker repairs the
+    group later with its own strategy. One job per group is pending at a time.
+    """
+
+    name = "enqueue"
+
+    def __init__(self, queue: RepairQueue) -> None:
+        self.queue = queue
+
+    async def repair(self, ctx: RepairContext, obs: Observation, verdict: Verdict) -> RepairOutcome:
+        job = await self.queue.enqueue(
+            obs.group,
+            list(obs.keys),
+            obs.seen(),
+            str(verdict.reason or "torn"),
+            mode=obs.mode.value,
+        )
+        detail = {"job": job} if job is not None else {"job": "already pending"}
+        return RepairOutcome(
+            obs.group, RepairAction.QUEUED, verdict.reason, best_effort(obs), False, detail=detail
+        )
+
+    def __repr__(self) -> str:
+        return f"Enqueue({self.queue!r})"

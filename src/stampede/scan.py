@@ -1,0 +1,185 @@
+"""Audit live data for torn groups: SCAN every shard, group keys, judge each group.
+
+```python
+report = await scan_groups(st.topology, r"(?P<group>user:\\{\\d+\\}):.*", match="user:*")
+for torn in report.torn:
+    print(torn.group, torn.reason)
+```
+
+Keys are walked with SCAN (never KEYS) on every primary, grouped by a regex
+with a named group `group`, then read back in batches (one round trip per shard
+per batch) and judged. A group that looks in flight is read again after a short
+pause, so only groups that stay torn are reported. In commit mode a group's
+record adds the keys it names, so a deleted key shows up as missing; in stamp mode
+scan can only see the keys that exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigurationError
+from .topology.base import Topology
+from .verdict import Mode, Observation, Reason, Status, commit_key, judge
+
+__all__ = ["ScanReport", "TornGroup", "compile_pattern", "scan_groups"]
+
+_INTERNAL = (b":stampede:commit", b":stampede:version")
+
+Progress = Callable[[str, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TornGroup:
+    group: bytes
+    keys: tuple[bytes, ...]
+    reason: Reason
+    seen: dict[str, str | None]
+    mode: Mode
+
+
+@dataclass
+class ScanReport:
+    keys_scanned: int = 0
+    groups: int = 0
+    consistent: int = 0
+    not_found: int = 0
+    torn: list[TornGroup] = field(default_factory=list)
+    ignored_keys: int = 0
+    seconds: float = 0.0
+
+
+def compile_pattern(pattern: str | bytes) -> re.Pattern[bytes]:
+    """A bytes regex with a named group `group`; `ConfigurationError` if not."""
+    try:
+        raw = pattern.encode() if isinstance(pattern, str) else pattern
+        compiled = re.compile(raw)
+    except UnicodeEncodeError:
+        raise ConfigurationError(
+            f"group pattern {pattern!r} is not valid UTF-8 text; write it in UTF-8 (use "
+            r"\xNN escapes for other bytes)"
+        ) from None
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise ConfigurationError(f"bad group pattern {pattern!r}: {exc}") from None
+    if "group" not in compiled.groupindex:
+        raise ConfigurationError(
+            f"group pattern {pattern!r} has no named group 'group'; write e.g. "
+            r"'(?P<group>user:\{\d+\}):.*'"
+        )
+    return compiled
+
+
+async def _scan_shard(
+    topology: Any, shard: str, match: str, count: int, on_keys: Callable[[list[bytes]], None]
+) -> None:
+    cursor: Any = 0
+    while True:
+        cursor, keys = await topology.execute_on(
+            shard, "SCAN", cursor, "MATCH", match, "COUNT", count
+        )
+        on_keys(list(keys))
+        if int(cursor) == 0:
+            return
+
+
+async def scan_groups(
+    topology: Topology,
+    pattern: str | bytes | re.Pattern[bytes],
+    *,
+    match: str = "*",
+    mode: Mode = Mode.STAMP,
+    count: int = 1000,
+    batch: int = 500,
+    recheck_delay: float = 0.2,
+    progress: Progress | None = None,
+) -> ScanReport:
+    """Walk every shard and judge every group the pattern finds."""
+    regex = pattern if isinstance(pattern, re.Pattern) else compile_pattern(pattern)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    report = ScanReport()
+    groups: dict[bytes, set[bytes]] = {}
+
+    def on_keys(keys: list[bytes]) -> None:
+        report.keys_scanned += len(keys)
+        for key in keys:
+            if key.endswith(_INTERNAL):
+                continue
+            found = regex.fullmatch(key)
+            if found is None or not found.group("group"):
+                report.ignored_keys += 1
+                continue
+            groups.setdefault(found.group("group"), set()).add(key)
+        if progress is not None:
+            progress("scan", len(keys))
+
+    await asyncio.gather(
+        *(_scan_shard(topology, s, match, count, on_keys) for s in topology.shard_names)
+    )
+    report.groups = len(groups)
+    names = sorted(groups)
+    suspects: list[bytes] = []
+    for start in range(0, len(names), batch):
+        chunk = names[start : start + batch]
+        suspects += _tally(report, await _observe_many(topology, chunk, groups, mode), final=False)
+        if progress is not None:
+            progress("judge", len(chunk))
+    for start in range(0, len(suspects), batch):
+        if start == 0:
+            await asyncio.sleep(recheck_delay)  # let writes in flight land
+        chunk = suspects[start : start + batch]
+        _tally(report, await _observe_many(topology, chunk, groups, mode), final=True)
+    report.seconds = loop.time() - started
+    return report
+
+
+def _tally(report: ScanReport, observations: list[Observation], *, final: bool) -> list[bytes]:
+    """Count whole groups; return the suspects (or, when `final`, record them as torn)."""
+    suspects = []
+    for obs in observations:
+        verdict = judge(obs)
+        if verdict.status is Status.CONSISTENT:
+            report.consistent += 1
+        elif verdict.status is Status.NOT_FOUND:
+            report.not_found += 1
+        elif final:
+            reason = verdict.reason or Reason.TORN
+            report.torn.append(TornGroup(obs.group, obs.keys, reason, obs.seen(), obs.mode))
+        else:
+            suspects.append(obs.group)
+    return suspects
+
+
+async def _observe_many(
+    topology: Topology, names: Sequence[bytes], groups: dict[bytes, set[bytes]], mode: Mode
+) -> list[Observation]:
+    """One fetch (a round trip per shard) for many groups; in commit mode with records."""
+    commit = mode is Mode.COMMIT
+    if commit:
+        records = await topology.fetch([commit_key(g) for g in names])
+        for name, record_raw in zip(names, records, strict=True):
+            listed = Observation(name, (), (), Mode.COMMIT, record_raw).commit()
+            if listed is not None:
+                groups[name] |= listed.keys
+    plan: list[tuple[bytes, tuple[bytes, ...]]] = [(g, tuple(sorted(groups[g]))) for g in names]
+    flat: list[bytes] = []
+    for group, keys in plan:
+        flat.extend(keys)
+        if commit:
+            flat.append(commit_key(group))
+    raw = await topology.fetch(flat)
+    out: list[Observation] = []
+    pos = 0
+    for group, keys in plan:
+        values = tuple(raw[pos : pos + len(keys)])
+        pos += len(keys)
+        record = None
+        if commit:
+            record = raw[pos]
+            pos += 1
+        out.append(Observation(group, keys, values, mode, record))
+    return out

@@ -1,0 +1,33 @@
+"""Real Redis servers for tests: stampede's own and its users'.
+
+`RedisNode` is one redis-server process; `LocalPrimaries` runs independent
+primaries, `LocalCluster` a real Redis Cluster. The pytest plugin
+(`stampede.testing.plugin`, loaded automatically) shares one of each per session
+as the `redis_primaries` and `redis_cluster` fixtures. See docs/testing.md.
+"""
+
+from .cluster import LocalCluster as LocalCluster
+from .docker import DockerCluster as DockerCluster
+from .docker import DockerNode as DockerNode
+from .docker import DockerPrimaries as DockerPrimaries
+from .errors import ClusterNotReadyError as ClusterNotReadyError
+from .errors import HarnessError as HarnessError
+from .errors import ServerStartError as ServerStartError
+from .migration import SlotMigration as SlotMigration
+from .node import NodeOptions as NodeOptions
+from .node import RedisNode as RedisNode
+from .primaries import LocalPrimaries as LocalPrimaries
+
+__all__ = [
+    "ClusterNotReadyError",
+    "DockerCluster",
+    "DockerNode",
+    "DockerPrimaries",
+    "HarnessError",
+    "LocalCluster",
+    "LocalPrimaries",
+    "NodeOptions",
+    "RedisNode",
+    "ServerStartError",
+    "SlotMigration",
+]

@@ -1,0 +1,164 @@
+"""The `Topology` protocol: where a key lives, and one round trip per shard.
+
+Only topologies talk to Redis. Writer, reader and repair hand them whole plans
+(every key of a group) and get back per-key results; each topology sends one
+pipeline per shard, all shards at once, and translates redis-py errors into
+`ShardError`s that name the shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from redis import exceptions as rex
+
+from ..errors import ShardError, ShardResponseError, ShardTimeout, ShardUnavailable
+
+if TYPE_CHECKING:
+    from .node_ops import Body, Command, Script
+
+__all__ = ["Topology", "WriteOutcome", "translate"]
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class WriteOutcome:
+    """Per-key results of a guarded write.
+
+    `results[key]` is `WRITTEN`, `SAME` (already there) or `KEPT` (a newer write
+    is stored); keys of a shard that failed are in `failed` with that shard's error.
+    """
+
+    results: dict[bytes, int] = field(default_factory=dict)
+    failed: dict[bytes, ShardError] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def first_error(self) -> ShardError | None:
+        return next(iter(self.failed.values()), None)
+
+
+Updater = Callable[[list[bytes | None]], Awaitable[list[bytes] | None]]
+
+
+class Topology(Protocol):
+    """Where keys live and how a plan reaches them."""
+
+    @property
+    def kind(self) -> str:
+        """`"shards"` or `"cluster"`."""
+        ...
+
+    @property
+    def shard_names(self) -> list[str]:
+        """One name per shard (host:port), as errors and reports name them."""
+        ...
+
+    def slot_of(self, key: bytes) -> int:
+        """The hash slot of `key` under this topology's hashing rule."""
+        ...
+
+    def shard_of(self, key: bytes) -> str:
+        """The name of the shard that holds `key`."""
+        ...
+
+    async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """GET every key: one round trip per shard, all shards at once."""
+        ...
+
+    async def write_guarded(
+        self,
+        keys: Sequence[bytes],
+        values: Sequence[bytes],
+        *,
+        version: int,
+        token: str,
+        expire_at_ms: int | None = None,
+    ) -> WriteOutcome:
+        """Write each key through the guard; a shard that fails does not stop the others."""
+        ...
+
+    async def incr(self, key: bytes) -> int:
+        """INCR one key."""
+        ...
+
+    async def watch_update(
+        self, keys: Sequence[bytes], update: Updater, *, expire_at_ms: int | None = None
+    ) -> bool:
+        """WATCH `keys` (one slot), read them, and SET what `update` returns in MULTI/EXEC.
+
+        Returns False when a watched key changed (the caller retries), True when the
+        transaction ran or `update` returned None (nothing to write).
+        """
+        ...
+
+    async def optimistic(self, keys: Sequence[bytes], body: Body) -> tuple[bool, list[Any]]:
+        """One WATCH / read / MULTI / EXEC attempt on the node of `keys`.
+
+        `body(read)` may read on the watched connection and returns the commands
+        for MULTI/EXEC (None: none). (False, []) when a watched key changed.
+        """
+        ...
+
+    async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
+        """Run `commands` in one MULTI/EXEC on the node of `keys`."""
+        ...
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        """Run a Lua script on the node of `keys`: EVALSHA, EVAL on NOSCRIPT."""
+        ...
+
+    async def execute(self, key: bytes, *args: Any) -> Any:
+        """Run one command on the shard that holds `key`; its raw RESP2 reply.
+
+        Raw means as the server sent it: bytes, integers, nested lists (no redis-py
+        response callbacks), the same on every topology.
+        """
+        ...
+
+    async def execute_on(self, shard: str, *args: Any) -> Any:
+        """Run one command on the named shard (SCAN, INFO and the like); raw reply."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def translate(exc: BaseException, shard: str) -> ShardError:
+    """The stampede error for a redis-py error on `shard` (messages carry no payloads)."""
+    if isinstance(exc, ShardError):
+        return exc
+    if isinstance(exc, rex.TimeoutError | TimeoutError):
+        return ShardTimeout(
+            "did not answer in time; it may be paused, overloaded or partitioned "
+            "(raise socket_timeout if it is just slow)",
+            shard=shard,
+        )
+    if isinstance(exc, rex.ConnectionError | ConnectionError | OSError):
+        return ShardUnavailable(
+            f"connection failed ({type(exc).__name__}: {exc}); is the server up and "
+            "reachable at that address?",
+            shard=shard,
+        )
+    if isinstance(exc, rex.RedisClusterException):
+        return ShardUnavailable(f"cluster client error: {exc}", shard=shard)
+    if isinstance(exc, rex.ResponseError):
+        return ShardResponseError(f"server replied with an error: {exc}", shard=shard)
+    return ShardError(f"{type(exc).__name__}: {exc}", shard=shard)
+
+
+async def send(client: Any, *args: Any) -> Any:
+    """`client.execute_command(*args)`: redis-py leaves it untyped, so type it here once."""
+    return await client.execute_command(*args)
+
+
+async def guarded(shard: str, call: Callable[[], Awaitable[T]]) -> T:
+    """Await `call()`, translating redis-py errors into errors naming `shard`."""
+    try:
+        return await call()
+    except (rex.RedisError, rex.RedisClusterException, OSError, TimeoutError) as exc:
+        raise translate(exc, shard) from exc

@@ -1,0 +1,503 @@
+"""`Cluster`: a Redis Cluster through `redis.asyncio.cluster.RedisCluster`.
+
+A plan becomes one pipeline per node (one MGET or one guarded-script call per
+slot inside it), all nodes at once. redis-py follows MOVED and ASK and waits out
+TRYAGAIN while a slot migrates; what still fails is translated into a
+`ShardError` naming the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from redis import exceptions as rex
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+
+from ..errors import ConfigurationError, ShardUnavailable
+from ..keys import keyslot
+from ..options import ConnectOptions, redis_kwargs
+from .base import Updater, WriteOutcome, send, translate
+from .coalesce import Coalescer
+from .guard import (
+    CROSS_SLOT_GUARD_SCRIPT,
+    CROSS_SLOT_GUARD_SHA,
+    GUARD_SCRIPT,
+    GUARD_SHA,
+    WriteItem,
+    guard_args,
+    split_codes,
+)
+from .lane import Lane
+from .node_ops import (
+    Body,
+    Command,
+    Script,
+    optimistic_once,
+    transaction_once,
+    updater_body,
+)
+from .plan import fetch_parts, write_parts
+
+__all__ = ["Cluster"]
+
+
+_SCRIPTS: dict[str, bytes] = {}
+
+# Keys go in ARGV (no declared keys, so no CROSSSLOT check up front); each GET
+# inside is still checked by the node, which errors for a key it does not serve
+# right now (moved, or migrating away) instead of answering nil.
+_READ = Script(
+    b"#!lua flags=no-writes,allow-cross-slot-keys\n"
+    b"local out = {}\n"
+    b"for i, key in ipairs(ARGV) do out[i] = redis.call('GET', key) end\n"
+    b"return out\n"
+)
+
+
+_SCRIPTS.update(
+    {
+        GUARD_SHA: GUARD_SCRIPT,
+        CROSS_SLOT_GUARD_SHA: CROSS_SLOT_GUARD_SCRIPT,
+        _READ.sha: _READ.source,
+    }
+)
+
+
+def split_by_request(requests: list[list[WriteItem]], codes: list[Any], node: str) -> list[Any]:
+    """Per request: its codes, or the error of the first of its keys that failed."""
+    out: list[Any] = []
+    pos = 0
+    for request in requests:
+        mine = codes[pos : pos + len(request)]
+        pos += len(request)
+        error = next((c for c in mine if isinstance(c, BaseException)), None)
+        if error is not None:
+            out.append(translate(error, node))
+        else:
+            out.extend(split_codes([request], mine, node))
+    return out
+
+
+def _as_eval(cmd: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The EVAL form of an EVALSHA of one of stampede's own scripts, else None."""
+    if cmd[0] != "EVALSHA":
+        return None
+    source = _SCRIPTS.get(cmd[1])
+    return None if source is None else ("EVAL", source, *cmd[2:])
+
+
+def _redirect(result: Any) -> bool:
+    return isinstance(result, rex.AskError | rex.TryAgainError)
+
+
+_ERRORS = (rex.RedisError, rex.RedisClusterException, OSError, TimeoutError)
+_MAX_REDIRECTS = 16
+
+
+class Cluster:
+    """A Redis Cluster; keys route by slot as the server defines it."""
+
+    kind = "cluster"
+
+    def __init__(self, client: RedisCluster, *, options: ConnectOptions | None = None) -> None:
+        self._client = client
+        self._options = options or ConnectOptions()
+        self._node_clients: dict[str, Redis] = {}
+        self._refreshing: asyncio.Future[None] | None = None
+        self._lanes: dict[str, Lane] = {}
+        self._no_read_script: set[str] = set()
+        self._no_write_script: set[str] = set()
+        self._batchers: dict[str, tuple[Coalescer[Any, Any], Coalescer[Any, Any]]] = {}
+
+    @classmethod
+    def from_url(cls, url: str, *, options: ConnectOptions | None = None) -> Cluster:
+        """A cluster reached through one startup node's URL."""
+        opts = options or ConnectOptions()
+        kwargs = redis_kwargs(opts)
+        kwargs["max_connections"] = opts.max_connections
+        kwargs["retry"] = Retry(
+            ExponentialWithJitterBackoff(base=opts.retry_base, cap=opts.retry_cap),
+            opts.connection_retries,
+        )
+        try:
+            client = RedisCluster.from_url(url, **kwargs)
+        except (ValueError, rex.RedisClusterException) as exc:
+            raise ConfigurationError(f"bad Redis Cluster URL {url!r}: {exc}") from exc
+        return cls(client, options=opts)
+
+    @property
+    def client(self) -> RedisCluster:
+        return self._client
+
+    async def open(self) -> None:
+        """Learn the slot map from the startup node (redis-py would do it lazily)."""
+        try:
+            await self._client.initialize()
+        except _ERRORS as exc:
+            nodes = ", ".join(self._client.nodes_manager.startup_nodes) or "?"
+            raise ShardUnavailable(
+                f"could not load the cluster's slot map ({exc}); is it a cluster-enabled "
+                "node and is the cluster up (CLUSTER INFO: cluster_state:ok)?",
+                shard=nodes,
+            ) from exc
+
+    @property
+    def shard_names(self) -> list[str]:
+        return [node.name for node in self._client.get_primaries()]
+
+    def slot_of(self, key: bytes) -> int:
+        return keyslot(key)
+
+    def _node(self, slot: int) -> ClusterNode:
+        return self._client.nodes_manager.get_node_from_slot(slot)
+
+    def shard_of(self, key: bytes) -> str:
+        return self._node(keyslot(key)).name
+
+    def _by_node(self, keys: Sequence[bytes]) -> dict[str, list[int]]:
+        """node name -> positions of `keys` whose slot it owns (as far as we know)."""
+        plan: dict[str, list[int]] = {}
+        nodes: dict[int, str] = {}
+        for pos, key in enumerate(keys):
+            slot = keyslot(key)
+            name = nodes.get(slot)
+            if name is None:
+                name = nodes[slot] = self._node(slot).name
+            plan.setdefault(name, []).append(pos)
+        return plan
+
+    async def _pipeline(
+        self, node: str, commands: list[tuple[Any, ...]], keys: list[bytes], *, follow: bool = True
+    ) -> list[Any]:
+        """Run `commands` as one pipeline; results or per-command exceptions.
+
+        The pipeline goes straight to the node on a plain connection: redis-py's
+        cluster pipeline resolves a routing policy per command, which costs more
+        than the command. Redirections are followed here too: redis-py's async
+        cluster client sends ASKING and the redirected command on two pooled
+        connections, which under concurrency loses the ASKING flag and loops until
+        "TTL exhausted".
+        """
+        try:
+            results = await self._lane_at(node).pipeline(commands)
+        except _ERRORS as exc:
+            err = translate(exc, node)
+            return [err] * len(commands)
+        redirected = [
+            i for i, r in enumerate(results) if isinstance(r, rex.AskError | rex.TryAgainError)
+        ]
+        if redirected and follow:
+            followed = await asyncio.gather(
+                *(self._follow(commands[i], keys[i], results[i]) for i in redirected),
+                return_exceptions=True,
+            )
+            for i, res in zip(redirected, followed, strict=True):
+                results[i] = res
+        return results
+
+    async def _follow(self, cmd: tuple[Any, ...], key: bytes, error: BaseException) -> Any:
+        """Follow MOVED, ASK and TRYAGAIN for one command, on one connection per hop."""
+        for attempt in range(_MAX_REDIRECTS):
+            if isinstance(error, rex.MovedError):
+                target, asking = f"{error.host}:{error.port}", False
+                await self._refresh()
+            elif isinstance(error, rex.AskError):
+                target, asking = f"{error.host}:{error.port}", True
+            else:  # TRYAGAIN: keys of a multi-key command are split mid-migration
+                await asyncio.sleep(min(0.2, 0.005 * 2**attempt))
+                target, asking = self._node(keyslot(key)).name, False
+            try:
+                return await self._hop(target, cmd, asking=asking)
+            except (rex.AskError, rex.TryAgainError) as exc:
+                error = exc
+            except _ERRORS as exc:
+                raise translate(exc, target) from exc
+        raise ShardUnavailable(
+            f"still redirected after {_MAX_REDIRECTS} hops; is a resharding stuck?",
+            shard=self._safe_shard(key),
+        )
+
+    async def _hop(self, target: str, cmd: tuple[Any, ...], *, asking: bool) -> Any:
+        """Send `cmd` to `target` (after ASKING on the same connection when asked to).
+
+        The node a command is redirected to may not have stampede's script cached
+        yet: an EVALSHA of a known script that meets NOSCRIPT is sent again as EVAL.
+        """
+        lane = self._lane_at(target)
+        for command in (cmd, _as_eval(cmd)):
+            if command is None:
+                break
+            replies = await lane.pipeline([("ASKING",), command] if asking else [command])
+            reply = replies[-1]
+            if not isinstance(reply, rex.NoScriptError):
+                break
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def _refresh(self) -> None:
+        """Reload the slot map once, however many callers met MOVED meanwhile."""
+        task = self._refreshing
+        if task is None or task.done():
+            task = self._refreshing = asyncio.ensure_future(self._client.nodes_manager.initialize())
+        await asyncio.shield(task)
+
+    def _coalescers(self, node: str) -> tuple[Coalescer[Any, Any], Coalescer[Any, Any]]:
+        pair = self._batchers.get(node)
+        if pair is None:
+            batch = self._options.batch_keys if self._options.coalesce else 1
+            pair = self._batchers[node] = (
+                Coalescer(partial(self._get_batch, node), size=len, max_items=batch),
+                Coalescer(partial(self._write_batch, node), size=len, max_items=batch),
+            )
+        return pair
+
+    async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        parts = [(self._coalescers(n)[0], pos) for n, pos in self._by_node(keys).items()]
+        return await fetch_parts(keys, parts)
+
+    async def _get_batch(self, node: str, requests: list[list[bytes]]) -> list[Any]:
+        flat = [key for keys in requests for key in keys]
+        results = await self._read_many(node, flat)
+        out: list[Any] = []
+        pos = 0
+        for keys in requests:
+            mine = results[pos : pos + len(keys)]
+            pos += len(keys)
+            error = next((r for r in mine if isinstance(r, BaseException)), None)
+            out.append(mine if error is None else translate(error, node))
+        return out
+
+    async def _read_many(self, node: str, keys: list[bytes]) -> list[Any]:
+        """Values of `keys` from `node`: one script call when the node serves them all.
+
+        The script reads keys of many slots at once (Redis 7's allow-cross-slot-keys
+        flag). While a slot migrates or after it moved, the node refuses a key it
+        does not serve ("non local key") and the keys are read with one GET each,
+        which follow ASK and MOVED one by one; a server without script flags (before
+        7.0) always gets the GETs.
+        """
+        if len(keys) > 1 and node not in self._no_read_script:
+            (reply,) = await self._pipeline(
+                node, [("EVALSHA", _READ.sha, 0, *keys)], [keys[0]], follow=False
+            )
+            if isinstance(reply, rex.NoScriptError):
+                (reply,) = await self._pipeline(
+                    node, [("EVAL", _READ.source, 0, *keys)], [keys[0]], follow=False
+                )
+            if not isinstance(reply, BaseException):
+                return list(reply)
+            if "non local key" not in str(reply) and not _redirect(reply):
+                self._no_read_script.add(node)  # e.g. Redis 6: no script flags
+        return await self._pipeline(node, [("GET", k) for k in keys], keys)
+
+    async def write_guarded(
+        self,
+        keys: Sequence[bytes],
+        values: Sequence[bytes],
+        *,
+        version: int,
+        token: str,
+        expire_at_ms: int | None = None,
+    ) -> WriteOutcome:
+        parts = [(self._coalescers(n)[1], pos) for n, pos in self._by_node(keys).items()]
+        return await write_parts(
+            keys, values, parts, version=version, token=token, expire_at_ms=expire_at_ms
+        )
+
+    async def _write_batch(self, node: str, requests: list[list[WriteItem]]) -> list[Any]:
+        """One guarded-script call per slot for every write of this loop turn on `node`."""
+        items = [item for request in requests for item in request]
+        owner = [r for r, request in enumerate(requests) for _ in request]
+        by_slot: dict[int, list[int]] = {}
+        for i, item in enumerate(items):
+            by_slot.setdefault(keyslot(item[0]), []).append(i)
+        if len(by_slot) > 1 and node not in self._no_write_script:
+            whole = await self._guard_node(node, items)
+            if whole is not None:
+                return split_by_request(requests, whole, node)
+        groups = list(by_slot.values())
+        results = await self._guard_calls(node, items, groups, follow=False)
+        # A redirected slot is migrating: writes of several groups in one call could
+        # be split between the nodes (TRYAGAIN), so send each group's keys alone.
+        moving = [g for g, r in zip(groups, results, strict=True) if _redirect(r)]
+        if moving:
+            alone = [
+                [i for i in g if owner[i] == r]
+                for g in moving
+                for r in sorted({owner[i] for i in g})
+            ]
+            settled = dict(
+                zip(map(tuple, alone), await self._guard_calls(node, items, alone), strict=True)
+            )
+            groups = [g for g, r in zip(groups, results, strict=True) if not _redirect(r)] + alone
+            results = [r for r in results if not _redirect(r)] + [settled[tuple(g)] for g in alone]
+        codes: list[Any] = [None] * len(items)
+        for group, res in zip(groups, results, strict=True):
+            for j, i in enumerate(group):
+                codes[i] = res if isinstance(res, BaseException) else int(res[j])
+        return split_by_request(requests, codes, node)
+
+    async def _guard_node(self, node: str, items: list[WriteItem]) -> list[Any] | None:
+        """The whole batch in one cross-slot guard call; None when the node refuses it."""
+        args = [len(items), *[it[0] for it in items], *guard_args(items)]
+        (reply,) = await self._pipeline(
+            node, [("EVALSHA", CROSS_SLOT_GUARD_SHA, 0, *args)], [items[0][0]], follow=False
+        )
+        if isinstance(reply, rex.NoScriptError):
+            (reply,) = await self._pipeline(
+                node, [("EVAL", CROSS_SLOT_GUARD_SCRIPT, 0, *args)], [items[0][0]], follow=False
+            )
+        if not isinstance(reply, BaseException):
+            return [int(c) for c in reply]
+        text = str(reply)
+        if not ("non local key" in text or "WRONGTYPE" in text or _redirect(reply)):
+            self._no_write_script.add(node)  # e.g. Redis 6: no script flags
+        return None
+
+    async def _guard_calls(
+        self, node: str, items: list[WriteItem], groups: list[list[int]], *, follow: bool = True
+    ) -> list[Any]:
+        """One guarded-script call per group of item indexes (each in one slot)."""
+
+        def command(op: str, body: bytes | str, group: list[int]) -> tuple[Any, ...]:
+            chosen = [items[i] for i in group]
+            return (op, body, len(chosen), *[it[0] for it in chosen], *guard_args(chosen))
+
+        first_keys = [items[g[0]][0] for g in groups]
+        results = await self._pipeline(
+            node, [command("EVALSHA", GUARD_SHA, g) for g in groups], first_keys, follow=follow
+        )
+        missing = [i for i, r in enumerate(results) if isinstance(r, rex.NoScriptError)]
+        if missing:
+            again = await self._pipeline(
+                node,
+                [command("EVAL", GUARD_SCRIPT, groups[i]) for i in missing],
+                [first_keys[i] for i in missing],
+                follow=follow,
+            )
+            for i, res in zip(missing, again, strict=True):
+                results[i] = res
+        return results
+
+    async def incr(self, key: bytes) -> int:
+        result: int = await self.execute(key, "INCR", key)
+        return result
+
+    async def execute(self, key: bytes, *args: Any) -> Any:
+        try:
+            node = self.shard_of(key)
+        except _ERRORS as exc:
+            raise translate(exc, "cluster") from exc
+        (result,) = await self._pipeline(node, [args], [key])
+        if isinstance(result, BaseException):
+            raise translate(result, node) from result
+        return result
+
+    async def execute_on(self, shard: str, *args: Any) -> Any:
+        """Run one command on the named primary (SCAN, INFO and the like)."""
+        if shard not in self.shard_names:
+            raise ConfigurationError(f"no cluster primary named {shard!r}")
+        try:
+            return await send(self._client_at(shard), *args)
+        except _ERRORS as exc:
+            raise translate(exc, shard) from exc
+
+    def _single(self, keys: Sequence[bytes], what: str) -> str:
+        slots = {keyslot(k) for k in keys}
+        if len(slots) != 1:
+            raise ConfigurationError(f"{what} needs every key in one slot")
+        return self._node(slots.pop()).name
+
+    async def watch_update(
+        self, keys: Sequence[bytes], update: Updater, *, expire_at_ms: int | None = None
+    ) -> bool:
+        ok, _ = await self.optimistic(keys, updater_body(keys, update, expire_at_ms))
+        return ok
+
+    async def _on_owner(self, keys: Sequence[bytes], what: str, call: Any) -> Any:
+        """Run `call(client)` on the slot owner; follow a moving slot a few times."""
+        for attempt in range(_MAX_REDIRECTS):
+            node = self._single(keys, what)
+            try:
+                return await call(self._client_at(node))
+            except (rex.AskError, rex.TryAgainError):
+                # MovedError is an AskError. Mid-migration a transaction cannot
+                # follow ASK with its keys split, so wait for the slot to settle.
+                await self._refresh()
+                await asyncio.sleep(min(0.2, 0.005 * 2**attempt))
+            except _ERRORS as exc:
+                raise translate(exc, node) from exc
+        raise ShardUnavailable(
+            f"{what}: the slot kept moving for {_MAX_REDIRECTS} attempts",
+            shard=self._single(keys, what),
+        )
+
+    async def optimistic(self, keys: Sequence[bytes], body: Body) -> tuple[bool, list[Any]]:
+        """One WATCH / read / MULTI / EXEC attempt; (False, []) when a watched key changed."""
+        result: tuple[bool, list[Any]] = await self._on_owner(
+            keys, "a WATCH transaction", lambda c: optimistic_once(c, keys, body)
+        )
+        return result
+
+    async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
+        """Run `commands` in MULTI/EXEC on the node that owns the slot of `keys`."""
+        result: list[Any] = await self._on_owner(
+            keys, "MULTI/EXEC", lambda c: transaction_once(c, commands)
+        )
+        return result
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        """Run a Lua script (EVALSHA, EVAL on NOSCRIPT) on the owner of the keys' slot."""
+        node = self._single(keys, "a Lua script")
+        _SCRIPTS.setdefault(script.sha, script.source)  # a redirected hop may need EVAL
+        results = await self._pipeline(
+            node, [("EVALSHA", script.sha, len(keys), *keys, *args)], [keys[0]]
+        )
+        if isinstance(results[0], rex.NoScriptError):
+            results = await self._pipeline(
+                node, [("EVAL", script.source, len(keys), *keys, *args)], [keys[0]]
+            )
+        if isinstance(results[0], BaseException):
+            raise translate(results[0], node) from results[0]
+        return results[0]
+
+    def _lane_at(self, name: str) -> Lane:
+        """The lean connection lane to one node, for batched and redirected commands."""
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = self._lanes[name] = Lane(self._client_at(name))
+        return lane
+
+    def _client_at(self, name: str) -> Redis:
+        """A plain client for one node, for transactions and redirected commands."""
+        client = self._node_clients.get(name)
+        if client is None:
+            host, port = name.rsplit(":", 1)
+            client = Redis(host=host, port=int(port), **redis_kwargs(self._options))
+            self._node_clients[name] = client
+        return client
+
+    def _safe_shard(self, key: bytes) -> str:
+        try:
+            return self.shard_of(key)
+        except _ERRORS:
+            return "cluster"
+
+    async def aclose(self) -> None:
+        for pair in self._batchers.values():
+            for coalescer in pair:
+                await coalescer.aclose()
+        for lane in self._lanes.values():
+            await lane.aclose()
+        clients = list(self._node_clients.values())
+        self._node_clients.clear()
+        await asyncio.gather(
+            self._client.aclose(), *(c.aclose() for c in clients), return_exceptions=True
+        )

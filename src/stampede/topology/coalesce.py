@@ -1,0 +1,97 @@
+"""Coalescing: requests issued in the same event-loop turn share one round trip.
+
+Each shard (each cluster node) has a `Coalescer` per kind of request. `submit`
+queues a request and schedules a flush for the next loop turn (or at once when
+the batch is full), so a lone request waits one loop iteration and concurrent
+ones ride together: one MGET, or one guarded-script call, per shard for all of
+them. Results and errors go back to each caller separately: `run_batch` returns
+one result or exception per request, and only an error of the whole round trip
+(the connection failed) reaches every caller of that batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+__all__ = ["Coalescer"]
+
+Req = TypeVar("Req")
+Res = TypeVar("Res")
+
+RunBatch = Callable[[list[Req]], Awaitable[list[Res | BaseException]]]
+
+
+class Coalescer(Generic[Req, Res]):
+    """Gathers requests of one loop turn into batches of at most `max_items` items."""
+
+    __slots__ = ("_items", "_queue", "_run", "_scheduled", "_size", "_tasks", "max_items")
+
+    def __init__(
+        self,
+        run_batch: RunBatch[Req, Res],
+        *,
+        max_items: int = 1024,
+        size: Callable[[Req], int] = lambda _: 1,
+    ) -> None:
+        self._run = run_batch
+        self._size = size
+        self.max_items = max_items
+        self._queue: list[tuple[Req, asyncio.Future[Res]]] = []
+        self._items = 0
+        self._scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, request: Req) -> asyncio.Future[Res]:
+        """Queue `request`; the future resolves with its own result or error."""
+        loop = asyncio.get_running_loop()
+        size = self._size(request)
+        if self._queue and self._items + size > self.max_items:
+            self._flush()  # a request is never split across batches
+        future: asyncio.Future[Res] = loop.create_future()
+        self._queue.append((request, future))
+        self._items += size
+        if self._items >= self.max_items:
+            self._flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        if not self._queue:
+            return
+        batch, self._queue, self._items = self._queue, [], 0
+        task = asyncio.get_running_loop().create_task(self._send(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[tuple[Req, asyncio.Future[Res]]]) -> None:
+        try:
+            results = await self._run([request for request, _ in batch])
+        except BaseException as exc:  # the round trip failed: every caller hears of it
+            for _, future in batch:
+                if future.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+                raise
+            return
+        for (_, future), result in zip(batch, results, strict=True):
+            if future.done():  # the caller was cancelled; the request went anyway
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    async def aclose(self) -> None:
+        """Wait for batches in flight (their callers are waiting on them anyway)."""
+        self._flush()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

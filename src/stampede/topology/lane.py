@@ -1,0 +1,104 @@
+"""A lean lane of connections to one server, for stampede's batched round trips.
+
+redis-py's `execute_command` wraps every call in pool locking, retry, response
+callbacks and observability hooks, which on this hot path cost more than the
+round trip itself. A `Lane` keeps its own free list of redis-py `Connection`s
+(made by the client's pool, so they share its address, timeouts and retry
+settings), sends packed commands, and reads raw replies:
+
+- an error reply of one command (`ResponseError`) comes back as that command's
+  result and leaves the connection usable;
+- a timeout or connection error drops the connection; a connection error before
+  any reply arrived is retried once on a fresh connection (every command sent
+  here is idempotent: reads and guarded writes);
+- at most `limit` connections are open; callers beyond wait for a free one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from redis import exceptions as rex
+from redis.asyncio import Redis
+
+__all__ = ["Lane"]
+
+
+class Lane:
+    """Connections to one Redis server, used one round trip at a time each."""
+
+    __slots__ = ("_client", "_free", "_limit", "_open", "_waiters")
+
+    def __init__(self, client: Redis, *, limit: int = 64) -> None:
+        self._client = client
+        self._limit = limit
+        self._free: list[Any] = []
+        self._open = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def _take(self) -> Any:
+        while not self._free and self._open >= self._limit:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+        if self._free:
+            return self._free.pop()
+        self._open += 1
+        pool: Any = self._client.connection_pool
+        return pool.make_connection()
+
+    def _give(self, conn: Any, *, broken: bool) -> None:
+        if broken:
+            self._open -= 1
+        else:
+            self._free.append(conn)
+        while self._waiters:
+            waiter = self._waiters.pop(0)
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
+    async def call(self, *args: Any) -> Any:
+        """One command; its reply (an error reply raises)."""
+        (reply,) = await self.pipeline([args])
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Send `commands` at once; one reply or `ResponseError` per command, in order."""
+        for attempt in (0, 1):
+            conn = await self._take()
+            replies: list[Any] = []
+            try:
+                await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                for _ in commands:
+                    try:
+                        replies.append(await conn.read_response())
+                    except rex.ResponseError as exc:
+                        replies.append(exc)
+            except rex.ConnectionError:
+                await self._drop(conn)
+                if attempt or replies:
+                    raise
+                continue
+            except BaseException:
+                await self._drop(conn)
+                raise
+            self._give(conn, broken=False)
+            return replies
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _drop(self, conn: Any) -> None:
+        try:
+            await conn.disconnect()
+        finally:
+            self._give(conn, broken=True)
+
+    async def aclose(self) -> None:
+        free, self._free = self._free, []
+        for conn in free:
+            self._open -= 1
+            await conn.disconnect()

@@ -1,0 +1,177 @@
+"""Judge one group read: Consistent, NotFound, InFlight or Torn(reason).
+
+Pure: `judge` looks only at the bytes a read returned. The reader decides what
+to do with an `IN_FLIGHT` verdict (retry with backoff) and turns it into `TORN`
+when its retries or deadline run out (`Verdict.exhausted`).
+
+| what it saw                                                 | verdict     |
+| ----------------------------------------------------------- | ----------- |
+| every key stamped with one token (commit mode: and the      | CONSISTENT  |
+| record names that token and covers the keys)                |             |
+| no key at all (and, in commit mode, no record)              | NOT_FOUND   |
+| tokens differ, keys missing, record missing/older/newer     | IN_FLIGHT   |
+| a value that is not an envelope                             | TORN        |
+|   (waiting cannot fix it: reason `unstamped`)               |             |
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from .envelope import Envelope
+from .errors import MalformedEnvelope
+
+__all__ = ["Mode", "Observation", "Reason", "Status", "Verdict", "judge"]
+
+
+class Mode(StrEnum):
+    """How a write is made visible: by stamps alone, or with a commit record."""
+
+    STAMP = "stamp"
+    COMMIT = "commit"
+
+
+class Status(StrEnum):
+    CONSISTENT = "consistent"
+    NOT_FOUND = "not_found"
+    IN_FLIGHT = "in_flight"
+    TORN = "torn"
+
+
+class Reason(StrEnum):
+    """Why a group is not consistent; the values are the repair stream's `reason`."""
+
+    TORN = "torn"  # keys carry different tokens
+    UNCOMMITTED = "uncommitted"  # data whole, commit record missing, older or different
+    UNSTAMPED = "unstamped"  # a value is not an envelope
+    PARTIAL = "partial"  # some keys are missing
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What one read of a group saw: raw values per key, and the commit record."""
+
+    group: bytes
+    keys: tuple[bytes, ...]
+    raw: tuple[bytes | None, ...]
+    mode: Mode = Mode.STAMP
+    commit_raw: bytes | None = None
+    envelopes: tuple[Envelope | None, ...] = field(init=False, repr=False)
+    errors: dict[bytes, MalformedEnvelope] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        envelopes: list[Envelope | None] = []
+        errors: dict[bytes, MalformedEnvelope] = {}
+        for key, raw in zip(self.keys, self.raw, strict=True):
+            if raw is None:
+                envelopes.append(None)
+                continue
+            try:
+                envelopes.append(Envelope.decode(raw, key=key))
+            except MalformedEnvelope as exc:
+                envelopes.append(None)
+                errors[key] = exc
+        object.__setattr__(self, "envelopes", tuple(envelopes))
+        object.__setattr__(self, "errors", errors)
+
+    def seen(self) -> dict[str, str | None]:
+        """key -> `<version>:<token>`, `"unstamped"` or None (missing), as JSON-ready text."""
+        out: dict[str, str | None] = {}
+        for key, raw, env in zip(self.keys, self.raw, self.envelopes, strict=True):
+            name = key.decode("utf-8", "backslashreplace")
+            if env is not None:
+                out[name] = env.stamp
+            else:
+                out[name] = None if raw is None else "unstamped"
+        return out
+
+    def newest(self) -> Envelope | None:
+        """The newest envelope among the keys, by (version, token)."""
+        best: Envelope | None = None
+        for env in self.envelopes:
+            if env is not None and (best is None or env.newer_than(best)):
+                best = env
+        return best
+
+    def commit(self) -> CommitRecord | None:
+        """The decoded commit record, or None when absent or unreadable."""
+        if self.commit_raw is None:
+            return None
+        try:
+            env = Envelope.decode(self.commit_raw, key=commit_key(self.group))
+            keys = json.loads(env.payload)
+        except (MalformedEnvelope, ValueError, RecursionError):
+            return None  # unreadable (or absurdly nested): it vouches for nothing
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            return None
+        try:  # keys that are not UTF-8 were written with surrogateescape
+            named = frozenset(k.encode("utf-8", "surrogateescape") for k in keys)
+        except UnicodeEncodeError:
+            return None
+        return CommitRecord(env.version, env.token, named)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRecord:
+    version: int
+    token: str
+    keys: frozenset[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    status: Status
+    reason: Reason | None = None
+    envelope: Envelope | None = None  # the consistent write (any key's envelope)
+
+    @property
+    def consistent(self) -> bool:
+        return self.status is Status.CONSISTENT
+
+    def exhausted(self) -> Verdict:
+        """The verdict once retries ran out: an in-flight group becomes torn."""
+        if self.status is Status.IN_FLIGHT:
+            return Verdict(Status.TORN, self.reason, None)
+        return self
+
+
+_NOT_FOUND = Verdict(Status.NOT_FOUND)
+
+
+def commit_key(group: bytes) -> bytes:
+    """`<group>:stampede:commit`, co-located with the group when it carries a tag."""
+    return group + b":stampede:commit"
+
+
+def version_key(group: bytes) -> bytes:
+    """`<group>:stampede:version`, the `Counter` version source's key."""
+    return group + b":stampede:version"
+
+
+def judge(obs: Observation) -> Verdict:
+    """The verdict for one observation (see the module table)."""
+    if obs.errors:
+        return Verdict(Status.TORN, Reason.UNSTAMPED)
+    envelopes = obs.envelopes
+    present = [env for env in envelopes if env is not None]
+    if not present:
+        if obs.mode is Mode.COMMIT and obs.commit_raw is not None:
+            # A record without data: the data expired first or was deleted.
+            return Verdict(Status.IN_FLIGHT, Reason.PARTIAL)
+        return _NOT_FOUND
+    if len(present) != len(envelopes):
+        return Verdict(Status.IN_FLIGHT, Reason.PARTIAL)
+    first = present[0]
+    token, version = first.token, first.version
+    for env in present:
+        if env.token != token or env.version != version:
+            return Verdict(Status.IN_FLIGHT, Reason.TORN)
+    if obs.mode is Mode.COMMIT:
+        record = obs.commit()
+        if record is None or record.token != token or record.version != first.version:
+            return Verdict(Status.IN_FLIGHT, Reason.UNCOMMITTED)
+        if not record.keys.issuperset(obs.keys):
+            return Verdict(Status.IN_FLIGHT, Reason.PARTIAL)
+    return Verdict(Status.CONSISTENT, None, first)

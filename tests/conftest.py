@@ -1,0 +1,30 @@
+"""Shared fixtures: a `Stampede` over each topology, on the real local servers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from stampede import Stampede
+
+from .support import open_stampede
+
+
+@pytest.fixture(params=["shards", "cluster"])
+def topology_env(request: pytest.FixtureRequest) -> tuple[str, Any]:
+    """(kind, harness) for each topology, with its data cleared."""
+    kind = str(request.param)
+    env = request.getfixturevalue("redis_cluster" if kind == "cluster" else "redis_primaries")
+    env.heal()
+    env.flushall()
+    return kind, env
+
+
+@pytest.fixture
+async def st(topology_env: tuple[str, Any]) -> AsyncIterator[Stampede]:
+    """A connected `Stampede` over each topology in turn."""
+    kind, env = topology_env
+    async with open_stampede(env, kind) as client:
+        yield client

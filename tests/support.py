@@ -1,0 +1,98 @@
+"""Helpers shared by the integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import stampede
+from stampede import ConnectOptions, Envelope, Stampede
+from stampede.writer import new_token
+
+FAST = ConnectOptions(socket_timeout=1.0, connect_timeout=0.5, connection_retries=1)
+
+
+def open_stampede(env: Any, kind: str, **overrides: Any) -> Stampede:
+    """A `Stampede` over the harness object `env` (primaries or cluster)."""
+    overrides.setdefault("connection", FAST)
+    if kind == "cluster":
+        return stampede.connect(env.url, cluster=True, **overrides)
+    return stampede.connect(env.urls, **overrides)
+
+
+def spread_keys(st: Stampede, prefix: str, count: int = 4) -> list[str]:
+    """`count` keys of one group that land on at least two different shards."""
+    keys = [f"{prefix}:{i}" for i in range(64)]
+    chosen: list[str] = []
+    shards: set[str] = set()
+    for key in keys:
+        shard = st.topology.shard_of(key.encode())
+        if shard not in shards or len(shards) >= 3:
+            chosen.append(key)
+            shards.add(shard)
+        if len(chosen) == count:
+            break
+    assert len({st.topology.shard_of(k.encode()) for k in chosen}) >= 2
+    return chosen
+
+
+def raw_get(address: str, key: str) -> bytes:
+    """GET through the real redis-cli, bypassing every client library."""
+    host, port = address.rsplit(":", 1)
+    out = subprocess.run(
+        ["redis-cli", "-h", host, "-p", port, "--no-raw", "GET", key],
+        capture_output=True,
+        check=True,
+        timeout=10,
+    )
+    return out.stdout.rstrip(b"\n")
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], *, within: float = 30.0) -> None:
+    """Wait until `check()` is true; fail with a clear message after `within` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    for _ in itertools.count():
+        if await check():
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {within}s")
+        await asyncio.sleep(0.05)
+
+
+def run_cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[bytes]:
+    """Run `python -m stampede.cli ARGS` (call it through asyncio.to_thread)."""
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    return subprocess.run(
+        [sys.executable, "-m", "stampede.cli", *args],
+        capture_output=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+async def start_cli(*args: str) -> asyncio.subprocess.Process:
+    """Start `python -m stampede.cli ARGS` as a child process, stderr piped."""
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "stampede.cli", *args, stderr=asyncio.subprocess.PIPE, env=env
+    )
+
+
+async def write_newer(st: Stampede, keys: Sequence[bytes], payload: bytes) -> tuple[int, str]:
+    """Play a writer that died part way: a write just newer than what `keys[0]` holds,
+    reaching `keys` only. Returns its (version, token)."""
+    stored = Envelope.decode(await st.topology.execute(keys[0], "GET", keys[0]))
+    version, token = stored.version + 1, new_token()
+    value = Envelope(version, token, payload).encode()
+    out = await st.topology.write_guarded(
+        list(keys), [value] * len(keys), version=version, token=token
+    )
+    assert out.ok
+    return version, token

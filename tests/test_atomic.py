@@ -1,0 +1,241 @@
+"""Atomic helpers for co-located keys: MULTI/EXEC, WATCH with retries, Lua scripts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import stampede
+from stampede import (
+    CrossSlotError,
+    InvalidKeyError,
+    ShardResponseError,
+    Stampede,
+    WriteConflict,
+    atomic,
+)
+
+PAIR = ["pair:{1}:left", "pair:{1}:right"]
+APART = ["pair:1:left", "pair:2:right"]  # untagged: two different slots
+
+
+async def exists(st: Stampede, keys: list[str]) -> int:
+    """How many of `keys` exist, asked key by key."""
+    return sum([await st.topology.execute(k.encode(), "EXISTS", k) for k in keys])
+
+
+@pytest.mark.parametrize(
+    ("command", "keys"),
+    [
+        (("SET", "a", 1), [b"a"]),
+        (("hincrby", b"h", "f", 1), [b"h"]),
+        (("DEL", "a", "b"), [b"a", b"b"]),
+        (("MSET", "a", 1, "b", 2), [b"a", b"b"]),
+        (("RPOPLPUSH", "a", "b"), [b"a", b"b"]),
+        (("EVALSHA", "f" * 40, 2, "a", "b", "arg"), [b"a", b"b"]),
+        (("ZUNIONSTORE", "d", 2, "a", "b", "WEIGHTS", 1, 2), [b"d", b"a", b"b"]),
+        (("HSTRLEN", "h", "f"), None),
+    ],
+)
+def test_keys_of_known_commands(command: tuple[Any, ...], keys: list[bytes] | None) -> None:
+    """`keys_of` finds the keys of known commands and answers None for unknown ones."""
+    assert atomic.keys_of(command) == keys
+
+
+async def test_cross_slot_multi_fails_before_sending(st: Stampede) -> None:
+    """A MULTI over two slots raises CrossSlotError naming both keys and slots; nothing lands."""
+    with pytest.raises(CrossSlotError) as info:
+        await atomic.multi(st, [("SET", APART[0], 1), ("SET", APART[1], 1)])
+    assert info.value.slots == {k.encode(): stampede.keyslot(k) for k in APART}
+    for key in APART:
+        assert str(stampede.keyslot(key)) in str(info.value) and key in str(info.value)
+    assert await exists(st, APART) == 0
+
+
+async def test_cross_slot_is_refused_without_any_connection() -> None:
+    """The slot check runs before any I/O: unreachable servers still give CrossSlotError."""
+    dead = stampede.connect([f"redis://127.0.0.1:{p}" for p in (1, 2, 3)])
+    script = atomic.script("return 1", name="noop")
+    with pytest.raises(CrossSlotError):
+        await atomic.multi(dead, [("INCR", APART[0]), ("INCR", APART[1])])
+    with pytest.raises(CrossSlotError):
+        await atomic.watch(dead, APART, lambda tx: None)
+    with pytest.raises(CrossSlotError):
+        await script(dead, keys=APART)
+    await dead.aclose()
+
+
+async def test_tagged_multi_runs_atomically(st: Stampede) -> None:
+    """With a shared hash tag the same block runs in one MULTI/EXEC and returns its replies."""
+    replies = await atomic.multi(
+        st, [("SET", PAIR[0], 10), ("INCRBY", PAIR[1], 5), ("MGET", *PAIR)]
+    )
+    assert replies == [True, 5, [b"10", b"5"]]
+
+
+async def test_multi_accepts_a_topology(st: Stampede) -> None:
+    """The helpers take a bare Topology as well as a Stampede."""
+    await atomic.multi(st.topology, [("SET", PAIR[0], "x")])
+    assert await st.topology.execute(PAIR[0].encode(), "GET", PAIR[0]) == b"x"
+
+
+async def test_unknown_command_needs_explicit_keys(st: Stampede) -> None:
+    """A command stampede cannot read keys from needs keys=[...]; with them it runs."""
+    await atomic.multi(st, [("HSET", PAIR[0], "f", "abc")])
+    with pytest.raises(InvalidKeyError, match="HSTRLEN"):
+        await atomic.multi(st, [("HSTRLEN", PAIR[0], "f")])
+    assert await atomic.multi(st, [("HSTRLEN", PAIR[0], "f")], keys=[PAIR[0]]) == [3]
+
+
+async def test_failing_command_in_multi_names_the_shard(st: Stampede) -> None:
+    """A command failing inside EXEC raises ShardResponseError naming its shard; the rest apply."""
+    await atomic.multi(st, [("HSET", PAIR[0], "f", "v")])
+    with pytest.raises(ShardResponseError, match="WRONGTYPE") as info:
+        await atomic.multi(st, [("INCR", PAIR[0]), ("SET", PAIR[1], "applied")])
+    assert info.value.shard == st.topology.shard_of(PAIR[0].encode())
+    assert await st.topology.execute(PAIR[1].encode(), "GET", PAIR[1]) == b"applied"
+
+
+async def test_empty_multi_sends_nothing(st: Stampede) -> None:
+    """No commands: no round trip, no error, an empty reply list."""
+    assert await atomic.multi(st, []) == []
+
+
+async def test_concurrent_pairs_never_seen_out_of_step(st: Stampede) -> None:
+    """Concurrent MULTI blocks and Lua calls bump a pair; an observer never sees it torn."""
+    bump = atomic.script(
+        "redis.call('INCR', KEYS[1]); return redis.call('INCR', KEYS[2])", name="bump"
+    )
+    stop = asyncio.Event()
+    looks = 0
+
+    async def observer() -> None:
+        nonlocal looks
+        while not stop.is_set():
+            ((left, right),) = await atomic.multi(st, [("MGET", *PAIR)])
+            assert left == right, f"observer saw the pair out of step: {left!r} vs {right!r}"
+            looks += 1
+            await asyncio.sleep(0)
+
+    async def writer(n: int) -> None:
+        for i in range(25):
+            if (n + i) % 2:
+                await atomic.multi(st, [("INCR", PAIR[0]), ("INCR", PAIR[1])])
+            else:
+                await bump(st, keys=PAIR)
+
+    watching = [asyncio.create_task(observer()) for _ in range(3)]
+    await asyncio.gather(*(writer(n) for n in range(8)))
+    stop.set()
+    await asyncio.gather(*watching)
+    assert looks > 0
+    assert await st.topology.execute(PAIR[0].encode(), "MGET", *PAIR) == [b"200", b"200"]
+
+
+async def test_observer_catches_unprotected_pairs(st: Stampede) -> None:
+    """Control for the test above: bumped by two separate commands, the pair is seen torn."""
+    stop = asyncio.Event()
+    torn = 0
+
+    async def observer() -> None:
+        nonlocal torn
+        while not stop.is_set():
+            ((left, right),) = await atomic.multi(st, [("MGET", *PAIR)])
+            torn += left != right
+            await asyncio.sleep(0)
+
+    async def writer() -> None:
+        for _ in range(25):
+            for key in PAIR:
+                await st.topology.execute(key.encode(), "INCR", key)
+
+    watching = [asyncio.create_task(observer()) for _ in range(3)]
+    await asyncio.gather(*(writer() for _ in range(8)))
+    stop.set()
+    await asyncio.gather(*watching)
+    assert torn > 0
+
+
+async def test_watch_loses_no_increment(st: Stampede) -> None:
+    """Twenty racing read-modify-writes under WATCH all count, and some had to retry."""
+    await atomic.multi(st, [("MSET", PAIR[0], 100, PAIR[1], 0)])
+
+    async def move(tx: atomic.Watched) -> list[atomic.Command]:
+        left, right = await tx.mget(PAIR)
+        assert left is not None and right is not None
+        await asyncio.sleep(0.001)  # widen the race window
+        return [("SET", PAIR[0], int(left) - 1), ("SET", PAIR[1], int(right) + 1)]
+
+    results = await asyncio.gather(
+        *(atomic.watch(st, PAIR, move, max_attempts=100) for _ in range(20))
+    )
+    assert await st.topology.execute(PAIR[0].encode(), "MGET", *PAIR) == [b"80", b"20"]
+    assert all(r.written for r in results)
+    assert max(r.attempts for r in results) > 1
+
+
+async def test_watch_gives_up_with_write_conflict(st: Stampede) -> None:
+    """A watch that loses every race raises WriteConflict after max_attempts, writing nothing."""
+    calls = 0
+
+    async def always_raced(tx: atomic.Watched) -> list[atomic.Command]:
+        nonlocal calls
+        calls += 1
+        await tx.get(PAIR[0])
+        await st.topology.execute(PAIR[0].encode(), "INCR", PAIR[0])  # another client
+        return [("SET", PAIR[1], "mine")]
+
+    with pytest.raises(WriteConflict, match="3 times") as info:
+        await atomic.watch(st, PAIR, always_raced, max_attempts=3)
+    assert info.value.attempts == 3 and calls == 3
+    assert await exists(st, [PAIR[1]]) == 0
+
+
+async def test_watch_function_may_decline(st: Stampede) -> None:
+    """A watch function returning None writes nothing and reports written=False."""
+    result = await atomic.watch(st, PAIR, lambda tx: None)
+    assert not result.written and result.results == [] and result.attempts == 1
+
+
+async def test_watch_commands_must_stay_in_the_slot(st: Stampede) -> None:
+    """Commands that leave the watched slot raise CrossSlotError before EXEC; nothing lands."""
+    with pytest.raises(CrossSlotError, match="watch"):
+        await atomic.watch(st, PAIR, lambda tx: [("SET", PAIR[0], 1), ("SET", APART[1], 1)])
+    assert await exists(st, [PAIR[0], APART[1]]) == 0
+
+
+async def test_watch_reads_must_stay_in_the_slot(st: Stampede) -> None:
+    """Reading a key of another slot inside watch() is refused: it could hit the wrong shard."""
+
+    async def stray(tx: atomic.Watched) -> None:
+        await tx.get(APART[1])
+
+    with pytest.raises(CrossSlotError):
+        await atomic.watch(st, PAIR, stray)
+
+
+async def test_script_survives_a_flushed_script_cache(st: Stampede) -> None:
+    """A registered script reloads itself (EVAL) on NOSCRIPT after SCRIPT FLUSH."""
+    put = atomic.script("return redis.call('SET', KEYS[1], ARGV[1])", name="put")
+    assert await put(st, keys=[PAIR[0]], args=["one"])
+    for shard in st.topology.shard_names:
+        await st.topology.execute_on(shard, "SCRIPT", "FLUSH")
+    await put(st, keys=[PAIR[0]], args=["two"])
+    assert await st.topology.execute(PAIR[0].encode(), "GET", PAIR[0]) == b"two"
+    assert put.sha[:12] in repr(put) and "put" in repr(put)
+
+
+async def test_script_error_names_the_shard(st: Stampede) -> None:
+    """A Lua error comes back as ShardResponseError naming the shard that ran it."""
+    boom = atomic.script("return redis.error_reply('out of stock')", name="boom")
+    with pytest.raises(ShardResponseError, match="out of stock") as info:
+        await boom(st, keys=[PAIR[0]])
+    assert info.value.shard == st.topology.shard_of(PAIR[0].encode())
+
+
+async def test_script_needs_a_key(st: Stampede) -> None:
+    """A script called without keys cannot be routed: InvalidKeyError says to name them."""
+    with pytest.raises(InvalidKeyError, match="names no key"):
+        await atomic.script("return 1")(st, keys=[])

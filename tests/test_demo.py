@@ -1,0 +1,206 @@
+"""`stampede demo`: torn writes are detected and repaired, none is left, no server outlives it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from stampede import Mode
+from stampede.cli.demo import demo_command
+from stampede.demo import Counters, DemoConfig, Summary, run_demo
+from stampede.testing import LocalPrimaries
+
+LAUNCH = "from stampede.cli.demo import demo_command; demo_command(prog_name='stampede demo')"
+SMALL = ["--size", "60", "--duration", "2", "--seed", "7", "--json"]
+
+
+def launch(*args: str) -> subprocess.Popen[str]:
+    """Start `stampede demo ARGS` as a child process."""
+    return subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, dict[str, Any], str]:
+    """Wait for a demo; its exit status, JSON summary and stderr."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    try:
+        summary = json.loads(out)
+    except ValueError:
+        pytest.fail(f"no JSON summary (exit {proc.returncode}):\n{out}\n{err}")
+    return proc.returncode, summary, err
+
+
+def demo(*args: str) -> tuple[int, dict[str, Any], str]:
+    """Run `stampede demo ARGS` to the end."""
+    return finish(launch(*args))
+
+
+@pytest.fixture(scope="module")
+def local_runs() -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """The demo on its own primaries and on its own cluster, started together to save time."""
+    runs = {"primaries": launch(*SMALL), "cluster": launch(*SMALL, "--cluster")}
+    yield runs
+    for proc in runs.values():
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def refuses(address: str) -> bool:
+    """True when nothing listens on `host:port` any more."""
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+def check_repaired(summary: dict[str, Any], strategies: tuple[str, ...]) -> None:
+    """Faults happened, torn reads were detected and repaired by each strategy, none left."""
+    assert summary["ok"] is True and summary["torn_left"] == 0, summary
+    assert summary["writes"] > 0 and summary["crashes_injected"] > 0
+    assert summary["reads"]["torn_detected"] > 0
+    assert summary["scan"]["groups"] == summary["size"] == summary["scan"]["consistent"]
+    repairs = summary["repairs"]
+    for name in ("newest-wins", "refetch"):
+        assert (repairs[name] > 0) == (name in strategies), (name, repairs)
+    if "enqueue" in strategies:
+        assert repairs["enqueued"] > 0 and summary["worker"]["done"] > 0, summary["worker"]
+        assert summary["worker"]["dead_lettered"] == 0
+    else:
+        assert repairs["enqueued"] == 0 and repairs["worker"] == 0
+
+
+def test_demo_on_local_primaries(local_runs: dict[str, subprocess.Popen[str]]) -> None:
+    """On its own 3 primaries the demo injects crashes and a pause, repairs with every
+    strategy, leaves no torn group, exits 0 and stops its servers."""
+    code, summary, err = finish(local_runs["primaries"])
+    assert code == 0, err
+    assert summary["topology"] == "shards" and len(summary["servers"]) == 3
+    assert summary["local_servers"] is True and summary["pauses_injected"] >= 1
+    check_repaired(summary, ("newest-wins", "refetch", "enqueue"))
+    assert all(refuses(a) for a in summary["servers"]), summary["servers"]
+
+
+def test_demo_on_local_cluster(local_runs: dict[str, subprocess.Popen[str]]) -> None:
+    """With --cluster the same run goes over a real 3-master Redis Cluster, stopped after."""
+    code, summary, err = finish(local_runs["cluster"])
+    assert code == 0, err
+    assert summary["topology"] == "cluster" and len(summary["servers"]) == 3
+    check_repaired(summary, ("newest-wins", "refetch", "enqueue"))
+    assert all(refuses(a) for a in summary["servers"]), summary["servers"]
+
+
+def test_demo_against_given_urls(redis_primaries: LocalPrimaries) -> None:
+    """With --url it uses those servers, pauses nothing, and shows only the chosen strategy."""
+    urls = [arg for url in redis_primaries.urls for arg in ("--url", url)]
+    code, summary, err = demo(*SMALL, *urls, "--strategy", "enqueue", "--mode", "stamp")
+    assert code == 0, err
+    assert summary["local_servers"] is False and summary["pauses_injected"] == 0
+    assert summary["mode"] == "stamp" and summary["strategies"] == ["enqueue"]
+    check_repaired(summary, ("enqueue",))
+    assert not any(refuses(n.address) for n in redis_primaries.nodes)
+
+
+async def test_run_demo_in_process_pauses_the_given_primaries(
+    redis_primaries: LocalPrimaries,
+) -> None:
+    """`run_demo` pauses the nodes it is given, repairs with Refetch alone, and resumes them."""
+    config = DemoConfig(
+        size=40, duration=1.5, strategies=("refetch",), mode=Mode.STAMP, pause_every=0.5, seed=3
+    )
+    summary = await run_demo(
+        redis_primaries.urls, config=config, nodes=redis_primaries.nodes, local=True
+    )
+    data = summary.as_dict()
+    assert data["pauses_injected"] >= 1
+    check_repaired(data, ("refetch",))
+    assert not any(node.is_paused for node in redis_primaries.nodes)
+
+
+async def test_ctrl_c_stops_every_server_the_demo_started() -> None:
+    """SIGINT in the middle of a run exits 130 and leaves no redis-server listening."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        LAUNCH,
+        "--duration",
+        "60",
+        "--json",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stderr is not None
+    addresses: list[str] = []
+    while not addresses:
+        line = (await asyncio.wait_for(proc.stderr.readline(), timeout=30)).decode()
+        assert line, "the demo ended before its servers came up"
+        if "servers up at" in line:
+            addresses = line.rsplit("servers up at", 1)[1].strip().split(", ")
+    await asyncio.sleep(1.0)  # well into the running phase
+    proc.send_signal(signal.SIGINT)
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    assert proc.returncode == 130, err.decode()
+    assert "interrupted" in err.decode()
+    assert len(addresses) == 3 and all(refuses(a) for a in addresses), addresses
+
+
+def test_unreachable_url_is_a_clean_error() -> None:
+    """A --url nobody answers ends with exit status 1 and a message naming the shard."""
+    proc = subprocess.run(
+        [sys.executable, "-c", LAUNCH, "--url", "redis://127.0.0.1:1", "--duration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "127.0.0.1:1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_exit_status_is_non_zero_while_torn_groups_are_left() -> None:
+    """A summary with torn groups left is not ok and gives exit status 1."""
+    summary = Summary(
+        topology="shards",
+        servers=[],
+        local=True,
+        mode="commit",
+        size=1,
+        duration=0.0,
+        fault_rate=0.0,
+        strategies=["refetch"],
+        counters=Counters(),
+        worker={},
+        scan={"groups": 1, "consistent": 0},
+        torn_left=1,
+        seconds=0.0,
+        left_groups=["stampede-demo:user:0"],
+    )
+    assert not summary.ok and summary.exit_code == 1
+    assert summary.as_dict()["torn_left_groups"] == ["stampede-demo:user:0"]
+
+
+def test_demo_command_is_registered() -> None:
+    """`stampede demo` is a command of the `stampede` group."""
+    from stampede.cli import main
+
+    assert main.commands.get("demo") is demo_command

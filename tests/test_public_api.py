@@ -1,0 +1,53 @@
+"""The public surface is exactly what DESIGN.md and the docs promise."""
+
+from __future__ import annotations
+
+import stampede
+import stampede.repair
+import stampede.testing
+
+EXPECTED = [
+    "Cluster", "ConfigurationError", "ConnectOptions", "Counter", "CrossSlotError", "Envelope",
+    "HashPolicy", "HybridClock", "InvalidKeyError", "KeySpace", "MalformedEntry",
+    "MalformedEnvelope", "Mode", "ModelValidationError", "Options", "PartialWriteError",
+    "ReadError", "ReadResult", "Reason", "Receipt", "RepairError", "RetryPolicy", "ShardError",
+    "ShardResponseError", "ShardTimeout", "ShardUnavailable", "Shards", "SlotMap", "Stampede",
+    "StampedeError", "Status", "Topology", "TornReadError", "TypedGroup", "TypedRead",
+    "VersionSource", "WriteConflict", "WriteError", "WriteTimeout", "analyze", "atomic",
+    "connect", "eventlog", "fanout", "hash_tag", "keyslot", "lint", "repair",
+]  # fmt: skip
+
+
+def test_all_is_pinned_and_sorted() -> None:
+    """`stampede.__all__` is exactly the public names, sorted, and each one exists."""
+    assert stampede.__all__ == EXPECTED
+    assert sorted(stampede.__all__) == stampede.__all__
+    for name in stampede.__all__:
+        assert getattr(stampede, name) is not None
+
+
+def test_every_error_derives_from_the_root() -> None:
+    """One root: every exported error class is a StampedeError."""
+    objects = [getattr(stampede, n) for n in stampede.__all__]
+    errors = [o for o in objects if isinstance(o, type) and issubclass(o, BaseException)]
+    assert errors and all(issubclass(e, stampede.StampedeError) for e in errors)
+    assert issubclass(stampede.ShardTimeout, TimeoutError)
+    assert issubclass(stampede.WriteTimeout, TimeoutError)
+    assert issubclass(stampede.ShardUnavailable, ConnectionError)
+
+
+def test_subpackages_pin_their_names() -> None:
+    """The repair and testing packages export their documented names."""
+    assert set(stampede.repair.__all__) >= {
+        "Enqueue", "NewestWins", "Refetch", "RepairQueue", "RepairStrategy", "RepairContext",
+    }  # fmt: skip
+    assert set(stampede.testing.__all__) >= {"LocalCluster", "LocalPrimaries", "RedisNode"}
+
+
+def test_design_names_are_callable_as_documented() -> None:
+    """The DESIGN.md examples: keyslot, hash_tag and the envelope codec."""
+    assert stampede.keyslot("{user1000}.following") == stampede.keyslot("{user1000}.followers")
+    assert stampede.hash_tag("foo{}{bar}") is None
+    assert stampede.hash_tag("{a}:{b}") == b"a"
+    env = stampede.Envelope(1, "01JD0000000000000000000000", b"p")
+    assert stampede.Envelope.decode(env.encode()) == env

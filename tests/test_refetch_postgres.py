@@ -1,0 +1,110 @@
+"""`Refetch` against a real PostgreSQL table as the source of truth."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Sequence
+
+import asyncpg
+import pytest
+
+from stampede import RetryPolicy, Stampede, Status
+from stampede.repair import Refetch
+
+from .support import write_newer
+
+pytestmark = pytest.mark.postgres
+
+DSN = os.environ.get("STAMPEDE_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=0.2)
+USERS = 30
+
+
+def keys(uid: int) -> list[str]:
+    return [f"user:{uid}:profile", f"user:{uid}:settings"]
+
+
+@pytest.fixture
+async def table() -> AsyncIterator[tuple[asyncpg.Pool, str]]:
+    """A users table of its own, created for the test and dropped after it."""
+    try:
+        pool = await asyncpg.create_pool(DSN, min_size=1, max_size=4)
+    except (OSError, asyncpg.PostgresError) as exc:
+        pytest.fail(
+            f"PostgreSQL at {DSN} is not reachable ({exc}); start it or set "
+            "STAMPEDE_TEST_POSTGRES_DSN, or deselect with -m 'not postgres'"
+        )
+    name = f"stampede_users_{secrets.token_hex(4)}"
+    await pool.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, profile text, settings text)")
+    try:
+        await pool.executemany(
+            f"INSERT INTO {name} VALUES ($1, $2, $3)",
+            [(u, f'{{"name": "user {u}"}}', f'{{"theme": "t{u % 3}"}}') for u in range(USERS)],
+        )
+        yield pool, name
+    finally:
+        await pool.execute(f"DROP TABLE IF EXISTS {name}")
+        await pool.close()
+
+
+def loader_for(pool: asyncpg.Pool, name: str) -> Refetch:
+    async def load(group: bytes, ks: Sequence[bytes]) -> dict[bytes, bytes] | None:
+        uid = int(group.split(b":")[1])
+        row = await pool.fetchrow(f"SELECT profile, settings FROM {name} WHERE id = $1", uid)
+        if row is None:
+            return None
+        profile, settings = (k.encode() for k in keys(uid))
+        return {profile: row["profile"].encode(), settings: row["settings"].encode()}
+
+    return Refetch(load, fills_missing=True)
+
+
+async def test_torn_and_missing_copies_come_back_from_the_table(
+    st: Stampede, table: tuple[asyncpg.Pool, str]
+) -> None:
+    """Torn, partly missing and wholly missing Redis copies are rewritten from PostgreSQL."""
+    pool, name = table
+    repair = loader_for(pool, name)
+    for uid in range(USERS):
+        await st.write(f"user:{uid}", dict.fromkeys(keys(uid), b"stale cache"))
+    for uid in range(0, USERS, 3):  # torn: a newer write reached the profile only
+        await write_newer(st, [keys(uid)[0].encode()], b"half")
+    for uid in range(1, USERS, 3):  # partial: the settings copy is gone
+        await st.topology.execute(keys(uid)[1].encode(), "DEL", keys(uid)[1])
+    for uid in range(2, USERS, 6):  # missing altogether: read-through fills it
+        for key in keys(uid):
+            await st.topology.execute(key.encode(), "DEL", key)
+    await pool.execute(f'UPDATE {name} SET profile = \'{{"name": "renamed"}}\' WHERE id = 0')
+
+    for uid in range(USERS):
+        result = await st.read(f"user:{uid}", keys(uid), retry=QUICK, repair=repair)
+        row = await pool.fetchrow(f"SELECT profile, settings FROM {name} WHERE id = $1", uid)
+        touched = uid % 3 in (0, 1) or uid % 6 == 2
+        if touched:
+            assert result.repaired, uid
+            assert result.values == {
+                keys(uid)[0]: row["profile"].encode(),
+                keys(uid)[1]: row["settings"].encode(),
+            }
+        else:
+            assert result.values == dict.fromkeys(keys(uid), b"stale cache")
+        again = await st.read(f"user:{uid}", keys(uid))
+        assert again.consistent and again.values == result.values
+    assert (await st.read("user:0", keys(0))).values[keys(0)[0]] == b'{"name": "renamed"}'
+
+
+async def test_row_deleted_at_the_source_removes_the_copies(
+    st: Stampede, table: tuple[asyncpg.Pool, str]
+) -> None:
+    """A torn group whose row is gone from PostgreSQL is deleted from Redis (guarded)."""
+    pool, name = table
+    await st.write("user:5", dict.fromkeys(keys(5), b"cached"), mode="commit")
+    await st.topology.execute(keys(5)[1].encode(), "DEL", keys(5)[1])
+    await pool.execute(f"DELETE FROM {name} WHERE id = 5")
+    result = await st.read(
+        "user:5", keys(5), mode="commit", retry=QUICK, repair=loader_for(pool, name)
+    )
+    assert result.status is Status.NOT_FOUND and result.repaired
+    for key in [*keys(5), "user:5:stampede:commit"]:
+        assert await st.topology.execute(key.encode(), "EXISTS", key) == 0

@@ -1,0 +1,234 @@
+"""Repair strategies: NewestWins, Refetch, Enqueue, commit roll-forward, and racing writes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from stampede import Envelope, Mode, RetryPolicy, Stampede, Status, TornReadError
+from stampede.errors import RepairError
+from stampede.repair import Enqueue, NewestWins, Refetch, RepairAction, RepairQueue
+from stampede.writer import new_token
+
+from .support import spread_keys, write_newer
+
+QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=0.2)
+
+
+async def tear(st: Stampede, group: str, keys: list[str], payload: bytes = b"new") -> str:
+    """Leave `group` torn: a newer write (just after the stored one) reached one shard only."""
+    shard = st.topology.shard_of(keys[0].encode())
+    some = [k.encode() for k in keys if st.topology.shard_of(k.encode()) == shard]
+    version, token = await write_newer(st, some, payload)
+    st.versions.observe(version)  # later writes of this client order after the tear
+    return token
+
+
+async def test_newest_wins_restamps_current_payloads(st: Stampede) -> None:
+    """Without rebuild, each key keeps its payload and the group gets one new stamp."""
+    keys = spread_keys(st, "nw")
+    await st.write("nw", {k: b"old-" + k.encode() for k in keys})
+    torn_token = await tear(st, "nw", keys)
+    result = await st.read("nw", keys, retry=QUICK, repair=NewestWins())
+    assert result.consistent and result.repaired and result.status is Status.CONSISTENT
+    assert result.repair is not None and result.repair.action is RepairAction.REWRITTEN
+    fresh = await st.read("nw", keys)
+    assert fresh.token == result.token and fresh.values == result.values
+    assert result.token == torn_token  # the repair completes the newest write it saw
+    shard = st.topology.shard_of(keys[0].encode())
+    for key in keys:
+        expected = b"new" if st.topology.shard_of(key.encode()) == shard else b"old-" + key.encode()
+        assert fresh.values[key] == expected
+
+
+async def test_newest_wins_rebuilds_stale_keys(st: Stampede) -> None:
+    """With rebuild, stale keys are regenerated from the keys that carry the newest write."""
+    keys = spread_keys(st, "rb", 2)
+    await st.write("rb", dict.fromkeys(keys, b"v1"))
+    await tear(st, "rb", keys, b"v2")
+
+    def rebuild(truth: Mapping[bytes, bytes], stale: Sequence[bytes]) -> dict[bytes, bytes]:
+        source = next(iter(truth.values()))
+        return {k: b"derived-from-" + source for k in stale}
+
+    result = await st.read("rb", keys, retry=QUICK, repair=NewestWins(rebuild=rebuild))
+    assert result.consistent and result.repaired
+    assert result.values == {keys[0]: b"v2", keys[1]: b"derived-from-v2"}
+
+
+async def test_newest_wins_cannot_invent_a_missing_key(st: Stampede) -> None:
+    """A missing key without rebuild stays an error that says what to use instead."""
+    keys = spread_keys(st, "miss", 2)
+    await st.write("miss", dict.fromkeys(keys, b"v1"))
+    await st.topology.execute(keys[1].encode(), "DEL", keys[1])
+    with pytest.raises(TornReadError, match="rebuild"):
+        await st.read("miss", keys, retry=QUICK, repair=NewestWins())
+
+
+async def test_commit_mode_rolls_forward(st: Stampede) -> None:
+    """Whole data without its record is rolled forward by writing the record, not rewritten."""
+    keys = spread_keys(st, "roll")
+    token = new_token()
+    await st.topology.write_guarded(
+        [k.encode() for k in keys],
+        [Envelope(7, token, b"d").encode()] * len(keys),
+        version=7,
+        token=token,
+    )
+    result = await st.read("roll", keys, mode="commit", retry=QUICK, repair=NewestWins())
+    assert result.repair is not None and result.repair.action is RepairAction.ROLLED_FORWARD
+    assert (result.version, result.token) == (7, token)
+    again = await st.read("roll", keys, mode="commit")
+    assert again.consistent and again.token == token
+
+
+@pytest.mark.parametrize("strategy", ["newest", "refetch"])
+async def test_repair_never_overwrites_a_racing_newer_write(st: Stampede, strategy: str) -> None:
+    """A write that starts after the repair's read always survives, whatever the interleaving."""
+    keys = spread_keys(st, "race")
+    rng = random.Random(7)
+    racers: list[asyncio.Task[str]] = []
+    outcomes: dict[str, int] = {}
+
+    def start_racer(payload: bytes) -> None:
+        """Begin a full write of the group now: after the read, before the repair's writes."""
+
+        async def racer() -> str:
+            await asyncio.sleep(rng.choice([0, 0, rng.random() * 0.003]))
+            return (await st.write("race", dict.fromkeys(keys, payload))).token
+
+        racers.append(asyncio.create_task(racer()))
+
+    async def loader(group: bytes, ks: Sequence[bytes]) -> dict[bytes, bytes]:
+        start_racer(b"racer")
+        await asyncio.sleep(rng.random() * 0.003)
+        return dict.fromkeys(ks, b"from-source")
+
+    async def rebuild(truth: Mapping[bytes, bytes], stale: Sequence[bytes]) -> dict[bytes, bytes]:
+        start_racer(b"racer")
+        await asyncio.sleep(rng.random() * 0.003)
+        return dict.fromkeys(stale, b"rebuilt")
+
+    repair = Refetch(loader) if strategy == "refetch" else NewestWins(rebuild=rebuild)
+    for _ in range(40):
+        racers.clear()
+        await st.write("race", dict.fromkeys(keys, b"base"))
+        await tear(st, "race", keys, b"torn")
+        result = await st.read("race", keys, retry=QUICK, repair=repair)
+        assert result.repair is not None
+        outcomes[result.repair.action.value] = outcomes.get(result.repair.action.value, 0) + 1
+        (racer_token,) = await asyncio.gather(*racers)
+        raw = [await st.topology.execute(k.encode(), "GET", k) for k in keys]
+        assert {Envelope.decode(r).token for r in raw} == {racer_token}, outcomes
+        assert {Envelope.decode(r).payload for r in raw} == {b"racer"}
+    # Both orders happened: repairs that finished first, and repairs that lost.
+    assert outcomes.get("rewritten", 0) > 0 and outcomes.get("lost_race", 0) > 0, outcomes
+
+
+async def test_enqueue_returns_best_effort_and_queues_once(st: Stampede) -> None:
+    """Enqueue returns the merge marked not consistent, queues one job per group, acks clean."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    keys = spread_keys(st, "q")
+    await st.write("q", dict.fromkeys(keys, b"old"))
+    await tear(st, "q", keys)
+    first = await st.read("q", keys, retry=QUICK, repair=Enqueue(queue))
+    assert first.queued and not first.consistent and first.status is Status.TORN
+    assert set(first.values.values()) == {b"old", b"new"}
+    second = await st.read("q", keys, retry=QUICK, repair=Enqueue(queue))
+    assert second.repair is not None and second.repair.detail == {"job": "already pending"}
+    assert (await queue.stats())["length"] == 1
+    jobs = await queue.claim("tester", 10)
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job.group == b"q" and job.keys == [k.encode() for k in keys] and job.reason == "torn"
+    assert set(job.seen) == set(keys)
+    await queue.ack(job)
+    assert await queue.stats() == {"length": 0, "pending": 0, "lag": 0, "dead": 0}
+    assert await queue.enqueue("q", keys, {}, "torn") is not None
+
+
+async def test_failed_jobs_retry_then_dead_letter(st: Stampede) -> None:
+    """A job failing max_attempts times lands in the dead letters with its last error."""
+    queue = RepairQueue(st.topology, max_attempts=2)
+    await queue.clear()
+    await queue.enqueue("dl", ["dl:a"], {"dl:a": None}, "partial")
+    job = (await queue.claim("w", 1))[0]
+    assert not await queue.fail(job, "boom 1")
+    job = (await queue.claim("w", 1))[0]
+    assert job.attempts == 1 and job.last_error == "boom 1"
+    assert await queue.fail(job, "boom 2")
+    dead = await queue.dead_letters()
+    assert len(dead) == 1 and dead[0]["last_error"] == "boom 2" and dead[0]["group"] == "dl"
+    assert (await queue.stats())["length"] == 0
+
+
+async def test_jobs_of_a_dead_consumer_are_reclaimed(st: Stampede) -> None:
+    """A job claimed but never acked is taken over once idle, with its delivery count."""
+    queue = RepairQueue(st.topology, min_idle=0.05)
+    await queue.clear()
+    await queue.enqueue("rc", ["rc:a"], {}, "torn")
+    assert len(await queue.claim("dead-worker", 5)) == 1
+    assert await queue.claim("live-worker", 5) == []
+    await asyncio.sleep(0.1)
+    jobs = await queue.claim("live-worker", 5)
+    assert len(jobs) == 1 and jobs[0].deliveries == 2
+
+
+async def test_poison_entry_becomes_a_dead_letter(st: Stampede) -> None:
+    """A stream entry that is not a job is surfaced as malformed and dead-lettered."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    stream = queue.streams[0]
+    await queue.enqueue("ok", ["ok:a"], {}, "torn")
+    await st.topology.execute(stream, "XADD", stream, "*", "group", "p", "keys", "{not json")
+    jobs = await queue.claim("w", 5)
+    poison = next(j for j in jobs if j.reason == "malformed")
+    assert await queue.fail(poison, poison.last_error or "malformed")
+    assert "malformed" in (await queue.dead_letters())[0]["last_error"]
+
+
+async def test_refetch_loader_errors_are_named(st: Stampede) -> None:
+    """A loader that raises, or forgets a key, gives RepairError naming the group."""
+    keys = spread_keys(st, "lf", 2)
+    await st.write("lf", dict.fromkeys(keys, b"x"))
+    await tear(st, "lf", keys)
+
+    async def broken(group: bytes, ks: Sequence[bytes]) -> dict[bytes, bytes]:
+        raise OSError("database is down")
+
+    with pytest.raises(RepairError, match="database is down"):
+        await st.read("lf", keys, retry=QUICK, repair=Refetch(broken))
+
+    async def partial(group: bytes, ks: Sequence[bytes]) -> dict[bytes, bytes]:
+        return {ks[0]: b"only one"}
+
+    with pytest.raises(RepairError, match="every"):
+        await st.read("lf", keys, retry=QUICK, repair=Refetch(partial))
+
+
+async def test_refetch_of_a_vanished_entity_deletes_guarded(st: Stampede) -> None:
+    """A loader saying the entity is gone deletes the torn copies; the group reads not found."""
+    keys = spread_keys(st, "gone", 2)
+    await st.write("gone", dict.fromkeys(keys, b"x"), mode="commit")
+    await tear(st, "gone", keys)
+
+    async def none(group: bytes, ks: Sequence[bytes]) -> None:
+        return None
+
+    result = await st.read("gone", keys, retry=QUICK, repair=Refetch(none), mode=Mode.COMMIT)
+    assert result.status is Status.NOT_FOUND and result.repaired
+    assert (await st.read("gone", keys, mode="commit")).status is Status.NOT_FOUND
+
+
+def test_job_fields_are_the_stream_format() -> None:
+    """Entries carry group, keys (JSON), seen (JSON), reason, enqueued_at as DESIGN.md fixes."""
+    from stampede.repair.queue import _fields
+
+    fields = _fields(b"g", [b"g:a"], {"g:a": None}, "partial", 1.5, 0)
+    assert {b"group", b"keys", b"seen", b"reason", b"enqueued_at"} <= set(fields)
+    assert json.loads(fields[b"keys"]) == ["g:a"] and json.loads(fields[b"seen"]) == {"g:a": None}

@@ -1,0 +1,127 @@
+"""`scan` finds exactly the torn groups in a large keyspace; `--enqueue` + a worker fix them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from typing import Any
+
+import pytest
+
+from stampede import Envelope, HybridClock, Mode, Stampede
+from stampede.repair import NewestWins, RepairQueue
+from stampede.repair.worker import Worker
+from stampede.scan import scan_groups
+from stampede.writer import new_token
+
+from .support import eventually, open_stampede, run_cli, start_cli, write_newer
+
+GROUPS = 10_000
+PATTERN = r"(?P<group>acct:\d+):(?:a|b|c)"
+
+
+def keys_of(i: int) -> list[str]:
+    return [f"acct:{i}:a", f"acct:{i}:b", f"acct:{i}:c"]
+
+
+async def populate(st: Stampede, mode: Mode) -> set[bytes]:
+    """Write GROUPS groups, then tear a random few in several ways; return the torn names."""
+    # Bulk load: each chunk of 500 groups is one guarded write (one stamp per chunk).
+    for start in range(0, GROUPS, 500):
+        chunk = range(start, min(start + 500, GROUPS))
+        version, token = HybridClock().now(), new_token()
+        keys = [k.encode() for i in chunk for k in keys_of(i)]
+        values = [Envelope(version, token, b"p").encode()] * len(keys)
+        if mode is Mode.COMMIT:
+            for i in chunk:
+                names = keys_of(i)
+                keys.append(f"acct:{i}:stampede:commit".encode())
+                values.append(Envelope(version, token, json.dumps(names).encode()).encode())
+        out = await st.topology.write_guarded(keys, values, version=version, token=token)
+        assert out.ok
+    rng = random.Random(42)
+    torn: set[bytes] = set()
+    for n, i in enumerate(rng.sample(range(GROUPS), 40)):
+        names = keys_of(i)
+        first = names[0].encode()
+        if n % 3 == 0:  # a newer write that reached one key only
+            await write_newer(st, [first], b"newer")
+        elif n % 3 == 1:  # a plain value from another program
+            await st.topology.execute(first, "SET", first, b"legacy")
+        elif mode is Mode.COMMIT:  # data whole, record lost
+            record = f"acct:{i}:stampede:commit".encode()
+            await st.topology.execute(record, "DEL", record)
+        else:  # a newer write that reached two keys
+            await write_newer(st, [k.encode() for k in names[:2]], b"newer")
+        torn.add(f"acct:{i}".encode())
+    return torn
+
+
+@pytest.mark.parametrize("mode", [Mode.STAMP, Mode.COMMIT])
+async def test_scan_finds_exactly_the_torn_groups(
+    topology_env: tuple[str, Any], mode: Mode
+) -> None:
+    """Over 10,000 groups scan reports exactly the planted torn ones; a worker fixes them."""
+    kind, env = topology_env
+    async with open_stampede(env, kind) as st:
+        torn = await populate(st, mode)
+        report = await scan_groups(st.topology, PATTERN, match="acct:*", mode=mode)
+        assert report.groups == GROUPS
+        assert {t.group for t in report.torn} == torn
+        assert report.consistent == GROUPS - len(torn)
+
+        queue = RepairQueue(st.topology)
+        for t in report.torn:
+            await queue.enqueue(t.group, list(t.keys), t.seen, t.reason.value, mode=t.mode.value)
+        worker = Worker(st.topology, queue, NewestWins(), concurrency=16, mode=mode)
+        runner = asyncio.create_task(worker.run())
+
+        async def drained() -> bool:
+            return runner.done() or (await queue.stats())["length"] == 0
+
+        await eventually(drained)
+        worker.stop()
+        stats = await runner
+        assert stats.done == len(torn) and stats.dead_lettered == 0
+        again = await scan_groups(st.topology, PATTERN, match="acct:*", mode=mode)
+        assert again.torn == [] and again.consistent == GROUPS
+
+
+async def test_scan_cli_enqueue_then_worker_cli(redis_primaries: Any) -> None:
+    """`stampede scan --enqueue` and a `stampede worker` process leave zero torn groups."""
+    async with open_stampede(redis_primaries, "shards") as st:
+        torn = await populate(st, Mode.STAMP)
+    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
+    scan = ["scan", *urls, "--pattern", PATTERN, "--match", "acct:*"]
+    first = await asyncio.to_thread(run_cli, *scan, "--enqueue", "--json")
+    assert first.returncode == 1, first.stderr.decode()
+    report = json.loads(first.stdout)
+    assert {t["group"] for t in report["torn"]} == {g.decode() for g in torn}
+    assert report["enqueued"] == len(torn) and report["groups"] == GROUPS
+    worker = await start_cli(
+        "worker",
+        *urls,
+        "--strategy",
+        "newest-wins",
+        "--concurrency",
+        "8",
+        "--health-interval",
+        "0.5",
+    )
+    try:
+        async with open_stampede(redis_primaries, "shards") as st:
+            queue = RepairQueue(st.topology)
+
+            async def drained() -> bool:
+                return (await queue.stats())["length"] == 0
+
+            await eventually(drained)
+    finally:
+        worker.terminate()
+        _, err = await asyncio.wait_for(worker.communicate(), timeout=30)
+    assert worker.returncode == 0, err.decode()[-2000:]
+    assert b'"event": "worker.stop"' in err and b'"event": "worker.health"' in err
+    final = await asyncio.to_thread(run_cli, *scan, "--json")
+    assert final.returncode == 0, final.stdout.decode()[-2000:]
+    assert json.loads(final.stdout)["torn"] == []

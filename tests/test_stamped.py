@@ -1,0 +1,255 @@
+"""Stamped writes and validated reads, on independent primaries and on a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+import stampede
+from stampede import (
+    ConfigurationError,
+    Envelope,
+    InvalidKeyError,
+    Mode,
+    Reason,
+    RetryPolicy,
+    Stampede,
+    Status,
+    TornReadError,
+)
+from stampede.topology.guard import KEPT, SAME, WRITTEN
+from stampede.writer import new_token
+
+from .support import raw_get, spread_keys
+
+QUICK = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.005, deadline=0.5)
+
+
+async def test_write_then_read_is_consistent(st: Stampede) -> None:
+    """A group written across shards reads back consistent with the write's stamp."""
+    keys = spread_keys(st, "user:1")
+    receipt = await st.write("user:1", {k: f"v-{k}".encode() for k in keys})
+    result = await st.read("user:1", keys)
+    assert result.status is Status.CONSISTENT and result.consistent
+    assert (result.version, result.token) == (receipt.version, receipt.token)
+    assert result.values == {k: f"v-{k}".encode() for k in keys}
+    assert not receipt.atomic
+
+
+async def test_raw_redis_cli_shows_the_envelope(st: Stampede) -> None:
+    """`redis-cli GET` of a written key shows exactly <version>:<token>:<payload>."""
+    keys = spread_keys(st, "raw", 3)
+    receipt = await st.write("raw", {k: b"hello:world" for k in keys})
+    for key in keys:
+        shown = raw_get(st.topology.shard_of(key.encode()), key)
+        assert shown == f'"{receipt.version}:{receipt.token}:hello:world"'.encode()
+
+
+async def test_commit_mode_writes_the_record_last(st: Stampede) -> None:
+    """Commit mode stores `<group>:stampede:commit` naming the write and its keys."""
+    keys = spread_keys(st, "order:7")
+    receipt = await st.write("order:7", dict.fromkeys(keys, b"x"), mode="commit")
+    record = Envelope.decode(
+        await st.topology.execute(b"order:7:stampede:commit", "GET", "order:7:stampede:commit")
+    )
+    assert (record.version, record.token) == (receipt.version, receipt.token)
+    assert json.loads(record.payload) == keys
+    result = await st.read("order:7", keys, mode="commit")
+    assert result.consistent and result.token == receipt.token
+
+
+async def test_same_slot_write_is_atomic(st: Stampede) -> None:
+    """Keys sharing a hash tag (with the commit record) go in one atomic guarded call."""
+    keys = ["user:{42}:profile", "user:{42}:settings"]
+    receipt = await st.write("user:{42}", dict.fromkeys(keys, b"p"), mode="commit")
+    assert receipt.atomic
+    assert (await st.read("user:{42}", keys, mode="commit")).token == receipt.token
+
+
+async def test_all_missing_group_is_not_found(st: Stampede) -> None:
+    """A group with no keys at all reads as not found, consistent, every value None."""
+    result = await st.read("ghost", ["ghost:a", "ghost:b"], mode="commit")
+    assert result.status is Status.NOT_FOUND
+    assert result.consistent and not result.found
+    assert result.values == {"ghost:a": None, "ghost:b": None}
+
+
+async def test_missing_key_is_partial_and_torn(st: Stampede) -> None:
+    """A group with one key missing retries, then raises TornReadError(partial)."""
+    keys = spread_keys(st, "part", 3)
+    await st.write("part", dict.fromkeys(keys, b"x"))
+    await st.topology.execute(keys[0].encode(), "DEL", keys[0])
+    with pytest.raises(TornReadError) as info:
+        await st.read("part", keys, retry=QUICK)
+    assert info.value.reason == "partial"
+    assert info.value.attempts > 1
+    assert info.value.seen[keys[0]] is None
+
+
+@pytest.mark.parametrize(
+    "stored", [b"plain old value", b"1:abc:payload", b"01:01JD0000000000000000000000:x"]
+)
+async def test_unstamped_or_malformed_value_is_torn_at_once(st: Stampede, stored: bytes) -> None:
+    """A value that is not an envelope raises TornReadError(unstamped) without retrying."""
+    keys = spread_keys(st, "legacy", 2)
+    await st.write("legacy", dict.fromkeys(keys, b"x"))
+    await st.topology.execute(keys[1].encode(), "SET", keys[1], stored)
+    with pytest.raises(TornReadError) as info:
+        await st.read("legacy", keys, retry=QUICK)
+    assert info.value.reason == "unstamped"
+    assert info.value.attempts == 1
+    assert info.value.seen[keys[1]] == "unstamped"
+    assert info.value.observation.errors[keys[1].encode()].key == keys[1].encode()
+
+
+async def test_partial_write_reads_in_flight_then_torn(st: Stampede) -> None:
+    """A write that reached only some shards is retried as in flight, then reported torn."""
+    keys = spread_keys(st, "half")
+    await st.write("half", dict.fromkeys(keys, b"old"))
+    # A second writer stamps only the keys of one shard, as if it died between shards.
+    first_shard = st.topology.shard_of(keys[0].encode())
+    some = [k.encode() for k in keys if st.topology.shard_of(k.encode()) == first_shard]
+    out = await st.topology.write_guarded(
+        some,
+        [Envelope(2**62, new_token(), b"new").encode()] * len(some),
+        version=2**62,
+        token=new_token(),
+    )
+    assert out.ok
+    with pytest.raises(TornReadError) as info:
+        await st.read("half", keys, retry=QUICK)
+    assert info.value.reason == "torn"
+    assert info.value.attempts == QUICK.attempts
+
+
+async def test_complete_but_unrecorded_write_is_not_committed(st: Stampede) -> None:
+    """Data whole but no commit record reads as uncommitted in commit mode, fine in stamp mode."""
+    keys = spread_keys(st, "unrec")
+    token = new_token()
+    await st.topology.write_guarded(
+        [k.encode() for k in keys],
+        [Envelope(9, token, b"d").encode()] * len(keys),
+        version=9,
+        token=token,
+    )
+    with pytest.raises(TornReadError) as info:
+        await st.read("unrec", keys, mode="commit", retry=QUICK)
+    assert info.value.reason == "uncommitted"
+    assert (await st.read("unrec", keys, mode="stamp")).token == token
+
+
+async def test_guard_keeps_newer_data(st: Stampede) -> None:
+    """An older write arriving late is kept out; a repeat of the same write is idempotent."""
+    key = b"guarded:{1}:a"
+    new, old = new_token(), new_token()
+    assert (
+        await st.topology.write_guarded(
+            [key], [Envelope(100, new, b"new").encode()], version=100, token=new
+        )
+    ).results[key] == WRITTEN
+    late = await st.topology.write_guarded(
+        [key], [Envelope(99, old, b"old").encode()], version=99, token=old
+    )
+    assert late.results[key] == KEPT
+    again = await st.topology.write_guarded(
+        [key], [Envelope(100, new, b"new").encode()], version=100, token=new
+    )
+    assert again.results[key] == SAME
+    # Versions compare as numbers, not text: 1000 beats 999 though "999" > "1000".
+    bigger = new_token()
+    await st.topology.write_guarded(
+        [key], [Envelope(1000, bigger, b"b").encode()], version=1000, token=bigger
+    )
+    raw = await st.topology.execute(key, "GET", key)
+    assert Envelope.decode(raw).payload == b"b"
+    assert (
+        await st.topology.write_guarded(
+            [key], [Envelope(999, old, b"x").encode()], version=999, token=old
+        )
+    ).results[key] == KEPT
+
+
+async def test_concurrent_writers_leave_the_newest_everywhere(st: Stampede) -> None:
+    """Twenty racing writers leave every key at the newest (version, token) of them all."""
+    keys = spread_keys(st, "race")
+    receipts = await asyncio.gather(
+        *(st.write("race", dict.fromkeys(keys, str(i).encode())) for i in range(20))
+    )
+    newest = max(receipts, key=lambda r: (r.version, r.token))
+    result = await st.read("race", keys)
+    assert (result.version, result.token) == (newest.version, newest.token)
+
+
+async def test_counter_versions_count_up(st: Stampede) -> None:
+    """The Counter source gives each write of a group the next integer."""
+    keys = spread_keys(st, "counted", 2)
+    first = await st.write("counted", dict.fromkeys(keys, b"a"), versions="counter")
+    second = await st.write("counted", dict.fromkeys(keys, b"b"), versions="counter")
+    assert (first.version, second.version) == (1, 2)
+    assert (await st.read("counted", keys)).values[keys[0]] == b"b"
+
+
+async def test_ttl_expires_data_and_record_together(st: Stampede) -> None:
+    """With a TTL, every data key and the commit record share one expiry instant."""
+    keys = spread_keys(st, "ttl", 3)
+    await st.write("ttl", dict.fromkeys(keys, b"x"), mode="commit", ttl=60)
+    instants = {
+        await st.topology.execute(k.encode(), "PEXPIRETIME", k)
+        for k in [*keys, "ttl:stampede:commit"]
+    }
+    assert len(instants) == 1 and instants.pop() > 0
+
+
+async def test_bad_input_is_refused_before_sending(st: Stampede) -> None:
+    """Empty groups, empty writes, empty reads and non-bytes values get clear errors."""
+    with pytest.raises(InvalidKeyError, match="empty"):
+        await st.write("", {"a": b"x"})
+    with pytest.raises(InvalidKeyError, match="no values"):
+        await st.write("g", {})
+    with pytest.raises(InvalidKeyError, match="no keys"):
+        await st.read("g", [])
+    bad: Any = {"g:a": 42}
+    with pytest.raises(TypeError, match="bytes or str"):
+        await st.write("g", bad)
+
+
+def test_connect_rejects_bad_configuration() -> None:
+    """connect() names what is wrong with its arguments."""
+    with pytest.raises(ConfigurationError, match="at least one"):
+        stampede.connect([])
+    with pytest.raises(ConfigurationError, match="one startup node"):
+        stampede.connect(["redis://a", "redis://b"], cluster=True)
+    with pytest.raises(ConfigurationError, match="ttl"):
+        stampede.connect("redis://localhost", ttl=-1)
+    with pytest.raises(ConfigurationError, match="twice"):
+        stampede.connect(["redis://localhost:1", "redis://localhost:1"])
+    with pytest.raises(ConfigurationError, match="mode"):
+        stampede.connect("redis://localhost", mode="sometimes")
+    with pytest.raises(ConfigurationError, match="RepairStrategy"):
+        stampede.connect("redis://localhost", repair="newest")
+
+
+async def test_unreachable_shard_is_named() -> None:
+    """A shard nobody listens on gives ShardUnavailable naming it."""
+    from stampede.testing import RedisNode
+
+    node = RedisNode()
+    node.start()
+    port = node.port
+    node.stop()
+    async with stampede.connect(
+        [f"redis://127.0.0.1:{port}"],
+        connection=stampede.ConnectOptions(connect_timeout=0.5, connection_retries=0),
+    ) as st:
+        with pytest.raises(stampede.ShardUnavailable) as info:
+            await st.read("g", ["g:a"])
+    assert info.value.shard == f"127.0.0.1:{port}"
+
+
+async def test_reason_values_match_the_stream_format() -> None:
+    """The reasons are the repair stream's vocabulary."""
+    assert {r.value for r in Reason} == {"torn", "uncommitted", "unstamped", "partial"}
+    assert Mode("commit") is Mode.COMMIT

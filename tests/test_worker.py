@@ -1,0 +1,218 @@
+"""The repair worker: crash recovery, graceful stop, bad input, dead letters, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+from typing import Any
+
+import pytest
+
+from stampede import Envelope, Stampede
+from stampede.repair import NewestWins, RepairQueue
+from stampede.repair.worker import Worker, serve_metrics
+from stampede.testing import LocalPrimaries
+from stampede.writer import new_token
+
+from .support import eventually, open_stampede, run_cli, start_cli
+from .worker_strategies import broken
+
+GROUPS = 120
+
+
+async def plant(st: Stampede, queue: RepairQueue, n: int) -> dict[str, tuple[int, str]]:
+    """`n` torn groups queued for repair; returns each group's expected repair stamp."""
+    expected: dict[str, tuple[int, str]] = {}
+    for i in range(n):
+        group, keys = f"w:{i}", [f"w:{i}:a", f"w:{i}:b", f"w:{i}:c"]
+        receipt = await st.write(group, dict.fromkeys(keys, b"old"))
+        token = new_token()
+        version = receipt.version + 1
+        first = keys[0].encode()
+        env = Envelope(version, token, b"new").encode()
+        await st.topology.write_guarded([first], [env], version=version, token=token)
+        await queue.enqueue(group, keys, {}, "torn")
+        expected[group] = (version, token)
+    return expected
+
+
+async def check_repaired(st: Stampede, expected: dict[str, tuple[int, str]]) -> None:
+    """Every group is whole under the stamp of its newest write, with the expected payloads."""
+    for group, stamp in expected.items():
+        keys = [f"{group}:a", f"{group}:b", f"{group}:c"]
+        result = await st.read(group, keys)
+        assert (result.version, result.token) == stamp, group
+        assert result.values == {keys[0]: b"new", keys[1]: b"old", keys[2]: b"old"}
+
+
+def events(stderr: bytes) -> list[dict[str, Any]]:
+    out = []
+    for line in stderr.decode().splitlines():
+        start = line.find("{")
+        if start >= 0 and '"event"' in line:
+            out.append(json.loads(line[start:]))
+    return out
+
+
+async def test_killed_worker_jobs_are_finished_by_another(redis_primaries: LocalPrimaries) -> None:
+    """A worker SIGKILLed mid-batch loses nothing: a second one reclaims and finishes its jobs."""
+    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
+    async with open_stampede(redis_primaries, "shards") as st:
+        queue = RepairQueue(st.topology)
+        expected = await plant(st, queue, GROUPS)
+        common = [
+            "--strategy",
+            "tests.worker_strategies:slow",
+            "--concurrency",
+            "8",
+            "--min-idle",
+            "1",
+            "--max-attempts",
+            "3",
+        ]
+        first = await start_cli("worker", *urls, *common, "--consumer", "first")
+
+        async def some_done() -> bool:
+            return (await queue.stats())["length"] <= GROUPS - 16
+
+        await eventually(some_done)
+        first.kill()
+        await first.wait()
+        assert first.returncode == -signal.SIGKILL
+        left = await queue.stats()
+        assert left["pending"] > 0 and left["length"] > 0  # jobs died in its hands
+        second = await start_cli("worker", *urls, *common, "--consumer", "second")
+
+        async def drained() -> bool:
+            return (await queue.stats())["length"] == 0
+
+        await eventually(drained, within=60)
+        second.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(second.communicate(), timeout=30)
+        assert second.returncode == 0, err.decode()[-2000:]
+        log = events(err)
+        assert any(e.get("deliveries", 1) > 1 for e in log if e["event"] == "job.done")
+        assert not [e for e in log if e["event"] == "job.dead_lettered"]
+        assert (await queue.stats())["dead"] == 0
+        await check_repaired(st, expected)
+
+
+async def test_sigterm_finishes_or_releases_jobs_in_hand(redis_primaries: LocalPrimaries) -> None:
+    """SIGTERM stops claiming, lets jobs in hand finish, and exits 0; nothing is stranded."""
+    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
+    async with open_stampede(redis_primaries, "shards") as st:
+        queue = RepairQueue(st.topology)
+        expected = await plant(st, queue, 40)
+        worker = await start_cli(
+            "worker", *urls, "--strategy", "tests.worker_strategies:slow", "--concurrency", "4"
+        )
+
+        async def started() -> bool:
+            return (await queue.stats())["pending"] > 0
+
+        await eventually(started)
+        worker.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(worker.communicate(), timeout=30)
+        assert worker.returncode == 0, err.decode()[-2000:]
+        assert (await queue.stats())["pending"] == 0  # finished or handed back, not stranded
+        rest = Worker(st.topology, queue, NewestWins(), concurrency=8, poll_interval=0.01)
+        runner = asyncio.create_task(rest.run())
+
+        async def drained() -> bool:
+            return (await queue.stats())["length"] == 0
+
+        await eventually(drained)
+        rest.stop()
+        await runner
+        await check_repaired(st, expected)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no.such.module:make", "cannot import 'no.such.module'"),
+        ("tests.worker_strategies:missing", "has no 'missing'"),
+        ("tests.worker_strategies:not_a_strategy", "not a repair strategy"),
+        ("tests.worker_strategies:raising_factory", "factory raised RuntimeError"),
+        ("newest", "neither a built-in"),
+    ],
+)
+async def test_bad_strategy_is_a_usage_error(spec: str, message: str) -> None:
+    """A strategy that does not load gives exit 2 and a message, never a traceback."""
+    result = await asyncio.to_thread(
+        run_cli, "worker", "--url", "redis://127.0.0.1:1", "--strategy", spec
+    )
+    assert result.returncode == 2
+    assert message in result.stderr.decode()
+    assert b"Traceback" not in result.stderr
+
+
+async def test_failing_loader_dead_letters_and_worker_keeps_going(st: Stampede) -> None:
+    """Jobs whose repair keeps failing end as dead letters with the reason; the worker runs on."""
+    queue = RepairQueue(st.topology, max_attempts=2)
+    await queue.clear()
+    await plant(st, queue, 3)
+    stream = queue.streams[0]
+    await st.topology.execute(stream, "XADD", stream, "*", "group", "poison", "keys", "[oops")
+    worker = Worker(st.topology, queue, broken(), concurrency=2, poll_interval=0.01)
+    runner = asyncio.create_task(worker.run())
+
+    async def all_dead() -> bool:
+        return (await queue.stats())["dead"] == 4
+
+    await eventually(all_dead)
+    assert not runner.done()
+    worker.stop()
+    stats = await runner
+    assert stats.dead_lettered == 4 and stats.done == 0
+    dead = await queue.dead_letters()
+    errors = sorted(d["last_error"] for d in dead)
+    assert errors[0].startswith("RepairError") or "unreachable" in errors[0]
+    assert any("malformed" in e for e in errors)
+    assert sum("the database is unreachable" in e for e in errors) == 3
+
+
+async def test_worker_survives_an_unreachable_shard() -> None:
+    """A worker whose shard is down logs the failure and keeps running until told to stop."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    worker = await start_cli(
+        "worker",
+        "--url",
+        f"redis://127.0.0.1:{port}",
+        "--strategy",
+        "newest-wins",
+        "--socket-timeout",
+        "0.5",
+    )
+    await asyncio.sleep(2.0)
+    still_running = worker.returncode is None
+    worker.send_signal(signal.SIGTERM)
+    _, err = await asyncio.wait_for(worker.communicate(), timeout=30)
+    assert still_running and worker.returncode == 0
+    log = events(err)
+    failures = [e for e in log if e["event"] == "worker.claim_failed"]
+    assert failures and f"127.0.0.1:{port}" in failures[0]["error"]
+
+
+async def test_metrics_endpoint_serves_prometheus_text(st: Stampede) -> None:
+    """The optional metrics port answers with the worker's counters as Prometheus text."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    worker = Worker(st.topology, queue, NewestWins())
+    worker.stats.done = 7
+    server = await serve_metrics(worker.stats, 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        body = await reader.read()
+        writer.close()
+    finally:
+        server.close()
+    assert body.startswith(b"HTTP/1.1 200 OK")
+    assert b"stampede_worker_jobs_done_total 7" in body
+    assert b"stampede_repair_queue_lag" in body
