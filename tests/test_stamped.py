@@ -183,6 +183,33 @@ async def test_concurrent_writers_leave_the_newest_everywhere(st: Stampede) -> N
     assert (result.version, result.token) == (newest.version, newest.token)
 
 
+async def test_older_write_later_in_one_batch_is_kept_out(st: Stampede) -> None:
+    """Writes of one group coalesced into one call, newest first: the newest stays.
+
+    The batch also carries other slots' keys, so on a cluster it takes the cross-slot
+    guard; a key that appears twice there must be compared against what the earlier
+    item wrote, not against what the script read before writing anything.
+    """
+    keys = spread_keys(st, "batch")
+    others = spread_keys(st, "batch-other")
+    stamps = [(v, new_token()) for v in range(30, 0, -1)]  # newest first
+
+    async def put(version: int, token: str, where: list[bytes]) -> Any:
+        envelope = Envelope(version, token, str(version).encode()).encode()
+        return await st.topology.write_guarded(
+            where, [envelope] * len(where), version=version, token=token
+        )
+
+    outcomes = await asyncio.gather(
+        *(put(v, t, keys) for v, t in stamps), *(put(v, t, others) for v, t in stamps[:3])
+    )
+    assert all(outcomes[0].results[k] == WRITTEN for k in keys)
+    for outcome in outcomes[1 : len(stamps)]:
+        assert set(outcome.results.values()) == {KEPT}, outcome.results
+    result = await st.read("batch", keys, mode="stamp")
+    assert (result.version, result.token) == stamps[0]
+
+
 async def test_counter_versions_count_up(st: Stampede) -> None:
     """The Counter source gives each write of a group the next integer."""
     keys = spread_keys(st, "counted", 2)

@@ -95,15 +95,18 @@ CROSS_SLOT_GUARD_SCRIPT = (
 local n = tonumber(ARGV[1])
 local seen = {}
 for i = 1, n do seen[i] = redis.call('GET', ARGV[1 + i]) end
-local out = {}
+local latest, out = {}, {}
 for i = 1, n do
-  local key, cur = ARGV[1 + i], seen[i]
+  local key = ARGV[1 + i]
+  local cur = latest[key]
+  if cur == nil then cur = seen[i] end
   local b = 1 + n + (i - 1) * 4
   local v, t, at, value = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
 """
     + _COMPARE
     + _PUT
     + b"""
+  if not keep then latest[key] = value end
 end
 return out
 """
@@ -115,6 +118,9 @@ runs it without a cross-slot check; every GET is still checked, and a key the
 node does not serve right now (moved, or migrating away) aborts the script
 *before anything is written*: all the reads come first. A key of another type
 aborts it too. The caller then falls back to one `GUARD_SCRIPT` call per slot.
+A key that appears twice in a batch (two writes of one group in the same loop
+turn) is compared against what the earlier item left, not the read-ahead value,
+so the older of the two never lands over the newer.
 """
 
 GUARD_SHA = hashlib.sha1(GUARD_SCRIPT).hexdigest()
