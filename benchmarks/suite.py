@@ -1,12 +1,14 @@
 """The benchmark suite: stampede against raw redis-py on the same servers, same run.
 
     python -m benchmarks.suite [--seconds 1.0] [--json out.json] [--only shards|cluster]
+                               [--levels 1,16,64,256]
 
 For each topology (3 independent primaries; a 3-master cluster), each operation
 and each concurrency (1, 16, 64, 256 requests in flight), it runs stampede and
 raw redis-py doing the same work in its most natural way (one pipeline per shard
 per request, all shards in parallel; on the cluster, redis-py's cluster pipeline),
-alternating, and reports median and p99 latency, throughput and the ratios.
+in ten alternating slices each, and reports median and p99 latency, throughput
+and the ratios.
 
 Operations: read (stamp), read (commit), write (stamp, HybridClock), write
 (commit), write (stamp, Counter) of a 4-key group spread over the shards, drawn
@@ -34,6 +36,7 @@ from stampede.testing import LocalCluster, LocalPrimaries
 
 Op = Callable[[int], Awaitable[Any]]
 LEVELS = (1, 16, 64, 256)
+ROUNDS = 10
 GROUPS = 256
 
 
@@ -41,11 +44,11 @@ def group_keys(g: int) -> list[str]:
     return [f"bench:{g}:{part}" for part in ("a", "b", "c", "d")]
 
 
-async def measure(op: Op, concurrency: int, seconds: float) -> dict[str, float]:
-    """Run `op` from `concurrency` tasks for `seconds`; latencies in microseconds."""
-    latencies: list[float] = []
+async def run_for(
+    op: Op, concurrency: int, seconds: float, latencies: list[float], rng: random.Random
+) -> float:
+    """Run `op` from `concurrency` tasks for `seconds`, adding to `latencies`; elapsed s."""
     stop = time.perf_counter() + seconds
-    rng = random.Random(concurrency)
 
     async def loop() -> None:
         while time.perf_counter() < stop:
@@ -55,13 +58,36 @@ async def measure(op: Op, concurrency: int, seconds: float) -> dict[str, float]:
 
     started = time.perf_counter()
     await asyncio.gather(*(loop() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+def summary(latencies: list[float], elapsed: float) -> dict[str, float]:
+    """Throughput, median and p99 (microseconds) of one side's pooled latencies."""
     latencies.sort()
     return {
         "ops_per_s": len(latencies) / elapsed,
         "p50_us": statistics.median(latencies) * 1e6,
-        "p99_us": latencies[int(len(latencies) * 0.99) - 1] * 1e6,
+        "p99_us": latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1e6,
     }
+
+
+async def measure_pair(
+    mine: Op, theirs: Op, concurrency: int, seconds: float, rounds: int = ROUNDS
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Both sides for `seconds` each, in `rounds` alternating slices, pooled.
+
+    On a shared (virtual) machine the speed drifts from second to second; slicing
+    both sides finely and alternating which goes first puts the drift on both.
+    """
+    lat: tuple[list[float], list[float]] = ([], [])
+    elapsed = [0.0, 0.0]
+    rng = random.Random(concurrency)
+    for r in range(rounds):
+        order = (0, 1) if r % 2 == 0 else (1, 0)
+        for side in order:
+            op = mine if side == 0 else theirs
+            elapsed[side] += await run_for(op, concurrency, seconds / rounds, lat[side], rng)
+    return summary(lat[0], elapsed[0]), summary(lat[1], elapsed[1])
 
 
 PAYLOAD = b"x" * 100
@@ -149,7 +175,7 @@ async def pipeline_ceiling(url: str, seconds: float, key: str = "ceiling") -> fl
     return rate
 
 
-async def run_topology(kind: str, seconds: float) -> dict[str, Any]:
+async def run_topology(kind: str, seconds: float, levels: tuple[int, ...]) -> dict[str, Any]:
     servers: Any = LocalCluster(3) if kind == "cluster" else LocalPrimaries(3)
     with servers:
         if kind == "cluster":
@@ -174,9 +200,8 @@ async def run_topology(kind: str, seconds: float) -> dict[str, Any]:
                 )
             for name, (base, op) in ours(st).items():
                 results[name] = {}
-                for level in LEVELS:
-                    mine = await measure(op, level, seconds)
-                    theirs = await measure(raw[base], level, seconds)
+                for level in levels:
+                    mine, theirs = await measure_pair(op, raw[base], level, seconds)
                     results[name][level] = {
                         "stampede": mine,
                         "raw": theirs,
@@ -228,6 +253,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--only", choices=["shards", "cluster"])
     parser.add_argument("--json", dest="json_path")
+    parser.add_argument(
+        "--levels",
+        type=lambda text: tuple(int(x) for x in text.split(",")),
+        default=LEVELS,
+        help="concurrency levels, comma-separated (default 1,16,64,256)",
+    )
     args = parser.parse_args()
     data: dict[str, Any] = {
         "machine": f"{platform.node()} ({platform.machine()}, {platform.python_version()})",
@@ -236,7 +267,7 @@ def main() -> None:
     }
     for kind in ("shards", "cluster"):
         if args.only in (None, kind):
-            data["topologies"][kind] = asyncio.run(run_topology(kind, args.seconds))
+            data["topologies"][kind] = asyncio.run(run_topology(kind, args.seconds, args.levels))
     report(data)
     if args.json_path:
         with open(args.json_path, "w") as fh:

@@ -94,3 +94,24 @@ def test_order_is_version_then_token() -> None:
 def test_is_token_accepts_ulids(token: str) -> None:
     """Every canonical ULID string is a token."""
     assert is_token(token)
+
+
+def test_new_token_is_a_ulid_of_now() -> None:
+    """`new_token` makes what python-ulid makes: its time part is now, the rest random."""
+    import time
+
+    from ulid import ULID
+
+    from stampede.writer import new_token
+
+    before = time.time()
+    made = [new_token() for _ in range(2000)]
+    after = time.time()
+    assert len(set(made)) == len(made)
+    for token in made:
+        assert is_token(token)
+        parsed = ULID.from_str(token)
+        assert str(parsed) == token
+        assert before - 0.001 <= parsed.timestamp <= after + 0.001
+    # the random part uses every character of the alphabet
+    assert set("".join(t[10:] for t in made)) == set(CROCKFORD)

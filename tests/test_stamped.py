@@ -190,8 +190,8 @@ async def test_older_write_later_in_one_batch_is_kept_out(st: Stampede) -> None:
     guard; a key that appears twice there must be compared against what the earlier
     item wrote, not against what the script read before writing anything.
     """
-    keys = spread_keys(st, "batch")
-    others = spread_keys(st, "batch-other")
+    keys = [k.encode() for k in spread_keys(st, "batch")]
+    others = [k.encode() for k in spread_keys(st, "batch-other")]
     stamps = [(v, new_token()) for v in range(30, 0, -1)]  # newest first
 
     async def put(version: int, token: str, where: list[bytes]) -> Any:

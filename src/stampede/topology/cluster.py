@@ -29,8 +29,7 @@ from .guard import (
     CROSS_SLOT_GUARD_SHA,
     GUARD_SCRIPT,
     GUARD_SHA,
-    WriteItem,
-    guard_args,
+    WriteRequest,
     split_codes,
 )
 from .lane import Lane
@@ -67,21 +66,6 @@ _SCRIPTS.update(
         _READ.sha: _READ.source,
     }
 )
-
-
-def split_by_request(requests: list[list[WriteItem]], codes: list[Any], node: str) -> list[Any]:
-    """Per request: its codes, or the error of the first of its keys that failed."""
-    out: list[Any] = []
-    pos = 0
-    for request in requests:
-        mine = codes[pos : pos + len(request)]
-        pos += len(request)
-        error = next((c for c in mine if isinstance(c, BaseException)), None)
-        if error is not None:
-            out.append(translate(error, node))
-        else:
-            out.extend(split_codes([request], mine, node))
-    return out
 
 
 def _as_eval(cmd: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -160,12 +144,11 @@ class Cluster:
     def shard_of(self, key: bytes) -> str:
         return self._node(keyslot(key)).name
 
-    def _by_node(self, keys: Sequence[bytes]) -> dict[str, list[int]]:
-        """node name -> positions of `keys` whose slot it owns (as far as we know)."""
+    def _by_slots(self, slots: Sequence[int]) -> dict[str, list[int]]:
+        """node name -> the positions whose slot it owns (as far as we know)."""
         plan: dict[str, list[int]] = {}
         nodes: dict[int, str] = {}
-        for pos, key in enumerate(keys):
-            slot = keyslot(key)
+        for pos, slot in enumerate(slots):
             name = nodes.get(slot)
             if name is None:
                 name = nodes[slot] = self._node(slot).name
@@ -259,7 +242,8 @@ class Cluster:
         return pair
 
     async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        parts = [(self._coalescers(n)[0], pos) for n, pos in self._by_node(keys).items()]
+        plan = self._by_slots([keyslot(k) for k in keys])
+        parts = [(self._coalescers(n)[0], pos) for n, pos in plan.items()]
         return await fetch_parts(keys, parts)
 
     async def _get_batch(self, node: str, requests: list[list[bytes]]) -> list[Any]:
@@ -306,71 +290,119 @@ class Cluster:
         token: str,
         expire_at_ms: int | None = None,
     ) -> WriteOutcome:
-        parts = [(self._coalescers(n)[1], pos) for n, pos in self._by_node(keys).items()]
+        slots = [keyslot(k) for k in keys]
+        parts = [(self._coalescers(n)[1], pos) for n, pos in self._by_slots(slots).items()]
         return await write_parts(
-            keys, values, parts, version=version, token=token, expire_at_ms=expire_at_ms
+            keys,
+            values,
+            parts,
+            version=version,
+            token=token,
+            expire_at_ms=expire_at_ms,
+            slots=slots,
         )
 
-    async def _write_batch(self, node: str, requests: list[list[WriteItem]]) -> list[Any]:
-        """One guarded-script call per slot for every write of this loop turn on `node`."""
-        items = [item for request in requests for item in request]
-        owner = [r for r, request in enumerate(requests) for _ in request]
-        by_slot: dict[int, list[int]] = {}
-        for i, item in enumerate(items):
-            by_slot.setdefault(keyslot(item[0]), []).append(i)
-        if len(by_slot) > 1 and node not in self._no_write_script:
-            whole = await self._guard_node(node, items)
-            if whole is not None:
-                return split_by_request(requests, whole, node)
-        groups = list(by_slot.values())
-        results = await self._guard_calls(node, items, groups, follow=False)
-        # A redirected slot is migrating: writes of several groups in one call could
-        # be split between the nodes (TRYAGAIN), so send each group's keys alone.
-        moving = [g for g, r in zip(groups, results, strict=True) if _redirect(r)]
-        if moving:
-            alone = [
-                [i for i in g if owner[i] == r]
-                for g in moving
-                for r in sorted({owner[i] for i in g})
-            ]
-            settled = dict(
-                zip(map(tuple, alone), await self._guard_calls(node, items, alone), strict=True)
-            )
-            groups = [g for g, r in zip(groups, results, strict=True) if not _redirect(r)] + alone
-            results = [r for r in results if not _redirect(r)] + [settled[tuple(g)] for g in alone]
-        codes: list[Any] = [None] * len(items)
-        for group, res in zip(groups, results, strict=True):
-            for j, i in enumerate(group):
-                codes[i] = res if isinstance(res, BaseException) else int(res[j])
-        return split_by_request(requests, codes, node)
+    async def _write_batch(self, node: str, requests: list[WriteRequest]) -> list[Any]:
+        """One guarded-script call for every write of this loop turn on `node`.
 
-    async def _guard_node(self, node: str, items: list[WriteItem]) -> list[Any] | None:
+        Keys of several slots go in one cross-slot call; a node that refuses it (a
+        slot moving, or a server before 7.0) gets one call per slot instead.
+        """
+        if len(requests) == 1:
+            keys, argv, slots = requests[0].keys, requests[0].argv, requests[0].slots
+        else:
+            keys = [key for request in requests for key in request.keys]
+            argv = [arg for request in requests for arg in request.argv]
+            slots = [slot for request in requests for slot in request.slots]
+        first = slots[0]
+        if all(slot == first for slot in slots):
+            groups = [list(range(len(keys)))]
+        else:
+            if node not in self._no_write_script:
+                whole = await self._guard_node(node, keys, argv)
+                if whole is not None:
+                    return split_codes(requests, whole, node)
+            by_slot: dict[int, list[int]] = {}
+            for i, slot in enumerate(slots):
+                by_slot.setdefault(slot, []).append(i)
+            groups = list(by_slot.values())
+        results = await self._guard_calls(node, keys, argv, groups, follow=False)
+        if any(_redirect(r) for r in results):
+            groups, results = await self._settle_moving(node, requests, keys, argv, groups, results)
+        if len(groups) == 1 and not isinstance(results[0], BaseException):
+            return split_codes(requests, list(results[0]), node)
+        codes: list[Any] = [None] * len(keys)
+        for group, res in zip(groups, results, strict=True):
+            if isinstance(res, BaseException):
+                error = translate(res, node)
+                for i in group:
+                    codes[i] = error
+            else:
+                for i, code in zip(group, res, strict=True):
+                    codes[i] = code
+        return split_codes(requests, codes, node)
+
+    async def _settle_moving(
+        self,
+        node: str,
+        requests: list[WriteRequest],
+        keys: list[bytes],
+        argv: list[object],
+        groups: list[list[int]],
+        results: list[Any],
+    ) -> tuple[list[list[int]], list[Any]]:
+        """Resend redirected slots' keys one write at a time, following ASK and TRYAGAIN.
+
+        A redirected slot is migrating: the keys of several writes in one call could
+        be split between the two nodes (TRYAGAIN), while each write's own keys move
+        together often enough to get through.
+        """
+        owner = [r for r, request in enumerate(requests) for _ in request.keys]
+        moving = [g for g, r in zip(groups, results, strict=True) if _redirect(r)]
+        alone = [
+            [i for i in g if owner[i] == r] for g in moving for r in sorted({owner[i] for i in g})
+        ]
+        settled = await self._guard_calls(node, keys, argv, alone)
+        kept = [(g, r) for g, r in zip(groups, results, strict=True) if not _redirect(r)]
+        return [g for g, _ in kept] + alone, [r for _, r in kept] + settled
+
+    async def _guard_node(
+        self, node: str, keys: list[bytes], argv: list[object]
+    ) -> list[Any] | None:
         """The whole batch in one cross-slot guard call; None when the node refuses it."""
-        args = [len(items), *[it[0] for it in items], *guard_args(items)]
+        args = (len(keys), *keys, *argv)
         (reply,) = await self._pipeline(
-            node, [("EVALSHA", CROSS_SLOT_GUARD_SHA, 0, *args)], [items[0][0]], follow=False
+            node, [("EVALSHA", CROSS_SLOT_GUARD_SHA, 0, *args)], [keys[0]], follow=False
         )
         if isinstance(reply, rex.NoScriptError):
             (reply,) = await self._pipeline(
-                node, [("EVAL", CROSS_SLOT_GUARD_SCRIPT, 0, *args)], [items[0][0]], follow=False
+                node, [("EVAL", CROSS_SLOT_GUARD_SCRIPT, 0, *args)], [keys[0]], follow=False
             )
         if not isinstance(reply, BaseException):
-            return [int(c) for c in reply]
+            return list(reply)
         text = str(reply)
         if not ("non local key" in text or "WRONGTYPE" in text or _redirect(reply)):
             self._no_write_script.add(node)  # e.g. Redis 6: no script flags
         return None
 
     async def _guard_calls(
-        self, node: str, items: list[WriteItem], groups: list[list[int]], *, follow: bool = True
+        self,
+        node: str,
+        keys: list[bytes],
+        argv: list[object],
+        groups: list[list[int]],
+        *,
+        follow: bool = True,
     ) -> list[Any]:
-        """One guarded-script call per group of item indexes (each in one slot)."""
+        """One guarded-script call per group of key indexes (each group in one slot)."""
 
         def command(op: str, body: bytes | str, group: list[int]) -> tuple[Any, ...]:
-            chosen = [items[i] for i in group]
-            return (op, body, len(chosen), *[it[0] for it in chosen], *guard_args(chosen))
+            if len(group) == len(keys):
+                return (op, body, len(keys), *keys, *argv)
+            chosen = [arg for i in group for arg in argv[4 * i : 4 * i + 4]]
+            return (op, body, len(group), *[keys[i] for i in group], *chosen)
 
-        first_keys = [items[g[0]][0] for g in groups]
+        first_keys = [keys[g[0]] for g in groups]
         results = await self._pipeline(
             node, [command("EVALSHA", GUARD_SHA, g) for g in groups], first_keys, follow=follow
         )

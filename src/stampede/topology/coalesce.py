@@ -47,9 +47,15 @@ class Coalescer(Generic[Req, Res]):
         """Queue `request`; the future resolves with its own result or error."""
         loop = asyncio.get_running_loop()
         size = self._size(request)
+        if not self._tasks and not self._queue:
+            # Idle: nothing in flight that later requests of this turn could wait
+            # behind, so this one goes at once rather than one loop turn later.
+            future: asyncio.Future[Res] = loop.create_future()
+            self._start(loop, [(request, future)])
+            return future
         if self._queue and self._items + size > self.max_items:
             self._flush()  # a request is never split across batches
-        future: asyncio.Future[Res] = loop.create_future()
+        future = loop.create_future()
         self._queue.append((request, future))
         self._items += size
         if self._items >= self.max_items:
@@ -64,7 +70,12 @@ class Coalescer(Generic[Req, Res]):
         if not self._queue:
             return
         batch, self._queue, self._items = self._queue, [], 0
-        task = asyncio.get_running_loop().create_task(self._send(batch))
+        self._start(asyncio.get_running_loop(), batch)
+
+    def _start(
+        self, loop: asyncio.AbstractEventLoop, batch: list[tuple[Req, asyncio.Future[Res]]]
+    ) -> None:
+        task = loop.create_task(self._send(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

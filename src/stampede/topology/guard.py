@@ -20,6 +20,7 @@ reply  one integer per key: 1 written over an older value, 2 written over the
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ShardResponseError
@@ -34,8 +35,7 @@ __all__ = [
     "SAME",
     "WRITTEN",
     "WRONGTYPE",
-    "WriteItem",
-    "guard_args",
+    "WriteRequest",
     "split_codes",
 ]
 
@@ -127,34 +127,76 @@ GUARD_SHA = hashlib.sha1(GUARD_SCRIPT).hexdigest()
 CROSS_SLOT_GUARD_SHA = hashlib.sha1(CROSS_SLOT_GUARD_SCRIPT).hexdigest()
 
 
-WriteItem = tuple[bytes, int, str, int | None, bytes]
-"""(key, version, token, expire_at_ms, value): one key of one guarded write."""
+class WriteRequest:
+    """The keys one guarded write sends to one shard, with their ARGV ready-made.
+
+    `argv` holds four values per key (version, token, expire-at, value), in the
+    order of `keys`, so a batch's call is its requests' keys and argv joined;
+    `slots` are the keys' hash slots where the topology routes by them (a cluster
+    splits a batch per slot when a node refuses the cross-slot script).
+    """
+
+    __slots__ = ("argv", "keys", "slots")
+
+    def __init__(self, keys: list[bytes], argv: list[object], slots: list[int]) -> None:
+        self.keys = keys
+        self.argv = argv
+        self.slots = slots
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @classmethod
+    def build(
+        cls,
+        keys: Sequence[bytes],
+        values: Sequence[bytes],
+        positions: Sequence[int],
+        *,
+        version: int,
+        token: str,
+        expire_at_ms: int | None,
+        slots: Sequence[int] = (),
+    ) -> WriteRequest:
+        """The request for `keys[p]`, `values[p]` at each position p, one stamp for all."""
+        at = expire_at_ms or 0
+        argv: list[object] = []
+        for p in positions:
+            argv += (version, token, at, values[p])
+        return cls(
+            [keys[p] for p in positions], argv, [slots[p] for p in positions] if slots else []
+        )
 
 
-def guard_args(items: list[WriteItem]) -> list[object]:
-    """ARGV for `GUARD_SCRIPT`: four per key."""
-    out: list[object] = []
-    for _, version, token, at, value in items:
-        out += [version, token, at or 0, value]
-    return out
+def wrongtype(key: bytes, shard: str) -> ShardResponseError:
+    return ShardResponseError(
+        f"key {key!r} holds a non-string value (WRONGTYPE); a stamped group's "
+        "keys must be plain strings: rename or delete it",
+        shard=shard,
+    )
 
 
-def split_codes(requests: list[list[WriteItem]], codes: list[int], shard: str) -> list[Any]:
-    """Per request: its keys' codes, or a `ShardResponseError` for a WRONGTYPE key."""
+def split_codes(requests: Sequence[WriteRequest], codes: list[Any], shard: str) -> list[Any]:
+    """Per request: its keys' codes, or the error of its first key that failed.
+
+    A code is an int from the script, or an exception when the key's call failed
+    (a cluster node that could not be reached for one slot); a WRONGTYPE key
+    fails its request with a `ShardResponseError` naming it.
+    """
+    if len(requests) == 1 and WRONGTYPE not in codes:
+        if all(type(c) is int for c in codes):
+            return [codes]
     out: list[Any] = []
     pos = 0
     for request in requests:
-        mine = [int(c) for c in codes[pos : pos + len(request)]]
-        pos += len(request)
-        bad = [item[0] for item, code in zip(request, mine, strict=True) if code == WRONGTYPE]
-        if bad:
-            out.append(
-                ShardResponseError(
-                    f"key {bad[0]!r} holds a non-string value (WRONGTYPE); a stamped group's "
-                    "keys must be plain strings: rename or delete it",
-                    shard=shard,
-                )
-            )
+        n = len(request.keys)
+        mine = codes[pos : pos + n]
+        pos += n
+        error = next((c for c in mine if isinstance(c, BaseException)), None)
+        if error is not None:
+            out.append(error)
+        elif WRONGTYPE in mine:
+            out.append(wrongtype(request.keys[mine.index(WRONGTYPE)], shard))
         else:
             out.append(mine)
     return out

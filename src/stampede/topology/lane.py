@@ -12,6 +12,11 @@ settings), sends packed commands, and reads raw replies:
   any reply arrived is retried once on a fresh connection (every command sent
   here is idempotent: reads and guarded writes);
 - at most `limit` connections are open; callers beyond wait for a free one.
+
+Commands are packed by hiredis's C encoder (`hiredis.pack_command`), about five
+times faster than redis-py's pure-Python one that its asyncio connections use; an
+argument hiredis does not take (or a command name with a space in it) goes through
+redis-py's packer, which also gives redis-py's error for a value it cannot send.
 """
 
 from __future__ import annotations
@@ -20,10 +25,28 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from hiredis import pack_command as _hiredis_pack
 from redis import exceptions as rex
 from redis.asyncio import Redis
 
-__all__ = ["Lane"]
+__all__ = ["Lane", "pack"]
+
+
+def pack(conn: Any, commands: Sequence[Sequence[Any]]) -> bytes | list[bytes]:
+    """The wire bytes of `commands`, by hiredis when it can, else by redis-py."""
+    try:
+        out = []
+        for command in commands:
+            name = command[0]
+            if (b" " if isinstance(name, bytes) else " ") in name:
+                break  # "CONFIG GET"-style names are split by redis-py's packer
+            out.append(_hiredis_pack(tuple(command)))
+        else:
+            return b"".join(out)
+    except TypeError:
+        pass
+    packed: list[bytes] = conn.pack_commands(commands)
+    return packed
 
 
 class Lane:
@@ -73,7 +96,7 @@ class Lane:
             conn = await self._take()
             replies: list[Any] = []
             try:
-                await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                await conn.send_packed_command(pack(conn, commands), check_health=False)
                 for _ in commands:
                     try:
                         replies.append(await conn.read_response())

@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import ShardError
 from .base import WriteOutcome
 from .coalesce import Coalescer
+from .guard import WriteRequest
 
 __all__ = ["Part", "fetch_parts", "write_parts"]
 
@@ -42,20 +43,36 @@ async def write_parts(
     version: int,
     token: str,
     expire_at_ms: int | None,
+    slots: Sequence[int] = (),
 ) -> WriteOutcome:
     """Guarded-write every key through its shard's coalescer; per-shard failures kept."""
     futures = [
-        c.submit([(keys[p], version, token, expire_at_ms, values[p]) for p in positions])
+        c.submit(
+            WriteRequest.build(
+                keys,
+                values,
+                positions,
+                version=version,
+                token=token,
+                expire_at_ms=expire_at_ms,
+                slots=slots,
+            )
+        )
         for c, positions in parts
     ]
-    results = await asyncio.gather(*futures, return_exceptions=True)
+    if len(futures) == 1:
+        try:
+            results: list[Any] = [await futures[0]]
+        except ShardError as exc:
+            results = [exc]
+    else:
+        results = await asyncio.gather(*futures, return_exceptions=True)
     outcome = WriteOutcome()
     for (_, positions), codes in zip(parts, results, strict=True):
-        shard_keys = [keys[p] for p in positions]
         if isinstance(codes, ShardError):
-            outcome.failed.update(dict.fromkeys(shard_keys, codes))
+            outcome.failed.update(dict.fromkeys([keys[p] for p in positions], codes))
         elif isinstance(codes, BaseException):
             raise codes
         else:
-            outcome.results.update(zip(shard_keys, codes, strict=True))
+            outcome.results.update(zip([keys[p] for p in positions], codes, strict=True))
     return outcome

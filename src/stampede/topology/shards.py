@@ -22,7 +22,7 @@ from ..keys import HashPolicy, SlotMap, keyslot
 from ..options import ConnectOptions, redis_kwargs
 from .base import Updater, WriteOutcome, guarded, send, translate
 from .coalesce import Coalescer
-from .guard import GUARD_SCRIPT, GUARD_SHA, WriteItem, guard_args, split_codes
+from .guard import GUARD_SCRIPT, GUARD_SHA, WriteRequest, split_codes
 from .lane import Lane
 from .node_ops import (
     Body,
@@ -167,17 +167,19 @@ class Shards:
             pos += len(keys)
         return out
 
-    async def _write_batch(self, shard: int, requests: list[list[WriteItem]]) -> list[Any]:
+    async def _write_batch(self, shard: int, requests: list[WriteRequest]) -> list[Any]:
         """One guarded-script call for every write of this loop turn on `shard`."""
-        items = [item for request in requests for item in request]
+        if len(requests) == 1:
+            keys, argv = requests[0].keys, requests[0].argv
+        else:
+            keys = [key for request in requests for key in request.keys]
+            argv = [arg for request in requests for arg in request.argv]
         lane = self._lanes[shard]
-        keys = [item[0] for item in items]
-        args = guard_args(items)
         try:
             try:
-                codes = await lane.call("EVALSHA", GUARD_SHA, len(keys), *keys, *args)
+                codes = await lane.call("EVALSHA", GUARD_SHA, len(keys), *keys, *argv)
             except rex.NoScriptError:
-                codes = await lane.call("EVAL", GUARD_SCRIPT, len(keys), *keys, *args)
+                codes = await lane.call("EVAL", GUARD_SCRIPT, len(keys), *keys, *argv)
         except (rex.RedisError, OSError, TimeoutError) as exc:
             raise translate(exc, self._names[shard]) from exc
         return split_codes(requests, codes, self._names[shard])
