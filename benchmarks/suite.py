@@ -12,14 +12,18 @@ and the ratios.
 
 Operations: read (stamp), read (commit), write (stamp, HybridClock), write
 (commit), write (stamp, Counter) of a 4-key group spread over the shards, drawn
-from 256 groups. A reference line gives raw 256-command GET pipelines on one
-primary: the most one process gets out of redis-py.
+from 256 groups, each against raw GETs or SETs; and the stamped write once more
+against raw redis-py calling stampede's guard script itself (EVALSHA per key on
+the cluster, per shard over primaries), which separates the server's cost of the
+guard from stampede's own. A reference line gives raw 256-command GET pipelines
+on one primary: the most one process gets out of redis-py.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import platform
 import random
@@ -33,6 +37,8 @@ from redis.asyncio.cluster import RedisCluster
 
 import stampede
 from stampede.testing import LocalCluster, LocalPrimaries
+from stampede.topology.guard import GUARD_SCRIPT, GUARD_SHA
+from stampede.writer import new_token
 
 Op = Callable[[int], Awaitable[Any]]
 LEVELS = (1, 16, 64, 256)
@@ -91,6 +97,9 @@ async def measure_pair(
 
 
 PAYLOAD = b"x" * 100
+STAMPS = ((v, new_token()) for v in itertools.count(1))
+"""Stamps for the raw guarded writes (the payload is not an envelope; the guard
+only reads the stored one, and these keys hold only its own writes)."""
 
 
 def raw_cluster_ops(cluster: RedisCluster) -> dict[str, Op]:
@@ -108,7 +117,14 @@ def raw_cluster_ops(cluster: RedisCluster) -> dict[str, Op]:
             pipe.set(k + ":raw", PAYLOAD)
         return await pipe.execute()
 
-    return {"read": read, "write": write}
+    async def guarded(g: int) -> Any:
+        version, token = next(STAMPS)
+        pipe = cluster.pipeline()
+        for k in group_keys(g):
+            pipe.execute_command("EVALSHA", GUARD_SHA, 1, k + ":raw", version, token, 0, PAYLOAD)
+        return await pipe.execute()
+
+    return {"read": read, "write": write, "guarded": guarded}
 
 
 def raw_shard_ops(shards: list[Redis], shard_of: Callable[[str], int]) -> dict[str, Op]:
@@ -136,7 +152,19 @@ def raw_shard_ops(shards: list[Redis], shard_of: Callable[[str], int]) -> dict[s
     async def write(g: int) -> Any:
         return await per_shard(g, True)
 
-    return {"read": read, "write": write}
+    async def guarded(g: int) -> Any:
+        version, token = next(STAMPS)
+        by: dict[int, list[str]] = {}
+        for k in group_keys(g):
+            by.setdefault(shard_of(k), []).append(k + ":raw")
+
+        async def one(s: int, ks: list[str]) -> Any:
+            args = [a for _ in ks for a in (version, token, 0, PAYLOAD)]
+            return await shards[s].evalsha(GUARD_SHA, len(ks), *ks, *args)
+
+        return await asyncio.gather(*(one(s, ks) for s, ks in by.items()))
+
+    return {"read": read, "write": write, "guarded": guarded}
 
 
 def ours(st: stampede.Stampede) -> dict[str, tuple[str, Op]]:
@@ -154,6 +182,8 @@ def ours(st: stampede.Stampede) -> dict[str, tuple[str, Op]]:
         "write stamp hybrid": ("write", write("stamp", "hybrid")),
         "write commit hybrid": ("write", write("commit", "hybrid")),
         "write stamp counter": ("write", write("stamp", "counter")),
+        # the same stamped write against raw redis-py calling the guard script itself
+        "write stamp vs guard": ("guarded", write("stamp", "hybrid")),
     }
 
 
@@ -185,6 +215,8 @@ async def run_topology(kind: str, seconds: float, levels: tuple[int, ...]) -> di
             st = stampede.connect(servers.urls)
             raw_clients = [Redis.from_url(u, max_connections=1024) for u in servers.urls]
         results: dict[str, Any] = {}
+        for client in [raw_clients] if kind == "cluster" else raw_clients:
+            await client.script_load(GUARD_SCRIPT)
         async with st:
             names = st.topology.shard_names
             raw = (

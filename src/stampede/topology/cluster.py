@@ -314,8 +314,7 @@ class Cluster:
             keys = [key for request in requests for key in request.keys]
             argv = [arg for request in requests for arg in request.argv]
             slots = [slot for request in requests for slot in request.slots]
-        first = slots[0]
-        if all(slot == first for slot in slots):
+        if slots.count(slots[0]) == len(slots):
             groups = [list(range(len(keys)))]
         else:
             if node not in self._no_write_script:
@@ -327,10 +326,10 @@ class Cluster:
                 by_slot.setdefault(slot, []).append(i)
             groups = list(by_slot.values())
         results = await self._guard_calls(node, keys, argv, groups, follow=False)
+        if len(results) == 1 and not isinstance(results[0], BaseException):
+            return split_codes(requests, results[0], node)
         if any(_redirect(r) for r in results):
             groups, results = await self._settle_moving(node, requests, keys, argv, groups, results)
-        if len(groups) == 1 and not isinstance(results[0], BaseException):
-            return split_codes(requests, list(results[0]), node)
         codes: list[Any] = [None] * len(keys)
         for group, res in zip(groups, results, strict=True):
             if isinstance(res, BaseException):

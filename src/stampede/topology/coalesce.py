@@ -26,7 +26,16 @@ RunBatch = Callable[[list[Req]], Awaitable[list[Res | BaseException]]]
 class Coalescer(Generic[Req, Res]):
     """Gathers requests of one loop turn into batches of at most `max_items` items."""
 
-    __slots__ = ("_items", "_queue", "_run", "_scheduled", "_size", "_tasks", "max_items")
+    __slots__ = (
+        "_inline",
+        "_items",
+        "_queue",
+        "_run",
+        "_scheduled",
+        "_size",
+        "_tasks",
+        "max_items",
+    )
 
     def __init__(
         self,
@@ -42,12 +51,36 @@ class Coalescer(Generic[Req, Res]):
         self._items = 0
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._inline = 0
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and no round trip in flight."""
+        return not self._tasks and not self._queue and not self._inline
+
+    async def call(self, request: Req) -> Res:
+        """`request`'s result: run in the caller's own task when idle, else batched.
+
+        An idle coalescer has nothing for the request to ride with, so the caller
+        makes the round trip itself: no task, no future, no loop turn in between.
+        Requests submitted meanwhile queue and go in the next loop turn as usual.
+        """
+        if not self.idle:
+            return await self.submit(request)
+        self._inline += 1
+        try:
+            (result,) = await self._run([request])
+        finally:
+            self._inline -= 1
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def submit(self, request: Req) -> asyncio.Future[Res]:
         """Queue `request`; the future resolves with its own result or error."""
         loop = asyncio.get_running_loop()
         size = self._size(request)
-        if not self._tasks and not self._queue:
+        if self.idle:
             # Idle: nothing in flight that later requests of this turn could wait
             # behind, so this one goes at once rather than one loop turn later.
             future: asyncio.Future[Res] = loop.create_future()
