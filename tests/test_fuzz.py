@@ -73,5 +73,5 @@ def test_the_chaos_fuzz_runner_counts_cases() -> None:
 
 @pytest.mark.parametrize("defect", REGRESSIONS, ids=lambda d: d.name)
 def test_defects_fuzzing_found_stay_fixed(defect: Defect) -> None:
-    """Each defect fuzzing found (fixed in 30fcd8f) raises only documented errors now."""
+    """Each defect fuzzing found (all fixed) raises only documented errors now."""
     assert probe(defect) is None

@@ -17,8 +17,8 @@ compiled scan pattern has its `group`.
 Inputs mix random bytes with near misses built from the formats' own parts, and
 the hostile inputs that found defects before: JSON nested past the recursion limit,
 keys that are not UTF-8, lone surrogates, repeat counts past 2**32. Those defects
-(`REGRESSIONS`, fixed in stampede 30fcd8f) keep their minimal reproductions, which
-`probe` replays on every run.
+(`REGRESSIONS`, all fixed; see CHANGELOG.md) keep their minimal reproductions,
+which `probe` replays on every run.
 """
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ def fuzz_table(console: Console, cases: int, outcome: Outcome) -> None:
     console.print(table)
     for failure in outcome.fuzz_failures:
         console.print(f"  [bold red]unexpected[/] {failure}")
-    again = Table(title="defects fuzzing found (fixed in 30fcd8f), replayed", title_justify="left")
+    again = Table(title="defects fuzzing found (fixed), replayed", title_justify="left")
     for column in ("defect", "target", "status"):
         again.add_column(column)
     for defect in REGRESSIONS:
