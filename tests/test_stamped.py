@@ -192,7 +192,7 @@ async def test_older_write_later_in_one_batch_is_kept_out(st: Stampede) -> None:
     """
     keys = [k.encode() for k in spread_keys(st, "batch")]
     others = [k.encode() for k in spread_keys(st, "batch-other")]
-    stamps = [(v, new_token()) for v in range(30, 0, -1)]  # newest first
+    stamps = [(v, new_token()) for v in range(31, 1, -1)]  # newest first
 
     async def put(version: int, token: str, where: list[bytes]) -> Any:
         envelope = Envelope(version, token, str(version).encode()).encode()
@@ -200,8 +200,12 @@ async def test_older_write_later_in_one_batch_is_kept_out(st: Stampede) -> None:
             where, [envelope] * len(where), version=version, token=token
         )
 
-    outcomes = await asyncio.gather(
-        *(put(v, t, keys) for v, t in stamps), *(put(v, t, others) for v, t in stamps[:3])
+    # An idle shard sends a lone write at once; the oldest write goes first so that
+    # every shard is busy and the racing writes after it queue into one batch each.
+    _, *outcomes = await asyncio.gather(
+        put(1, new_token(), [*keys, *others]),
+        *(put(v, t, keys) for v, t in stamps),
+        *(put(v, t, others) for v, t in stamps[:3]),
     )
     assert all(outcomes[0].results[k] == WRITTEN for k in keys)
     for outcome in outcomes[1 : len(stamps)]:
