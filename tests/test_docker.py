@@ -118,7 +118,8 @@ def test_cluster_init_waits_for_every_node_and_adds_one_replica_per_master() -> 
 
 
 def test_workers_build_the_dockerfile_and_run_stampede_worker() -> None:
-    """Both workers build docker/Dockerfile and pass `stampede worker` valid arguments."""
+    """Both workers build docker/Dockerfile, pass `stampede worker` valid arguments and
+    publish their metrics port."""
     services = compose()["services"]
     for name in WORKERS:
         svc = service(name)
@@ -127,6 +128,10 @@ def test_workers_build_the_dockerfile_and_run_stampede_worker() -> None:
         args = [str(a) for a in svc["command"]]
         ctx = worker_command.make_context("worker", list(args))  # parses like the CLI does
         assert ctx.params["strategy"] == "newest-wins"
+        # metrics reachable from the host: bound to every address, port published
+        port = ctx.params["metrics_port"]
+        assert ctx.params["metrics_host"] == "0.0.0.0"
+        assert published(name) == {port: port}
         for url in ctx.params["urls"]:
             host, port = url.removeprefix("redis://").split(":")
             assert host in services, url

@@ -216,3 +216,38 @@ async def test_metrics_endpoint_serves_prometheus_text(st: Stampede) -> None:
     assert body.startswith(b"HTTP/1.1 200 OK")
     assert b"stampede_worker_jobs_done_total 7" in body
     assert b"stampede_repair_queue_lag" in body
+
+
+async def test_worker_cli_serves_metrics_on_the_chosen_address(
+    redis_primaries: LocalPrimaries,
+) -> None:
+    """`stampede worker --metrics-port P --metrics-host H` answers on H:P while it runs."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
+    worker = await start_cli(
+        "worker", *urls, "--strategy", "newest-wins",
+        "--metrics-port", str(port), "--metrics-host", "0.0.0.0",
+    )  # fmt: skip
+    body = b""
+
+    async def answers() -> bool:
+        nonlocal body
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return False
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        body = await reader.read()
+        writer.close()
+        return True
+
+    try:
+        await eventually(answers, within=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(worker.communicate(), timeout=30)
+    assert worker.returncode == 0, err.decode()[-2000:]
+    assert body.startswith(b"HTTP/1.1 200 OK")
+    assert b"stampede_worker_jobs_done_total 0" in body

@@ -97,7 +97,14 @@ def with_connection(fn: Any) -> Any:
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="Serve Prometheus text on this port (127.0.0.1).",
+    help="Serve Prometheus text on this port.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics port binds; 0.0.0.0 lets a scraper outside the host "
+    "or container reach it.",
 )
 @click.option(
     "--health-interval",
@@ -119,6 +126,7 @@ def worker_command(
     max_attempts: int,
     min_idle: float,
     metrics_port: int | None,
+    metrics_host: str,
     health_interval: float,
     log_level: str,
 ) -> None:
@@ -156,7 +164,11 @@ def worker_command(
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, worker.stop)
-            server = await serve_metrics(worker.stats, metrics_port) if metrics_port else None
+            server = (
+                await serve_metrics(worker.stats, metrics_port, metrics_host)
+                if metrics_port
+                else None
+            )
             try:
                 await worker.run()
             finally:
