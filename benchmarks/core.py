@@ -10,8 +10,9 @@ Starts three local redis-server primaries, then measures, at concurrency 1:
   stampede: `Stampede.write` in stamp mode with HybridClock, then the extra cost
   of commit mode and of the Counter version source.
 
-Each figure is the median over rounds of the mean latency within a round; raw and
-stampede alternate round by round so drift hits both alike.
+Each figure is the median over rounds of the mean latency within a round; the
+operations take turns within each round, in an order rotated from round to round,
+so drift hits all alike.
 """
 
 from __future__ import annotations
@@ -61,9 +62,11 @@ async def compare(ops_by_name: dict[str, Op], *, rounds: int, ops: int) -> dict[
     for op in ops_by_name.values():  # warm connections and scripts
         await per_op(op, 50)
     samples: dict[str, list[float]] = {name: [] for name in ops_by_name}
-    for _ in range(rounds):
-        for name, op in ops_by_name.items():
-            samples[name].append(await per_op(op, ops))
+    names = list(ops_by_name)
+    for r in range(rounds):
+        # rotate the order each round, so that no operation always follows the same one
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            samples[name].append(await per_op(ops_by_name[name], ops))
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
