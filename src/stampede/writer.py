@@ -55,7 +55,7 @@ _head: tuple[int, str] = (-1, "")
 def new_token() -> str:
     """A fresh ULID token for one logical write: 48-bit milliseconds, 80 random bits.
 
-    The same 26 characters `str(ulid.ULID())` gives, made about four times faster
+    The same 26 characters `str(ulid.ULID())` gives, made about three times faster
     (it is on every write's path): the time part is encoded once per millisecond
     and the random part ten bits at a time.
     """

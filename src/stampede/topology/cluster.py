@@ -30,6 +30,7 @@ from .guard import (
     GUARD_SCRIPT,
     GUARD_SHA,
     WriteRequest,
+    joined,
     split_codes,
 )
 from .lane import Lane
@@ -308,12 +309,7 @@ class Cluster:
         Keys of several slots go in one cross-slot call; a node that refuses it (a
         slot moving, or a server before 7.0) gets one call per slot instead.
         """
-        if len(requests) == 1:
-            keys, argv, slots = requests[0].keys, requests[0].argv, requests[0].slots
-        else:
-            keys = [key for request in requests for key in request.keys]
-            argv = [arg for request in requests for arg in request.argv]
-            slots = [slot for request in requests for slot in request.slots]
+        keys, argv, slots = joined(requests)
         if slots.count(slots[0]) == len(slots):
             groups = [list(range(len(keys)))]
         else:

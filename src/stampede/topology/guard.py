@@ -36,6 +36,7 @@ __all__ = [
     "WRITTEN",
     "WRONGTYPE",
     "WriteRequest",
+    "joined",
     "split_codes",
 ]
 
@@ -168,11 +169,14 @@ class WriteRequest:
         )
 
 
-def wrongtype(key: bytes, shard: str) -> ShardResponseError:
-    return ShardResponseError(
-        f"key {key!r} holds a non-string value (WRONGTYPE); a stamped group's "
-        "keys must be plain strings: rename or delete it",
-        shard=shard,
+def joined(requests: Sequence[WriteRequest]) -> tuple[list[bytes], list[object], list[int]]:
+    """The keys, ARGV and slots of a batch's requests, in order, as one call takes them."""
+    if len(requests) == 1:
+        return requests[0].keys, requests[0].argv, requests[0].slots
+    return (
+        [key for request in requests for key in request.keys],
+        [arg for request in requests for arg in request.argv],
+        [slot for request in requests for slot in request.slots],
     )
 
 
@@ -183,9 +187,6 @@ def split_codes(requests: Sequence[WriteRequest], codes: list[Any], shard: str) 
     (a cluster node that could not be reached for one slot); a WRONGTYPE key
     fails its request with a `ShardResponseError` naming it.
     """
-    if len(requests) == 1 and WRONGTYPE not in codes:
-        if all(type(c) is int for c in codes):
-            return [codes]
     out: list[Any] = []
     pos = 0
     for request in requests:
@@ -196,7 +197,14 @@ def split_codes(requests: Sequence[WriteRequest], codes: list[Any], shard: str) 
         if error is not None:
             out.append(error)
         elif WRONGTYPE in mine:
-            out.append(wrongtype(request.keys[mine.index(WRONGTYPE)], shard))
+            bad = request.keys[mine.index(WRONGTYPE)]
+            out.append(
+                ShardResponseError(
+                    f"key {bad!r} holds a non-string value (WRONGTYPE); a stamped group's "
+                    "keys must be plain strings: rename or delete it",
+                    shard=shard,
+                )
+            )
         else:
             out.append(mine)
     return out

@@ -59,22 +59,22 @@ async def write_parts(
     ]
     results = await _scatter(parts, requests)
     outcome = WriteOutcome()
-    for (_, positions), codes in zip(parts, results, strict=True):
+    for request, codes in zip(requests, results, strict=True):
         if isinstance(codes, ShardError):
-            outcome.failed.update(dict.fromkeys([keys[p] for p in positions], codes))
+            outcome.failed.update(dict.fromkeys(request.keys, codes))
         elif isinstance(codes, BaseException):
             raise codes
         else:
-            outcome.results.update(zip([keys[p] for p in positions], codes, strict=True))
+            outcome.results.update(zip(request.keys, codes, strict=True))
     return outcome
 
 
 async def _scatter(parts: list[Part], requests: Sequence[Any]) -> list[Any]:
-    """Each part's result or `ShardError`, all parts at once.
+    """Each part's result or exception, all parts at once.
 
     Every part but the last is submitted (its round trip starts in a task); the
     last runs in this task (`Coalescer.call`), which saves a task and a loop turn
-    when its shard is idle. Exceptions other than `ShardError` propagate.
+    when its shard is idle.
     """
     futures = [c.submit(r) for (c, _), r in zip(parts[:-1], requests[:-1], strict=True)]
     try:
@@ -85,12 +85,5 @@ async def _scatter(parts: list[Part], requests: Sequence[Any]) -> list[Any]:
         for future in futures:
             future.cancel()
         raise
-    if not futures:
-        return [last]
-    if len(futures) == 1:
-        try:
-            first: Any = await futures[0]
-        except ShardError as exc:
-            first = exc
-        return [first, last]
-    return [*await asyncio.gather(*futures, return_exceptions=True), last]
+    rest = await asyncio.gather(*futures, return_exceptions=True) if futures else []
+    return [*rest, last]

@@ -22,7 +22,7 @@ from ..keys import HashPolicy, SlotMap, keyslot
 from ..options import ConnectOptions, redis_kwargs
 from .base import Updater, WriteOutcome, guarded, send, translate
 from .coalesce import Coalescer
-from .guard import GUARD_SCRIPT, GUARD_SHA, WriteRequest, split_codes
+from .guard import GUARD_SCRIPT, GUARD_SHA, WriteRequest, joined, split_codes
 from .lane import Lane
 from .node_ops import (
     Body,
@@ -169,11 +169,7 @@ class Shards:
 
     async def _write_batch(self, shard: int, requests: list[WriteRequest]) -> list[Any]:
         """One guarded-script call for every write of this loop turn on `shard`."""
-        if len(requests) == 1:
-            keys, argv = requests[0].keys, requests[0].argv
-        else:
-            keys = [key for request in requests for key in request.keys]
-            argv = [arg for request in requests for arg in request.argv]
+        keys, argv, _ = joined(requests)
         lane = self._lanes[shard]
         try:
             try:
