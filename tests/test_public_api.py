@@ -7,9 +7,10 @@ import stampede.repair
 import stampede.testing
 
 EXPECTED = [
-    "Cluster", "ConfigurationError", "ConnectOptions", "Counter", "CrossSlotError", "Envelope",
-    "HashPolicy", "HybridClock", "InvalidKeyError", "KeySpace", "MalformedEntry",
-    "MalformedEnvelope", "Mode", "ModelValidationError", "Options", "PartialWriteError",
+    "ClockSkewError", "Cluster", "ConfigurationError", "ConnectOptions", "Counter",
+    "CrossSlotError", "Envelope", "HashPolicy", "HybridClock", "InvalidKeyError",
+    "InvalidValueError", "KeySpace", "MalformedEntry", "MalformedEnvelope", "Mode",
+    "ModelValidationError", "Options", "OrderingError", "OutcomeUnknownError", "PartialWriteError",
     "ReadError", "ReadResult", "Reason", "Receipt", "RepairError", "RetryPolicy", "ShardError",
     "ShardResponseError", "ShardTimeout", "ShardUnavailable", "Shards", "SlotMap", "Stampede",
     "StampedeError", "Status", "Topology", "TornReadError", "TypedGroup", "TypedRead",

@@ -7,12 +7,16 @@ from . import repair as repair
 from .client import Stampede as Stampede
 from .client import connect as connect
 from .envelope import Envelope as Envelope
+from .errors import ClockSkewError as ClockSkewError
 from .errors import ConfigurationError as ConfigurationError
 from .errors import CrossSlotError as CrossSlotError
 from .errors import InvalidKeyError as InvalidKeyError
+from .errors import InvalidValueError as InvalidValueError
 from .errors import MalformedEntry as MalformedEntry
 from .errors import MalformedEnvelope as MalformedEnvelope
 from .errors import ModelValidationError as ModelValidationError
+from .errors import OrderingError as OrderingError
+from .errors import OutcomeUnknownError as OutcomeUnknownError
 from .errors import PartialWriteError as PartialWriteError
 from .errors import ReadError as ReadError
 from .errors import RepairError as RepairError
@@ -52,6 +56,7 @@ from .versions import VersionSource as VersionSource
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ClockSkewError",
     "Cluster",
     "ConfigurationError",
     "ConnectOptions",
@@ -61,12 +66,15 @@ __all__ = [
     "HashPolicy",
     "HybridClock",
     "InvalidKeyError",
+    "InvalidValueError",
     "KeySpace",
     "MalformedEntry",
     "MalformedEnvelope",
     "Mode",
     "ModelValidationError",
     "Options",
+    "OrderingError",
+    "OutcomeUnknownError",
     "PartialWriteError",
     "ReadError",
     "ReadResult",

@@ -8,6 +8,7 @@ StampedeError
 ├── MalformedEnvelope (ValueError)     a stored value is not <version>:<token>:<payload>
 ├── MalformedEntry (ValueError)        an event-log entry is not <token>:...
 ├── ModelValidationError (ValueError)  a typed part failed pydantic validation
+├── InvalidValueError (TypeError)      a value (or a loader's payload) is not bytes
 ├── ShardError                         one shard failed; names the shard
 │   ├── ShardUnavailable (ConnectionError)
 │   ├── ShardTimeout (TimeoutError)
@@ -15,7 +16,10 @@ StampedeError
 ├── WriteError
 │   ├── PartialWriteError              some shards took the write, others did not
 │   │   └── WriteTimeout (TimeoutError) ...because a shard did not answer in time
-│   └── WriteConflict                  WATCH lost the race too many times
+│   ├── WriteConflict                  WATCH lost the race too many times
+│   ├── OutcomeUnknownError            a reply was lost after a non-idempotent send
+│   └── OrderingError                  a stored value cannot be ordered against the write
+│       └── ClockSkewError             ...because it is stamped far in this clock's future
 ├── ReadError
 │   └── TornReadError                  a group stayed torn; carries what was seen
 └── RepairError                        a repair could not be made (loader failed, ...)
@@ -120,6 +124,14 @@ class ModelValidationError(StampedeError, ValueError):
         )
 
 
+class InvalidValueError(StampedeError, TypeError):
+    """A value handed to stampede is not bytes (or `str`, where text is accepted)."""
+
+    def __init__(self, message: str, *, key: bytes | str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class ShardError(StampedeError):
     """One shard failed. `shard` names it (a URL or host:port)."""
 
@@ -188,6 +200,51 @@ class WriteConflict(WriteError):
             f"update of group {_show(group)} lost to concurrent writers {attempts} "
             "times; retry later or raise max_attempts."
         )
+
+
+class OutcomeUnknownError(WriteError):
+    """The connection was lost after a non-idempotent operation was sent, before its reply.
+
+    The server may or may not have applied it; stampede did not send it again,
+    because doing so could apply it twice. `operation` names it, `shard` where it
+    went. Read the keys it touches to learn what happened.
+    """
+
+    def __init__(self, operation: str, *, shard: str, cause: BaseException | None = None) -> None:
+        self.operation = operation
+        self.shard = shard
+        self.cause = cause
+        why = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        super().__init__(
+            f"{operation} on shard {shard}: the connection was lost after it was sent and "
+            f"before its reply{why}; it may or may not have been applied, and it was not "
+            "sent again because it is not idempotent. Read the keys it touches to find out."
+        )
+
+
+class OrderingError(WriteError):
+    """A key holds a stamped value that this write cannot be ordered against.
+
+    `why` is `"mixed-sources"` (the stored version comes from another kind of
+    version source: clock versions against sequence versions), `"foreign"` (an
+    envelope-like value whose version is not a valid decimal below 2**63) or
+    `"future"` (`ClockSkewError`). Nothing was written to `keys`.
+    """
+
+    def __init__(self, group: bytes | str, keys: Sequence[bytes], why: str, detail: str) -> None:
+        self.group = group
+        self.keys = list(keys)
+        self.why = why
+        shown = ", ".join(_show(k) for k in self.keys[:5])
+        super().__init__(f"write of group {_show(group)} refused at {shown}: {detail}")
+
+
+class ClockSkewError(OrderingError):
+    """A key holds a clock version further ahead of this writer's clock than allowed.
+
+    A writer whose clock ran ahead (or another program) stamped it; a later write
+    from a correct clock would be kept out as older until that time comes.
+    """
 
 
 class ReadError(StampedeError):
