@@ -6,7 +6,8 @@ stream        stampede:repairs            (one partition)
 consumers     group "stampede-repair"
 entry fields  group, keys (JSON), seen (JSON), reason, enqueued_at, plus stampede's
               own mode ("stamp"/"commit"), attempts and, after a failure, last_error
-pending       {stampede:repairs}:pending / stampede:repairs:{<n>}:pending   (hash: group -> id)
+pending       {stampede:repairs}:pending / stampede:repairs:{<n>}:pending
+              (hash: group -> marker, see below)
 dead letters  stampede:repairs:dead       (entry fields plus last_error, failed_at)
 ```
 
@@ -16,6 +17,16 @@ is checked and recorded in the same Lua call as the XADD. A job whose worker
 died stays pending in the consumer group and is taken over with XAUTOCLAIM once
 idle long enough; a job that fails (or whose worker died) `max_attempts` times
 goes to the dead-letter stream with its last error.
+
+The marker is `<id>:<enqueued_ms>` while nobody asked again since a worker took
+the job, and `<id>:<enqueued_ms>:<n>:<fields>` once `n` enqueues found the job
+already delivered to a worker (which may have read the group before they saw it
+torn): `<fields>` is the JSON array of the newest such enqueue's entry fields.
+The ack of a job whose marker is in that second form does not end the group's
+turn: it adds those fields as a new job, so every caller told "already pending"
+is followed by a repair that reads the group after its enqueue. An enqueue that
+finds the pending job not yet delivered changes nothing (the worker has yet to
+read), and one whose marker names an entry that is gone replaces the marker.
 """
 
 from __future__ import annotations
@@ -38,31 +49,53 @@ CONSUMER_GROUP = b"stampede-repair"
 BASE = b"stampede:repairs"
 DEAD = b"stampede:repairs:dead"
 
+# enqueue: KEYS stream, marker hash; ARGV group, now_ms, marker_ttl_ms, consumer group,
+# entry fields...
+# Returns the new entry's id, or false when the group's pending job covers this call.
 _ENQUEUE = Script(b"""
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur then
-  local at = tonumber(string.match(cur, ':(%d+)$'))
-  if at and (tonumber(ARGV[2]) - at) < tonumber(ARGV[3]) then return false end
+  local id, at, rest = string.match(cur, '^([^:]+):(%d+)(.*)$')
+  at = tonumber(at)
+  if id and at and (tonumber(ARGV[2]) - at) < tonumber(ARGV[3]) then
+    local fields = {}
+    for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+    if #redis.call('XPENDING', KEYS[1], ARGV[4], id, id, 1) > 0 then
+      local n = (tonumber(string.match(rest, '^:(%d+):')) or 0) + 1
+      redis.call('HSET', KEYS[2], ARGV[1],
+        id .. ':' .. at .. ':' .. n .. ':' .. cjson.encode(fields))
+      return false
+    end
+    if #redis.call('XRANGE', KEYS[1], id, id) > 0 then return false end
+  end
 end
 local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
 redis.call('HSET', KEYS[2], ARGV[1], id .. ':' .. ARGV[2])
 return id
 """)
 
-# ack: XACK + XDEL the entry, drop the pending marker if it still names this entry.
+# ack: XACK + XDEL the entry. If the marker still names it: drop the marker, or, when
+# enqueues found the job already taken (marker `<id>:<ms>:<n>:<fields>`), add their
+# newest fields as the follow-up job and point the marker at it. Returns its id.
 _ACK = Script(b"""
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 local cur = redis.call('HGET', KEYS[2], ARGV[3])
-if cur and string.sub(cur, 1, #ARGV[2] + 1) == ARGV[2] .. ':' then
+if not cur or string.sub(cur, 1, #ARGV[2] + 1) ~= ARGV[2] .. ':' then return false end
+local job = string.match(cur, '^[^:]+:%d+:%d+:(.*)$')
+if not job then
   redis.call('HDEL', KEYS[2], ARGV[3])
+  return false
 end
-return 1
+local id = redis.call('XADD', KEYS[1], '*', unpack(cjson.decode(job)))
+redis.call('HSET', KEYS[2], ARGV[3], id .. ':' .. ARGV[4])
+return id
 """)
 
-# retry: replace the entry by a new one (attempts + 1, last_error) and re-point the marker.
+# retry: replace the entry by a new one (attempts + 1, last_error) and re-point the
+# marker, in its plain form: the new entry is undelivered, its worker reads afresh.
 _RETRY = Script(b"""
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
@@ -219,13 +252,16 @@ class RepairQueue:
     ) -> str | None:
         """Queue a repair of `group`; None when a job for it is already pending.
 
-        `mode` ("stamp" or "commit") tells the worker how the group is read.
+        None still promises a repair that reads the group after this call: the
+        pending job, if no worker has taken it yet, or else a follow-up job that
+        its ack adds with these fields. `mode` ("stamp" or "commit") tells the
+        worker how the group is read.
         """
         gkey = to_bytes(group)
         stream = self.stream_for(gkey)
         now = time.time()
         fields = _fields(gkey, [to_bytes(k) for k in keys], seen, reason, now, 0, mode)
-        args = [gkey, int(now * 1000), self.marker_ttl_ms, *_flat(fields)]
+        args = [gkey, int(now * 1000), self.marker_ttl_ms, CONSUMER_GROUP, *_flat(fields)]
         job_id = await self._call(
             stream,
             lambda: self.topology.script(_ENQUEUE, [stream, self.pending_key(stream)], args),
@@ -358,11 +394,20 @@ class RepairQueue:
             "JUSTID",
         )
 
-    async def ack(self, job: Job) -> None:
-        """The job is done: remove it and its pending marker."""
-        await self.topology.script(
-            _ACK, [job.stream, self.pending_key(job.stream)], [CONSUMER_GROUP, job.id, job.group]
+    async def ack(self, job: Job) -> str | None:
+        """The job is done: remove it and its pending marker.
+
+        If the group was enqueued again after a worker took the job, a follow-up
+        job replaces it (those enqueues were told the group is pending, and the
+        job's read may predate what they saw): its id is returned, else None.
+        """
+        now_ms = int(time.time() * 1000)
+        follow_up = await self.topology.script(
+            _ACK,
+            [job.stream, self.pending_key(job.stream)],
+            [CONSUMER_GROUP, job.id, job.group, now_ms],
         )
+        return None if follow_up is None else _text(follow_up)
 
     async def fail(self, job: Job, error: str) -> bool:
         """Record a failed attempt; returns True when the job went to the dead letters."""
@@ -382,15 +427,18 @@ class RepairQueue:
         )
         return False
 
-    async def dead_letter(self, job: Job, error: str, attempts: int | None = None) -> None:
-        """Move the job to `stampede:repairs:dead` with its last error, then ack it."""
+    async def dead_letter(self, job: Job, error: str, attempts: int | None = None) -> str | None:
+        """Move the job to `stampede:repairs:dead` with its last error, then ack it.
+
+        Returns the id of the follow-up job the ack added, if any (see `ack`).
+        """
         fields = job.fields() if job.keys else {b"group": job.group, b"reason": b"malformed"}
         fields[b"attempts"] = str(attempts if attempts is not None else job.attempts).encode()
         fields[b"last_error"] = error[:500].encode()
         fields[b"failed_at"] = repr(time.time()).encode()
         fields[b"source_id"] = job.id.encode()
         await self.topology.execute(self.dead, "XADD", self.dead, "*", *_flat(fields))
-        await self.ack(job)
+        return await self.ack(job)
 
     async def dead_letters(self, count: int = 100) -> list[dict[str, str]]:
         """The newest dead-lettered jobs, fields as text."""

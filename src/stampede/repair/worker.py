@@ -82,6 +82,11 @@ def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
         log.log(level, json.dumps({"event": name, **fields}, default=str, sort_keys=True))
 
 
+def _follow_up(job_id: str | None) -> dict[str, Any]:
+    """The log field naming the job an ack added because the group was enqueued again."""
+    return {} if job_id is None else {"follow_up": job_id}
+
+
 class Worker:
     """Drains a `RepairQueue` with a `RepairStrategy`."""
 
@@ -233,10 +238,16 @@ class Worker:
         obs = await observe_group(self.topology, job.group, job.keys, mode)
         verdict = judge(obs)
         if verdict.status in (Status.CONSISTENT, Status.NOT_FOUND):
-            await self.queue.ack(job)
+            follow_up = await self.queue.ack(job)
             self.stats.already_consistent += 1
             self.stats.done += 1
-            event("job.done", job=job.id, group=group, action="already_consistent")
+            event(
+                "job.done",
+                job=job.id,
+                group=group,
+                action="already_consistent",
+                **_follow_up(follow_up),
+            )
             return
         ctx = RepairContext(self.topology, mode, self.versions, self.ttl)
         outcome = await self.strategy.repair(ctx, obs, verdict.exhausted())
@@ -246,7 +257,7 @@ class Worker:
                 raise StampedeError("a newer write raced the repair and the group is still torn")
         elif outcome.action is RepairAction.QUEUED:
             raise StampedeError("the worker's strategy only re-queues; give it a real strategy")
-        await self.queue.ack(job)
+        follow_up = await self.queue.ack(job)
         self.stats.done += 1
         if outcome.action is RepairAction.REWRITTEN:
             self.stats.repaired += 1
@@ -262,10 +273,11 @@ class Worker:
             reason=job.reason,
             attempts=job.attempts,
             deliveries=job.deliveries,
+            **_follow_up(follow_up),
         )
 
     async def _dead(self, job: Job, error: str) -> None:
-        await self.queue.dead_letter(job, error)
+        follow_up = await self.queue.dead_letter(job, error)
         self.stats.dead_lettered += 1
         event(
             "job.dead_lettered",
@@ -273,6 +285,7 @@ class Worker:
             job=job.id,
             group=job.group.decode("utf-8", "backslashreplace"),
             error=error,
+            **_follow_up(follow_up),
         )
 
     async def _check_queue(self) -> None:

@@ -1,0 +1,236 @@
+"""A reader told "queued" is always followed by a repair that reads after its enqueue.
+
+The race: a worker has taken a group's job (and may have read the group) when the
+group tears again; the reader's enqueue finds the job pending and is told queued.
+The ack of the old job must then leave a follow-up job behind, not an empty queue.
+Every step is driven in order through the queue's and worker's own API, on real
+servers, over both topologies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+from stampede import RetryPolicy, Stampede, Status
+from stampede.repair import Enqueue, NewestWins, RepairContext, RepairOutcome, RepairQueue
+from stampede.repair.queue import Job
+from stampede.repair.worker import Worker
+from stampede.verdict import Observation, Verdict
+
+from .support import eventually, spread_keys, write_newer
+
+QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=0.2)
+PLAIN = re.compile(rb"\d+-\d+:\d+")  # `<id>:<enqueued_ms>`, the marker as every version wrote it
+
+
+async def tear(st: Stampede, keys: list[str], payload: bytes) -> tuple[int, str]:
+    """A newer write of the group that reached one shard only."""
+    shard = st.topology.shard_of(keys[0].encode())
+    some = [k.encode() for k in keys if st.topology.shard_of(k.encode()) == shard]
+    version, token = await write_newer(st, some, payload)
+    st.versions.observe(version)
+    return version, token
+
+
+async def torn_group(st: Stampede, name: str) -> list[str]:
+    keys = spread_keys(st, name)
+    await st.write(name, dict.fromkeys(keys, b"old"))
+    await tear(st, keys, b"first")
+    return keys
+
+
+async def marker(st: Stampede, queue: RepairQueue, group: bytes) -> bytes | None:
+    pending = queue.pending_key(queue.stream_for(group))
+    value: bytes | None = await st.topology.execute(pending, "HGET", pending, group)
+    return value
+
+
+async def drained(queue: RepairQueue) -> bool:
+    stats = await queue.stats()
+    return stats["length"] == 0 and stats["pending"] == 0
+
+
+async def test_enqueue_while_a_job_is_in_hand_is_followed_by_a_repair(st: Stampede) -> None:
+    """Claim, tear again, enqueue (told queued), ack: a follow-up job exists and repairs."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    keys = await torn_group(st, "rq")
+    first = await st.read("rq", keys, retry=QUICK, repair=Enqueue(queue))
+    assert first.queued and first.repair is not None
+    job_id = first.repair.detail["job"]
+    (job,) = await queue.claim("worker", 10)  # the worker's step: it reads the group next
+    assert job.id == job_id
+
+    stamp = await tear(st, keys, b"second")  # torn again while the job is in hand
+    again = await st.read("rq", keys, retry=QUICK, repair=Enqueue(queue))
+    assert again.queued and again.status is Status.TORN
+    assert again.repair is not None and again.repair.detail == {"job": "already pending"}
+
+    follow_up = await queue.ack(job)
+    jobs = await queue.claim("worker", 10)
+    assert len(jobs) == 1, "the ack left no job for the reader told queued"
+    next_job = jobs[0]
+    assert next_job.id == follow_up != job.id and next_job.group == b"rq"
+    assert next_job.keys == [k.encode() for k in keys] and next_job.attempts == 0
+    assert set(next_job.seen) == set(keys)
+    assert next_job.enqueued_at >= job.enqueued_at and next_job.mode == "stamp"
+    await queue.release(next_job)  # hand it to the worker below
+
+    worker = Worker(st.topology, queue, NewestWins(), concurrency=1, block_ms=50)
+    task = asyncio.create_task(worker.run())
+    await eventually(lambda: drained(queue), within=10)
+    worker.stop()
+    await task
+    result = await st.read("rq", keys, retry=QUICK)
+    assert result.consistent and (result.version, result.token) == stamp
+    assert await marker(st, queue, b"rq") is None
+
+
+class Gated(NewestWins):
+    """NewestWins whose first repair, once done, waits for the test before returning."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.repaired = asyncio.Event()
+        self.proceed = asyncio.Event()
+        self.calls = 0
+
+    async def repair(self, ctx: RepairContext, obs: Observation, verdict: Verdict) -> RepairOutcome:
+        outcome = await super().repair(ctx, obs, verdict)
+        self.calls += 1
+        if self.calls == 1:
+            self.repaired.set()
+            await self.proceed.wait()  # the worker is between its repair and its ack
+        return outcome
+
+
+async def test_worker_repairs_a_group_torn_between_its_repair_and_its_ack(st: Stampede) -> None:
+    """The issue's race through a running worker: the second tear is repaired too."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    keys = await torn_group(st, "wr")
+    assert (await st.read("wr", keys, retry=QUICK, repair=Enqueue(queue))).queued
+    gated = Gated()
+    worker = Worker(st.topology, queue, gated, concurrency=1, block_ms=50, poll_interval=0.01)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(gated.repaired.wait(), timeout=10)
+        assert (await st.read("wr", keys, retry=QUICK)).consistent  # the first repair landed
+        stamp = await tear(st, keys, b"second")
+        told = await st.read("wr", keys, retry=QUICK, repair=Enqueue(queue))
+        assert told.queued and told.repair is not None
+        assert told.repair.detail == {"job": "already pending"}
+        gated.proceed.set()
+
+        async def repaired_again() -> bool:
+            return worker.stats.done == 2 and await drained(queue)
+
+        await eventually(repaired_again, within=10)
+    finally:
+        gated.proceed.set()
+        worker.stop()
+        await task
+    assert worker.stats.repaired == 2 and worker.stats.failed == 0
+    result = await st.read("wr", keys, retry=QUICK)
+    assert result.consistent and (result.version, result.token) == stamp
+    assert await marker(st, queue, b"wr") is None
+
+
+async def test_plain_path_acks_and_leaves_nothing_pending(st: Stampede) -> None:
+    """Enqueues before any worker took the job change nothing; the ack clears everything."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    job_id = await queue.enqueue("pl", ["pl:a"], {}, "torn")
+    assert job_id is not None
+    assert PLAIN.fullmatch(await marker(st, queue, b"pl") or b"")
+    before = await marker(st, queue, b"pl")
+    assert await queue.enqueue("pl", ["pl:a"], {}, "torn") is None  # not delivered yet
+    assert await marker(st, queue, b"pl") == before
+    (job,) = await queue.claim("w", 10)
+    assert job.id == job_id
+    assert await queue.ack(job) is None
+    assert await queue.stats() == {"length": 0, "pending": 0, "lag": 0, "dead": 0}
+    assert await marker(st, queue, b"pl") is None
+    assert await queue.enqueue("pl", ["pl:a"], {}, "torn") is not None
+
+
+async def test_markers_written_by_older_versions_keep_working(st: Stampede) -> None:
+    """A `<id>:<ms>` marker of an earlier version is read, dirtied, and followed up."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    job_id = await queue.enqueue("om", ["om:a"], {}, "torn")
+    (job,) = await queue.claim("w", 10)
+    pending = queue.pending_key(queue.stream_for(b"om"))
+    old = b"%s:%d" % (job_id.encode() if job_id else b"", int(time.time() * 1000) - 5000)
+    await st.topology.execute(pending, "HSET", pending, b"om", old)  # as an old version wrote it
+
+    assert await queue.enqueue("om", ["om:a"], {"om:a": None}, "partial") is None
+    dirty = await marker(st, queue, b"om") or b""
+    assert dirty.startswith(old + b":1:")
+    assert await queue.enqueue("om", ["om:a"], {"om:a": "7:T"}, "torn") is None
+    dirty = await marker(st, queue, b"om") or b""
+    assert dirty.startswith(old + b":2:")  # the enqueue time stays, the count grows
+
+    follow_up = await queue.ack(job)
+    assert follow_up is not None
+    plain = await marker(st, queue, b"om") or b""
+    assert PLAIN.fullmatch(plain) and plain.startswith(follow_up.encode() + b":")
+    (next_job,) = await queue.claim("w", 10)
+    assert next_job.id == follow_up
+    assert next_job.seen == {"om:a": "7:T"} and next_job.reason == "torn"  # the newest enqueue
+    assert await queue.ack(next_job) is None
+    assert await drained(queue)
+
+
+async def test_a_marker_naming_a_vanished_entry_is_replaced(st: Stampede) -> None:
+    """A marker whose entry is gone does not swallow enqueues until it expires."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    job_id = await queue.enqueue("vn", ["vn:a"], {}, "torn")
+    assert job_id is not None
+    stream = queue.stream_for(b"vn")
+    await st.topology.execute(stream, "XDEL", stream, job_id)
+    fresh = await queue.enqueue("vn", ["vn:a"], {}, "torn")
+    assert fresh is not None and fresh != job_id
+    (job,) = await queue.claim("w", 10)
+    assert job.id == fresh
+
+
+async def test_retry_and_dead_letter_of_a_job_enqueued_again(st: Stampede) -> None:
+    """A retry covers the new enqueue by itself; a dead letter leaves a follow-up job."""
+    queue = RepairQueue(st.topology, max_attempts=2)
+    await queue.clear()
+    await queue.enqueue("rd", ["rd:a"], {}, "torn")
+    (job,) = await queue.claim("w", 10)
+    assert await queue.enqueue("rd", ["rd:a"], {}, "torn") is None
+    assert not await queue.fail(job, "boom 1")  # retried: a new, undelivered entry
+    assert PLAIN.fullmatch(await marker(st, queue, b"rd") or b"")
+    (retry,) = await queue.claim("w", 10)
+    assert retry.attempts == 1 and retry.last_error == "boom 1"
+
+    assert await queue.enqueue("rd", ["rd:a"], {}, "partial") is None
+    assert await queue.fail(retry, "boom 2")  # dead-lettered, but the enqueue came after
+    assert len(await queue.dead_letters()) == 1
+    (follow_up,) = await queue.claim("w", 10)
+    assert follow_up.attempts == 0 and follow_up.reason == "partial"
+    assert follow_up.last_error is None
+    assert await queue.ack(follow_up) is None
+    assert await drained(queue) and await marker(st, queue, b"rd") is None
+
+
+async def test_follow_up_keeps_binary_group_and_keys(st: Stampede) -> None:
+    """The enqueue's fields go through the marker and back byte for byte."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    group = b"bin:\xff\x00:{g}"
+    keys = [b"bin:\xfe:{g}:a", b"bin:\x01:{g}:b"]
+    await queue.enqueue(group, keys, {}, "torn", mode="commit")
+    (job,) = await queue.claim("w", 10)
+    assert await queue.enqueue(group, keys, {}, "torn", mode="commit") is None
+    follow_up = await queue.ack(job)
+    assert follow_up is not None
+    (next_job,) = await queue.claim("w", 10)
+    assert isinstance(next_job, Job) and next_job.reason == "torn"
+    assert (next_job.group, next_job.keys, next_job.mode) == (group, keys, "commit")
