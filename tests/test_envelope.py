@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stampede import Envelope, MalformedEnvelope
-from stampede.envelope import MAX_VERSION, is_token
+from stampede.envelope import (
+    CLOCK_FLOOR,
+    MAX_VERSION,
+    VersionKind,
+    is_token,
+    kind_of,
+    token_after,
+)
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 TOKEN = "01JD0000000000000000000000"
@@ -38,8 +45,10 @@ def test_payload_keeps_its_colons() -> None:
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
-        (b"plain value", "0 colon"),
-        (b"12:no-second-colon", "1 colon"),
+        (b"plain value", "no colon"),
+        (b"12:no-second-colon", "one colon"),
+        (f"007:{TOKEN}".encode(), "leading zeros"),
+        (f"{2**63}:{TOKEN}".encode(), "2**63 or more"),
         (f":{TOKEN}:x".encode(), "version is empty"),
         (f"-1:{TOKEN}:x".encode(), "not an unsigned decimal"),
         (f"+1:{TOKEN}:x".encode(), "not an unsigned decimal"),
@@ -115,3 +124,32 @@ def test_new_token_is_a_ulid_of_now() -> None:
         assert before - 0.001 <= parsed.timestamp <= after + 0.001
     # the random part uses every character of the alphabet
     assert set("".join(t[10:] for t in made)) == set(CROCKFORD)
+
+
+def test_tombstone_round_trips_and_has_no_payload() -> None:
+    """A tombstone is stored as `<version>:<token>` and decodes back as a tombstone."""
+    dead = Envelope(7, TOKEN, tombstone=True)
+    assert dead.encode() == f"7:{TOKEN}".encode()
+    back = Envelope.decode(dead.encode())
+    assert back.tombstone and back.value is None and back == dead
+    live = Envelope.decode(f"7:{TOKEN}:".encode())
+    assert not live.tombstone and live.value == b""
+    with pytest.raises(ValueError, match="no payload"):
+        Envelope(7, TOKEN, b"x", tombstone=True)
+
+
+def test_version_kinds_split_at_two_to_the_56() -> None:
+    """0 is below both kinds; sequence versions end where clock versions begin."""
+    assert kind_of(0) is VersionKind.ZERO
+    assert kind_of(1) is kind_of(CLOCK_FLOOR - 1) is VersionKind.SEQUENCE
+    assert kind_of(CLOCK_FLOOR) is kind_of(MAX_VERSION) is VersionKind.CLOCK
+
+
+@given(st.integers(min_value=0, max_value=2**125))
+def test_token_after_sorts_after_and_is_a_token(value: int) -> None:
+    """A repair's token is a valid ULID that sorts after the one it follows."""
+    token = "".join(
+        "0123456789ABCDEFGHJKMNPQRSTVWXYZ"[(value >> (5 * i)) & 31] for i in reversed(range(26))
+    )
+    after = token_after(token)
+    assert is_token(after) and after > token and token_after(token) != after

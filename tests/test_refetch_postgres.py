@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 import asyncpg
 import pytest
 
-from stampede import RetryPolicy, Stampede, Status
+from stampede import Envelope, RetryPolicy, Stampede, Status
 from stampede.repair import Refetch
 
 from .support import write_newer
@@ -97,7 +97,8 @@ async def test_torn_and_missing_copies_come_back_from_the_table(
 async def test_row_deleted_at_the_source_removes_the_copies(
     st: Stampede, table: tuple[asyncpg.Pool, str]
 ) -> None:
-    """A torn group whose row is gone from PostgreSQL is deleted from Redis (guarded)."""
+    """A torn group whose row is gone from PostgreSQL is deleted from Redis: guarded
+    tombstones that expire after the grace period."""
     pool, name = table
     await st.write("user:5", dict.fromkeys(keys(5), b"cached"), mode="commit")
     await st.topology.execute(keys(5)[1].encode(), "DEL", keys(5)[1])
@@ -106,5 +107,9 @@ async def test_row_deleted_at_the_source_removes_the_copies(
         "user:5", keys(5), mode="commit", retry=QUICK, repair=loader_for(pool, name)
     )
     assert result.status is Status.NOT_FOUND and result.repaired
-    for key in [*keys(5), "user:5:stampede:commit"]:
-        assert await st.topology.execute(key.encode(), "EXISTS", key) == 0
+    for key in keys(5):
+        stored = Envelope.decode(await st.topology.execute(key.encode(), "GET", key))
+        assert stored.tombstone
+        ttl = await st.topology.execute(key.encode(), "PTTL", key)
+        assert 0 < ttl <= st.options.tombstone_grace * 1000
+

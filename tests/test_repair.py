@@ -38,7 +38,8 @@ async def test_newest_wins_restamps_current_payloads(st: Stampede) -> None:
     assert result.repair is not None and result.repair.action is RepairAction.REWRITTEN
     fresh = await st.read("nw", keys)
     assert fresh.token == result.token and fresh.values == result.values
-    assert result.token == torn_token  # the repair completes the newest write it saw
+    # The repair writes under its own stamp, ordered just after the newest write it saw.
+    assert result.token is not None and result.token > torn_token
     shard = st.topology.shard_of(keys[0].encode())
     for key in keys:
         expected = b"new" if st.topology.shard_of(key.encode()) == shard else b"old-" + key.encode()

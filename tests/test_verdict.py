@@ -1,4 +1,4 @@
-"""Judging one group read (DESIGN.md's table)."""
+"""Judging one group read (the table in `stampede.verdict`)."""
 
 from __future__ import annotations
 
@@ -78,10 +78,30 @@ def test_commit_record_must_cover_the_keys_read() -> None:
     assert verdict.reason is Reason.PARTIAL
 
 
-def test_record_without_data_is_in_flight() -> None:
-    """A commit record whose data is gone is not 'not found': it is partial."""
+def test_record_without_data_is_not_found() -> None:
+    """A commit record that outlived its data (it expired, or was deleted) vouches for
+    nothing: the group is not found, not torn forever."""
     verdict = judge(obs(None, None, mode=Mode.COMMIT, commit=record(3, A)))
-    assert verdict.status is Status.IN_FLIGHT
+    assert verdict.status is Status.NOT_FOUND
+
+
+def tomb(version: int, token: str) -> bytes:
+    return Envelope(version, token, tombstone=True).encode()
+
+
+def test_tombstones_read_as_not_found_in_both_modes() -> None:
+    """A completed delete (every key a tombstone) is not found; its stamp is kept."""
+    verdict = judge(obs(tomb(5, B), tomb(5, B)))
+    assert verdict.status is Status.NOT_FOUND and verdict.consistent is False
+    assert verdict.envelope is not None and verdict.envelope.token == B
+    committed = judge(obs(tomb(5, B), tomb(5, B), mode=Mode.COMMIT, commit=record(5, B)))
+    assert committed.status is Status.NOT_FOUND
+
+
+def test_delete_in_flight_over_live_data_is_in_flight() -> None:
+    """A delete that reached one key of a live group is a write in flight."""
+    verdict = judge(obs(tomb(5, B), env(3, A)))
+    assert verdict.status is Status.IN_FLIGHT and verdict.reason is Reason.TORN
 
 
 def test_stamp_mode_ignores_the_record() -> None:

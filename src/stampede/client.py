@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
-from .errors import ConfigurationError, InvalidKeyError
+from .errors import ConfigurationError, InvalidKeyError, InvalidValueError
 from .keys import HashPolicy, SlotMap, to_bytes
 from .options import Options, RetryPolicy, load_options, resolve_versions
 from .reader import read_group
@@ -17,7 +17,7 @@ from .topology.cluster import Cluster
 from .topology.shards import Shards
 from .verdict import Mode
 from .versions import VersionSource
-from .writer import UpdateFn, as_payload, update_group, write_group
+from .writer import UpdateFn, as_payload, check_version, plan_keys, update_group, write_group
 
 __all__ = ["Stampede", "connect"]
 
@@ -73,27 +73,82 @@ class Stampede:
         mode: ModeName | None = None,
         versions: Literal["hybrid", "counter"] | VersionSource | None = None,
         ttl: float | None = None,
+        version: int | None = None,
     ) -> Receipt:
         """Write every key of `group` as one logical write; returns its `Receipt`.
 
+        `version` orders the write by the application's own version (a row
+        version, an `updated_at`, a log position: 1..2**63-1) instead of the
+        version source's, so a slow writer carrying older database state never
+        replaces newer state, whichever reaches Redis first.
+
         Raises `PartialWriteError` (`WriteTimeout` for a slow shard) naming the
         shard when only some keys were acknowledged; readers then see the group
-        in flight or torn until it is written again or repaired.
+        in flight or torn until it is written again or repaired. Bad keys or
+        values raise before anything is sent.
         """
         gkey = _group(group)
+        if not isinstance(values, Mapping):
+            raise InvalidValueError(
+                f"values of group {group!r} must be a mapping of key -> bytes, got "
+                f"{type(values).__name__}"
+            )
         if not values:
             raise InvalidKeyError(f"write of group {group!r} has no values", key=group)
-        keys = [to_bytes(k) for k in values]
-        payloads = [as_payload(k, v) for k, v in zip(keys, values.values(), strict=True)]
+        keys = plan_keys(gkey, values)
+        payloads: list[bytes | None] = [
+            as_payload(k, v) for k, v in zip(keys, values.values(), strict=True)
+        ]
         return await write_group(
             self.topology,
             gkey,
             keys,
             payloads,
-            mode=self.options.mode if mode is None else Mode(mode),
+            mode=self._mode(mode),
             versions=self._versions_for(versions),
             ttl=self.options.ttl if ttl is None else ttl,
+            version=None if version is None else check_version(version),
         )
+
+    async def delete(
+        self,
+        group: bytes | str,
+        keys: Sequence[K],
+        *,
+        mode: ModeName | None = None,
+        versions: Literal["hybrid", "counter"] | VersionSource | None = None,
+        version: int | None = None,
+        grace: float | None = None,
+    ) -> Receipt:
+        """Delete every key of `group` as one logical write; returns its `Receipt`.
+
+        Each key gets a stamped tombstone (and, in commit mode, the group its
+        commit record), which the guard honours for `grace` seconds (default:
+        the `tombstone_grace` option): a delayed or retried older write cannot
+        bring the group back meanwhile. A read of the tombstones is `not_found`.
+        """
+        gkey = _group(group)
+        if not keys:
+            raise InvalidKeyError(f"delete of group {group!r} names no keys", key=group)
+        planned = plan_keys(gkey, keys)
+        return await write_group(
+            self.topology,
+            gkey,
+            planned,
+            [None] * len(planned),
+            mode=self._mode(mode),
+            versions=self._versions_for(versions),
+            ttl=self.options.tombstone_grace if grace is None else grace,
+            version=None if version is None else check_version(version),
+        )
+
+    def _mode(self, mode: ModeName | None) -> Mode:
+        if mode is None:
+            return self.options.mode
+        try:
+            return Mode(mode)
+        except ValueError:
+            raise ConfigurationError(f"mode must be 'stamp' or 'commit', got {mode!r}") from None
 
     async def read(
         self,
@@ -113,17 +168,19 @@ class Stampede:
         gkey = _group(group)
         if not keys:
             raise InvalidKeyError(f"read of group {group!r} names no keys", key=group)
+        names = list(keys)
         versions = self._versions
         return await read_group(
             self.topology,
             gkey,
-            list(keys),
-            [to_bytes(k) for k in keys],
-            mode=self.options.mode if mode is None else Mode(mode),
+            names,
+            plan_keys(gkey, names),
+            mode=self._mode(mode),
             retry=retry or self.options.retry,
             repair=repair if repair is not None else self.options.repair,
             versions=versions,
             ttl=self.options.ttl,
+            grace=self.options.tombstone_grace,
         )
 
     async def update(
@@ -150,7 +207,7 @@ class Stampede:
             _group(group),
             list(keys),
             fn,
-            mode=self.options.mode if mode is None else Mode(mode),
+            mode=self._mode(mode),
             versions=self._versions,
             ttl=self.options.ttl if ttl is None else ttl,
             max_attempts=max_attempts,

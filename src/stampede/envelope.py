@@ -1,31 +1,88 @@
 """The `<version>:<token>:<payload>` envelope stored as the value of each data key.
 
 ```
-version  unsigned decimal, no sign, no leading zeros ("0" allowed), < 2**63
-token    ULID, 26 characters of Crockford base32, upper case
-payload  any bytes, colons included (split at the first two colons only)
+version    unsigned decimal, no sign, no leading zeros ("0" allowed), < 2**63
+token      ULID, 26 characters of Crockford base32, upper case
+payload    any bytes, colons included (split at the first two colons only)
+tombstone  <version>:<token>   (no third part: the write deleted the key; format 2)
 ```
 
-Pure: no I/O, no clock. `Envelope.decode` accepts exactly that shape and raises
+Versions come in two kinds that cannot be ordered against each other: *sequence*
+versions (below 2**56: a `Counter`, or the application's own row version or log
+position) and *clock* versions (2**56 and above: nanoseconds since the epoch from
+a `HybridClock`). Version 0 orders below both.
+
+Pure: no I/O, no clock. `Envelope.decode` accepts exactly those shapes and raises
 `MalformedEnvelope` (naming the key, never echoing the payload) for anything else.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass
+from enum import IntEnum
 
 from .errors import MalformedEnvelope
 
-__all__ = ["MAX_VERSION", "TOKEN_LENGTH", "Envelope", "is_token"]
+__all__ = [
+    "CLOCK_FLOOR",
+    "MAX_VERSION",
+    "TOKEN_LENGTH",
+    "Envelope",
+    "VersionKind",
+    "is_token",
+    "kind_of",
+    "token_after",
+]
 
 MAX_VERSION = 2**63 - 1
+CLOCK_FLOOR = 2**56
+"""Versions from here up are clock readings; below, sequence numbers."""
 TOKEN_LENGTH = 26
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_VALUE = {c: i for i, c in enumerate(_CROCKFORD)}
+
+
+class VersionKind(IntEnum):
+    """Where a version comes from; versions of different kinds cannot be ordered."""
+
+    ZERO = 0  # version 0: below every write (a repair of a group that had no stamp)
+    SEQUENCE = 1  # 1 .. 2**56-1: a Counter, a row version, a log position
+    CLOCK = 2  # 2**56 .. 2**63-1: a HybridClock (nanoseconds since the epoch)
+
+
+def kind_of(version: int) -> VersionKind:
+    """The kind of `version` (see `VersionKind`)."""
+    if version == 0:
+        return VersionKind.ZERO
+    return VersionKind.CLOCK if version >= CLOCK_FLOOR else VersionKind.SEQUENCE
+
+
+def token_after(token: str) -> str:
+    """A fresh random token that sorts after `token` (a repair's own token).
+
+    The 128-bit value of `token` plus one plus 63 random bits: ordered after it,
+    and unique to the caller, so two repairs of one group never share a stamp.
+    """
+    value = 0
+    for char in token:
+        value = value * 32 + _VALUE[char]
+    value += 1 + random.getrandbits(63)
+    if value >= 1 << 128:  # pragma: no cover - needs a ULID from the year 10889
+        raise ValueError("no token sorts after the largest ULID")
+    chars = []
+    for _ in range(TOKEN_LENGTH):
+        value, digit = divmod(value, 32)
+        chars.append(_CROCKFORD[digit])
+    return "".join(reversed(chars))
+
+
 # A ULID is 128 bits in 26 base32 digits: the first digit carries only 3 bits.
 _TOKEN = r"[0-7][0-9A-HJKMNP-TV-Z]{25}"
 _VERSION = r"0|[1-9][0-9]{0,18}"
 _HEAD = re.compile(rf"({_VERSION}):({_TOKEN}):".encode("ascii"))
+_TOMBSTONE = re.compile(rf"({_VERSION}):({_TOKEN})".encode("ascii"))
 _TOKEN_RE = re.compile(_TOKEN)
 _DIGITS = re.compile(rb"[0-9]+")
 
@@ -37,11 +94,16 @@ def is_token(token: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """One stamped value: the write's version and token, and the caller's payload."""
+    """One stamped value: the write's version and token, and the caller's payload.
+
+    A `tombstone` records that the write deleted the key: it has no payload and
+    is stored as `<version>:<token>`, so a late older write is still kept out.
+    """
 
     version: int
     token: str
     payload: bytes = b""
+    tombstone: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.version <= MAX_VERSION:
@@ -50,6 +112,8 @@ class Envelope:
             raise ValueError(f"token must be a 26-character upper-case ULID, got {self.token!r}")
         if not isinstance(self.payload, bytes):
             raise TypeError(f"payload must be bytes, got {type(self.payload).__name__}")
+        if self.tombstone and self.payload:
+            raise ValueError("a tombstone has no payload")
 
     @property
     def stamp(self) -> str:
@@ -60,8 +124,19 @@ class Envelope:
         """True when this envelope's write is ordered after `other`'s."""
         return (self.version, self.token) > (other.version, other.token)
 
+    @property
+    def kind(self) -> VersionKind:
+        return kind_of(self.version)
+
+    @property
+    def value(self) -> bytes | None:
+        """The payload, or None for a tombstone (the key was deleted)."""
+        return None if self.tombstone else self.payload
+
     def encode(self) -> bytes:
         """The bytes stored in Redis."""
+        if self.tombstone:
+            return b"%d:%s" % (self.version, self.token.encode("ascii"))
         return b"%d:%s:%s" % (self.version, self.token.encode("ascii"), self.payload)
 
     @classmethod
@@ -70,23 +145,32 @@ class Envelope:
         if not isinstance(raw, bytes):
             raise MalformedEnvelope(f"expected bytes, got {type(raw).__name__}", key=key)
         match = _HEAD.match(raw)
+        tombstone = False
         if match is None:
-            raise MalformedEnvelope(_diagnose(raw), key=key)
+            match = _TOMBSTONE.fullmatch(raw)
+            if match is None:
+                raise MalformedEnvelope(_diagnose(raw), key=key)
+            tombstone = True
         version = int(match.group(1))
         if version > MAX_VERSION:
             raise MalformedEnvelope("version is 2**63 or more", key=key)
         env = object.__new__(cls)  # fields are already valid: skip __post_init__
         object.__setattr__(env, "version", version)
         object.__setattr__(env, "token", match.group(2).decode("ascii"))
-        object.__setattr__(env, "payload", raw[match.end() :])
+        object.__setattr__(env, "payload", b"" if tombstone else raw[match.end() :])
+        object.__setattr__(env, "tombstone", tombstone)
         return env
 
 
 def _diagnose(raw: bytes) -> str:
     """Say which part of a non-envelope is wrong, without quoting its content."""
     parts = bytes(raw).split(b":", 2)
-    if len(parts) < 3:
-        return f"it has {len(parts) - 1} colon(s), an envelope has at least two"
+    if len(parts) < 2:
+        return "it has no colon; an envelope is <version>:<token>:<payload>"
+    if len(parts) == 2 and len(parts[1]) != TOKEN_LENGTH:
+        return (
+            "it has one colon, and what follows is not a token (a tombstone is <version>:<token>)"
+        )
     version, token = parts[0], parts[1]
     if not version:
         return "the version is empty"

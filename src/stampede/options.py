@@ -50,13 +50,31 @@ class RetryPolicy(_Frozen):
 
 
 class ConnectOptions(_Frozen):
-    """How stampede talks to each Redis server."""
+    """How stampede talks to each Redis server.
 
-    socket_timeout: float = Field(default=2.0, gt=0)
-    connect_timeout: float = Field(default=1.0, gt=0)
-    connection_retries: int = Field(default=3, ge=0, le=100)
-    retry_base: float = Field(default=0.01, gt=0)
-    retry_cap: float = Field(default=0.5, gt=0)
+    Retries follow one policy (see docs/retries.md): a failed connection attempt
+    (nothing sent yet), or an idempotent command (a read, a stamp-guarded write)
+    whose connection died before its reply, is tried again up to
+    `connection_retries` times, sleeping a full-jitter backoff between `retry_base`
+    and `retry_cap` seconds. A non-idempotent command is never sent again once it
+    may have reached the server (`OutcomeUnknownError`, or the exactly-once fence
+    of a transaction), and a timeout is never retried. redis-py's own retries are
+    off.
+    """
+
+    socket_timeout: float = Field(
+        default=2.0, gt=0, description="seconds to wait for a reply; never retried"
+    )
+    connect_timeout: float = Field(default=1.0, gt=0, description="seconds to connect")
+    connection_retries: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="retries of a failed connection attempt or of an idempotent command "
+        "whose connection died; never of a non-idempotent one",
+    )
+    retry_base: float = Field(default=0.01, gt=0, description="seconds; backoff base")
+    retry_cap: float = Field(default=0.5, gt=0, description="seconds; longest backoff sleep")
     max_connections: int = Field(default=1024, ge=1, description="per shard (node)")
     coalesce: bool = Field(
         default=True,
@@ -73,6 +91,11 @@ class Options(_Frozen):
     retry: RetryPolicy = RetryPolicy()
     ttl: float | None = Field(
         default=None, gt=0, description="seconds; data and record expire together"
+    )
+    tombstone_grace: float = Field(
+        default=300.0,
+        gt=0,
+        description="seconds a delete's tombstones keep late older writes out",
     )
     repair: Any = Field(default=None, description="a RepairStrategy, or None")
     connection: ConnectOptions = ConnectOptions()
@@ -120,14 +143,15 @@ def load_options(options: Options | None, overrides: dict[str, Any]) -> Options:
 
 
 def redis_kwargs(opts: ConnectOptions) -> dict[str, Any]:
-    """redis-py client arguments: retry connection errors with backoff, never timeouts.
+    """redis-py client arguments, with redis-py's own retries off.
 
-    redis-py 8 retries timeouts too by default, so a paused primary would stall a
-    call for several socket timeouts; stampede reports it at once instead.
+    redis-py 8 resends any command after a dropped connection or a timeout, which
+    applies a non-idempotent one twice when only its reply was lost (and stalls a
+    paused primary's callers for several socket timeouts). stampede decides
+    retries itself (`stampede.topology.retries`), so the clients it builds never
+    retry.
     """
-    from redis.asyncio.retry import Retry
-    from redis.backoff import ExponentialWithJitterBackoff
-    from redis.exceptions import ConnectionError as RedisConnectionError
+    from .topology.retries import no_retry
 
     kwargs: dict[str, Any] = {
         # RESP2: stampede reads raw replies on its hot path; redis-py 8 defaults to
@@ -135,11 +159,7 @@ def redis_kwargs(opts: ConnectOptions) -> dict[str, Any]:
         "protocol": 2,
         "socket_timeout": opts.socket_timeout,
         "socket_connect_timeout": opts.connect_timeout,
-        "retry": Retry(
-            ExponentialWithJitterBackoff(base=opts.retry_base, cap=opts.retry_cap),
-            opts.connection_retries,
-            supported_errors=(RedisConnectionError,),
-        ),
+        "retry": no_retry(),
     }
     kwargs["max_connections"] = opts.max_connections
     return kwargs

@@ -10,7 +10,13 @@ from typing import Any, TypeVar
 from .errors import TornReadError
 from .observe import observe_group
 from .options import RetryPolicy
-from .repair.base import RepairAction, RepairContext, RepairOutcome, RepairStrategy
+from .repair.base import (
+    DEFAULT_GRACE,
+    RepairAction,
+    RepairContext,
+    RepairOutcome,
+    RepairStrategy,
+)
 from .results import ReadResult
 from .topology.base import Topology
 from .verdict import Mode, Observation, Status, Verdict, judge
@@ -32,6 +38,7 @@ async def read_group(
     repair: RepairStrategy | None = None,
     versions: VersionSource | None = None,
     ttl: float | None = None,
+    grace: float = DEFAULT_GRACE,
 ) -> ReadResult[K]:
     """Read until the group is consistent, not found, or stays torn.
 
@@ -61,7 +68,7 @@ async def read_group(
         await asyncio.sleep(pause)
     final = verdict.exhausted()
     if repair is not None:
-        ctx = RepairContext(topology, mode, versions or HybridClock(), ttl)
+        ctx = RepairContext(topology, mode, versions or HybridClock(), ttl, grace)
         outcome = await repair.repair(ctx, obs, final)
         return result_of_repair(names, obs, final, outcome, attempt)
     raise TornReadError(
@@ -110,7 +117,7 @@ def result_of(
     """A `ReadResult` from an observation: payloads under the caller's key names."""
     values: dict[K, bytes | None] = {}
     for name, env, raw in zip(names, obs.envelopes, obs.raw, strict=True):
-        values[name] = env.payload if env is not None else raw
+        values[name] = env.value if env is not None else raw
     env = verdict.envelope
     return ReadResult(
         group=obs.group,

@@ -22,7 +22,7 @@ class Receipt:
 
     `superseded` lists keys where a newer write was already stored, so this one
     was kept out by the guard; `atomic` is True when the write went to one slot
-    in one server-side step.
+    in one server-side step; `deleted` is True for a delete (tombstones).
     """
 
     group: bytes
@@ -32,6 +32,7 @@ class Receipt:
     mode: Mode
     atomic: bool = False
     superseded: tuple[bytes, ...] = ()
+    deleted: bool = False
 
     @property
     def stamp(self) -> str:

@@ -8,7 +8,7 @@ when its retries or deadline run out (`Verdict.exhausted`).
 | ----------------------------------------------------------- | ----------- |
 | every key stamped with one token (commit mode: and the      | CONSISTENT  |
 | record names that token and covers the keys)                |             |
-| no key at all (and, in commit mode, no record)              | NOT_FOUND   |
+| no live value: every key missing or a tombstone (deleted)   | NOT_FOUND   |
 | tokens differ, keys missing, record missing/older/newer     | IN_FLIGHT   |
 | a value that is not an envelope                             | TORN        |
 |   (waiting cannot fix it: reason `unstamped`)               |             |
@@ -77,18 +77,19 @@ class Observation:
         object.__setattr__(self, "errors", errors)
 
     def seen(self) -> dict[str, str | None]:
-        """key -> `<version>:<token>`, `"unstamped"` or None (missing), as JSON-ready text."""
+        """key -> `<version>:<token>` (`<version>:<token>:deleted` for a tombstone),
+        `"unstamped"` or None (missing), as JSON-ready text."""
         out: dict[str, str | None] = {}
         for key, raw, env in zip(self.keys, self.raw, self.envelopes, strict=True):
             name = key.decode("utf-8", "backslashreplace")
             if env is not None:
-                out[name] = env.stamp
+                out[name] = env.stamp + ":deleted" if env.tombstone else env.stamp
             else:
                 out[name] = None if raw is None else "unstamped"
         return out
 
     def newest(self) -> Envelope | None:
-        """The newest envelope among the keys, by (version, token)."""
+        """The newest envelope among the keys (tombstones included), by (version, token)."""
         best: Envelope | None = None
         for env in self.envelopes:
             if env is not None and (best is None or env.newer_than(best)):
@@ -156,11 +157,11 @@ def judge(obs: Observation) -> Verdict:
         return Verdict(Status.TORN, Reason.UNSTAMPED)
     envelopes = obs.envelopes
     present = [env for env in envelopes if env is not None]
-    if not present:
-        if obs.mode is Mode.COMMIT and obs.commit_raw is not None:
-            # A record without data: the data expired first or was deleted.
-            return Verdict(Status.IN_FLIGHT, Reason.PARTIAL)
-        return _NOT_FOUND
+    if all(env.tombstone for env in present):
+        # No live value anywhere: never written, deleted (tombstones), or expired
+        # (a commit record that outlived its data by a clock tick vouches for nothing).
+        newest = obs.newest()
+        return _NOT_FOUND if newest is None else Verdict(Status.NOT_FOUND, None, newest)
     if len(present) != len(envelopes):
         return Verdict(Status.IN_FLIGHT, Reason.PARTIAL)
     first = present[0]

@@ -1,30 +1,37 @@
 """Where a write's version comes from: `Counter` or `HybridClock`.
 
 - `Counter`: INCR on `<group>:stampede:version`. Strictly ordered per group across
-  every writer, at the price of one more round trip per write.
-- `HybridClock`: a hybrid logical clock, `ms_since_epoch * 2**16 + logical`. No
-  round trip; ordered across writers up to their clock skew, and never backwards
-  within one process, even when the wall clock steps back.
+  every writer, at the price of one more round trip per write. Sequence versions.
+- `HybridClock`: a hybrid logical clock in nanoseconds since the epoch: the wall
+  clock when it moved on, else the last version plus one. No round trip; ordered
+  across writers up to their clock skew, and never backwards within one process.
+  Clock versions (2**56 and above).
 
-Ties between equal versions break by token (ULIDs), so the order is total either way.
+Ties between equal versions break by token (ULIDs), so the order is total either
+way. The two kinds cannot be ordered against each other: a group keeps one kind.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .envelope import MAX_VERSION
+from .envelope import CLOCK_FLOOR, MAX_VERSION
+from .errors import ConfigurationError
 from .verdict import version_key
 
 if TYPE_CHECKING:
     from .topology.base import Topology
 
-__all__ = ["Counter", "HybridClock", "VersionSource"]
+__all__ = ["DEFAULT_MAX_OFFSET", "Counter", "HybridClock", "VersionSource"]
 
-LOGICAL_BITS = 16
-_LOGICAL_MASK = (1 << LOGICAL_BITS) - 1
+DEFAULT_MAX_OFFSET = 1.0
+"""Seconds a clock version may be ahead of this clock before it is refused."""
+_NS = 1_000_000_000
+
+log = logging.getLogger("stampede.versions")
 
 
 @runtime_checkable
@@ -61,49 +68,90 @@ class Counter:
 
 
 class HybridClock:
-    """A hybrid logical clock: physical milliseconds in the high bits, a counter below.
+    """A hybrid logical clock with nanosecond resolution.
 
-    `clock` returns milliseconds since the epoch (default: the wall clock) and
+    `now()` is the wall clock in nanoseconds since the epoch when it has moved
+    past the last version, else the last version plus one; versions stay below
+    2**63 until the year 2262. `observe(v)` moves the clock past a version seen
+    from another writer (the HLC receive rule), so a write that follows a read
+    is ordered after what it read; but a version more than `max_offset` seconds
+    ahead of this clock is refused, counted in `refused` and logged, never
+    adopted: one stored envelope with a wild version (a clock a year ahead, a
+    restored backup, another program) cannot drag every writer into its future.
+
+    `clock` returns nanoseconds since the epoch (default: the wall clock) and
     `offset_ms` shifts it, which the fault-injection tests use to skew writers.
     """
 
     needs_round_trip = False
 
-    def __init__(self, *, clock: Callable[[], int] | None = None, offset_ms: int = 0) -> None:
-        self._clock = clock or _wall_ms
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], int] | None = None,
+        offset_ms: int = 0,
+        max_offset: float = DEFAULT_MAX_OFFSET,
+    ) -> None:
+        if not max_offset > 0:
+            raise ConfigurationError(
+                f"max_offset must be a positive number of seconds, got {max_offset!r}"
+            )
+        self._clock = clock or time.time_ns
         self.offset_ms = offset_ms
+        self.max_offset = max_offset
+        self.max_offset_ns = int(max_offset * _NS)
         self._last = 0
+        self.refused = 0
+        """How many observed versions were refused as too far ahead."""
+        self.last_refused: int | None = None
+
+    def physical(self) -> int:
+        """This clock's reading: nanoseconds since the epoch, offset applied."""
+        return self._clock() + self.offset_ms * 1_000_000
 
     def now(self) -> int:
         """The next version: physical time when it moved on, else the last one plus one."""
-        physical = (self._clock() + self.offset_ms) << LOGICAL_BITS
+        physical = self.physical()
         last = self._last
         version = physical if physical > last else last + 1
-        if version > MAX_VERSION:
-            raise OverflowError("hybrid clock passed 2**63; is the clock source sane?")
+        if not CLOCK_FLOOR <= version <= MAX_VERSION:
+            raise ConfigurationError(
+                f"the hybrid clock read {physical} ns since the epoch, outside the range of "
+                "clock versions (1972 to 2262); is the clock source sane?"
+            )
         self._last = version
         return version
 
     async def next_version(self, group: bytes, topology: Topology) -> int:
         return self.now()
 
+    def horizon(self) -> int:
+        """The newest clock version this clock accepts as real: now plus `max_offset`."""
+        return self.physical() + self.max_offset_ns
+
     def observe(self, version: int) -> None:
-        """Move past a version seen from another writer (the HLC receive rule)."""
-        if version > self._last:
-            self._last = version
+        """Move past a version seen from another writer, unless it is too far ahead."""
+        if version <= self._last:
+            return
+        if version < CLOCK_FLOOR:
+            return  # a sequence version says nothing about time
+        if version > self.horizon():
+            self.refused += 1
+            self.last_refused = version
+            log.warning(
+                "hybrid clock refused a version %.3f s ahead of its clock (max_offset %.3f s); "
+                "a writer's clock runs ahead, or another program stamped it",
+                (version - self.physical()) / _NS,
+                self.max_offset,
+                extra={"version": version, "refused": self.refused},
+            )
+            return
+        self._last = version
 
     @staticmethod
     def physical_ms(version: int) -> int:
-        """The wall-clock milliseconds a hybrid version carries."""
-        return version >> LOGICAL_BITS
-
-    @staticmethod
-    def logical(version: int) -> int:
-        return version & _LOGICAL_MASK
+        """The wall-clock milliseconds a clock version carries."""
+        return version // 1_000_000
 
     def __repr__(self) -> str:
-        return f"HybridClock(offset_ms={self.offset_ms})"
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+        return f"HybridClock(offset_ms={self.offset_ms}, max_offset={self.max_offset})"

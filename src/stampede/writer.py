@@ -13,12 +13,18 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TypeVar
 
-from .envelope import Envelope
+from .envelope import MAX_VERSION, Envelope, VersionKind, kind_of
 from .errors import (
+    ClockSkewError,
+    ConfigurationError,
     CrossSlotError,
+    InvalidKeyError,
+    InvalidValueError,
+    OrderingError,
     PartialWriteError,
     ShardTimeout,
     WriteConflict,
@@ -27,15 +33,18 @@ from .errors import (
 from .keys import to_bytes
 from .results import Receipt
 from .topology.base import Topology, WriteOutcome
-from .topology.guard import KEPT
+from .topology.guard import FOREIGN, FUTURE, KEPT, MIXED
 from .verdict import Mode, commit_key
-from .versions import VersionSource
+from .versions import HybridClock, VersionSource
 
 __all__ = [
     "as_payload",
+    "check_version",
     "commit_payload",
     "expire_at",
+    "limit_for",
     "new_token",
+    "plan_keys",
     "require_one_slot",
     "update_group",
     "write_group",
@@ -88,79 +97,159 @@ def as_payload(key: bytes, value: object) -> bytes:
         return value.encode()
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
-    raise TypeError(
+    raise InvalidValueError(
         f"value for key {key!r} must be bytes or str, got {type(value).__name__}; "
-        "serialise it first (or use stampede.TypedGroup for pydantic models)"
+        "serialise it first (or use stampede.TypedGroup for pydantic models)",
+        key=key,
     )
+
+
+_RESERVED = (b":stampede:commit", b":stampede:version")
+
+
+def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
+    """The keys of a write as bytes; `InvalidKeyError` before anything is sent if two
+    names are one key (`"a"` and `b"a"`) or a key is one of stampede's own records."""
+    if isinstance(names, str | bytes):
+        raise InvalidKeyError(
+            f"the keys of group {group!r} must be a list of key names, not one "
+            f"{type(names).__name__}; write [{names!r}]",
+            key=names,
+        )
+    keys: list[bytes] = []
+    seen: set[bytes] = set()
+    for name in names:
+        key = to_bytes(name)
+        if key in seen:
+            raise InvalidKeyError(
+                f"key {key!r} is named twice in one write of group {group!r} (as str and "
+                "as bytes?); name each key once",
+                key=name,
+            )
+        if key.endswith(_RESERVED):
+            raise InvalidKeyError(
+                f"key {key!r} ends like one of stampede's own records (<group>:stampede:"
+                "commit, <group>:stampede:version) and would collide with one; rename it",
+                key=name,
+            )
+        seen.add(key)
+        keys.append(key)
+    return keys
 
 
 def expire_at(ttl: float | None) -> int | None:
     """One absolute expiry (unix ms) for every key of a write, so they expire together."""
-    return None if ttl is None else time.time_ns() // 1_000_000 + max(1, round(ttl * 1000))
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0.001 <= ttl < 10**10:
+        raise ConfigurationError(
+            f"ttl must be a number of seconds, at least 0.001, got {ttl!r}; pass None for "
+            "no expiry (a ttl of 0 or less would drop the write at once)"
+        )
+    return time.time_ns() // 1_000_000 + max(1, round(ttl * 1000))
+
+
+def check_version(version: int) -> int:
+    """An application's own version: an int in 1..2**63-1, or `ConfigurationError`."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ConfigurationError(f"version must be an int, got {type(version).__name__}")
+    if not 1 <= version <= MAX_VERSION:
+        raise ConfigurationError(f"version must be in 1..2**63-1, got {version}")
+    return version
+
+
+def limit_for(versions: VersionSource, version: int) -> int:
+    """The newest stored clock version a write accepts as real (0: no check)."""
+    if isinstance(versions, HybridClock) and kind_of(version) is VersionKind.CLOCK:
+        return max(version, versions.horizon())
+    return 0
 
 
 async def write_group(
     topology: Topology,
     group: bytes,
     keys: Sequence[bytes],
-    payloads: Sequence[bytes],
+    payloads: Sequence[bytes | None],
     *,
     mode: Mode,
     versions: VersionSource,
     ttl: float | None,
-    stamp: tuple[int, str] | None = None,
+    version: int | None = None,
 ) -> Receipt:
     """Stamp and write every key of a group; raise `PartialWriteError` if a shard failed.
 
-    `stamp` fixes (version, token) instead of drawing them (repairs do this).
+    A payload of None writes a tombstone (the key is deleted, and stays deleted
+    against older writes until `ttl`, the grace period, runs out). `version`
+    fixes the version (the application's own) instead of drawing one.
     """
-    if stamp is None:
-        version, token = await versions.next_version(group, topology), new_token()
-    else:
-        version, token = stamp
     at = expire_at(ttl)
-    head = b"%d:%s:" % (version, token.encode())
-    encoded = [head + p for p in payloads]  # Envelope(version, token, p).encode()
+    if version is None:
+        version = await versions.next_version(group, topology)
+        limit = limit_for(versions, version)
+    else:
+        limit = 0
+    token = new_token()
+    head = b"%d:%s" % (version, token.encode())
+    encoded = [head if p is None else head + b":" + p for p in payloads]
     slots = {topology.slot_of(k) for k in keys}
+    put = partial(topology.write_guarded, version=version, token=token, expire_at_ms=at)
     if mode is Mode.STAMP:
         atomic = len(slots) == 1
-        outcome = await topology.write_guarded(
-            keys, encoded, version=version, token=token, expire_at_ms=at
-        )
+        outcome = await put(keys, encoded, limit=limit)
         _raise_for(group, outcome)
     else:
-        record = head + commit_payload(keys)
+        record = head + b":" + commit_payload(keys)
         ckey = commit_key(group)
         atomic = len(slots) == 1 and topology.slot_of(ckey) in slots
         if atomic:
-            outcome = await topology.write_guarded(
-                [*keys, ckey], [*encoded, record], version=version, token=token, expire_at_ms=at
-            )
+            outcome = await put([*keys, ckey], [*encoded, record], limit=limit)
             _raise_for(group, outcome)
         else:
-            outcome = await topology.write_guarded(
-                keys, encoded, version=version, token=token, expire_at_ms=at
-            )
+            outcome = await put(keys, encoded, limit=limit)
             _raise_for(group, outcome)
-            done = await topology.write_guarded(
-                [ckey], [record], version=version, token=token, expire_at_ms=at
-            )
+            done = await put([ckey], [record], limit=limit)
             _raise_for(group, done, landed=keys)
     superseded = tuple(k for k in keys if outcome.results.get(k) == KEPT)
-    return Receipt(group, version, token, tuple(keys), mode, atomic, superseded)
+    deleted = all(p is None for p in payloads)
+    return Receipt(group, version, token, tuple(keys), mode, atomic, superseded, deleted)
+
+
+_REFUSALS = {
+    MIXED: (
+        "mixed-sources",
+        "the stored version is of the other kind (clock versions from a HybridClock "
+        "against sequence versions from a Counter or the application), so the two cannot "
+        "be ordered; keep one version source per group, or delete the group first",
+    ),
+    FUTURE: (
+        "future",
+        "the stored clock version is further ahead of this writer's clock than "
+        "max_offset allows; a writer's clock ran ahead (or another program stamped it). "
+        "Fix that clock; then delete the group or wait until that time has passed",
+    ),
+    FOREIGN: (
+        "foreign",
+        "the stored value looks like an envelope but its version cannot be ordered "
+        "(2**63 or more, or leading zeros); another program wrote it: delete it",
+    ),
+}
 
 
 def _raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ()) -> None:
     error = outcome.first_error()
-    if error is None:
-        return
-    cls = WriteTimeout if isinstance(error, ShardTimeout) else PartialWriteError
-    raise cls(
-        group.decode("utf-8", "backslashreplace"),
-        landed=[*landed, *outcome.results],
-        failed=list(outcome.failed),
-        cause=error,
-    ) from error
+    if error is not None:
+        cls = WriteTimeout if isinstance(error, ShardTimeout) else PartialWriteError
+        raise cls(
+            group.decode("utf-8", "backslashreplace"),
+            landed=[*landed, *outcome.results],
+            failed=list(outcome.failed),
+            cause=error,
+        ) from error
+    for code, (why, detail) in _REFUSALS.items():
+        refused = [k for k, c in outcome.results.items() if c == code]
+        if refused:
+            kind = ClockSkewError if code == FUTURE else OrderingError
+            raise kind(group.decode("utf-8", "backslashreplace"), refused, why, detail)
 
 
 def require_one_slot(topology: Topology, keys: Sequence[bytes], operation: str) -> None:

@@ -7,12 +7,14 @@ from .base import RepairStrategy as RepairStrategy
 from .queue import Job as Job
 from .queue import RepairQueue as RepairQueue
 from .strategies import Enqueue as Enqueue
+from .strategies import Loaded as Loaded
 from .strategies import NewestWins as NewestWins
 from .strategies import Refetch as Refetch
 
 __all__ = [
     "Enqueue",
     "Job",
+    "Loaded",
     "NewestWins",
     "Refetch",
     "RepairAction",

@@ -1,15 +1,20 @@
 """What a repair is given, what it returns, and the writes every strategy shares.
 
-A repair *completes the newest write it saw*: it writes every key under that
-write's own stamp (the newest (version, token) among the data and the commit
-record), and it changes a key only if the key still holds exactly what the read
-saw (compare-and-set, one Lua call per slot). So:
+A repair writes under *its own stamp*: the version of the newest write it saw
+(or the source of truth's own version, when the loader gives one) and a fresh
+token ordered just after that write's. It changes a key only if the key still
+holds exactly what the read saw (compare-and-set, one Lua call per slot), and it
+keeps the expiry of the write it completes. So:
 
-- a write that started after the read has a higher stamp and is never touched;
-- the newest write, if it was still in flight, lands its remaining keys over the
-  repair's (same stamp: the guard lets the real payload replace the derived one),
-  and a key it reached first fails the compare-and-set and is left alone;
-- if that writer died, the group is now whole under its stamp.
+- a write that started after the read has a newer stamp and is never touched;
+- a late or retried half of the write the repair replaced carries an older stamp
+  than the repair's, so the guard keeps it out: a repaired group never mixes the
+  repair's payloads with that writer's;
+- two repairs racing each other have different tokens: if their compare-and-sets
+  interleave across shards, the group reads torn (and is repaired again), never
+  whole with halves of each;
+- a delete (the source says the entity is gone) writes stamped tombstones that
+  keep late older writes out for the grace period.
 
 A group with no stamp at all gets version 0, below every real write. When a
 compare-and-set fails anywhere the group is re-read and the outcome says
@@ -19,12 +24,14 @@ compare-and-set fails anywhere the group is re-read and the outcome says
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from ..envelope import Envelope
+from ..envelope import Envelope, kind_of, token_after
+from ..errors import RepairError, ShardResponseError
 from ..observe import observe_group
 from ..topology.base import Topology
 from ..topology.guard import CAS_SCRIPT, KEPT
@@ -34,19 +41,24 @@ from ..versions import VersionSource
 from ..writer import commit_payload, expire_at, new_token
 
 __all__ = [
+    "DEFAULT_GRACE",
     "RepairAction",
     "RepairContext",
     "RepairOutcome",
     "RepairStrategy",
     "best_effort",
     "compare_and_set",
+    "expiry_of",
     "guarded_delete",
+    "kept_expiry",
     "repair_stamp",
     "rewrite",
     "roll_forward",
 ]
 
 _CAS = Script(CAS_SCRIPT)
+DEFAULT_GRACE = 300.0
+"""Seconds a repair's tombstones keep late older writes out (`Options.tombstone_grace`)."""
 
 
 class RepairAction(StrEnum):
@@ -60,12 +72,17 @@ class RepairAction(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RepairContext:
-    """Where and how a repair writes."""
+    """Where and how a repair writes.
+
+    `ttl` is the expiry for a group whose writes carried none that can be kept
+    (a group with no stamp at all); `grace` how long tombstones live.
+    """
 
     topology: Topology
     mode: Mode
     versions: VersionSource
     ttl: float | None = None
+    grace: float = DEFAULT_GRACE
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +115,82 @@ class RepairStrategy(Protocol):
     ) -> RepairOutcome: ...
 
 
-def repair_stamp(obs: Observation) -> tuple[int, str]:
-    """The newest stamp `obs` saw (data or commit record); (0, new token) if none."""
-    newest = obs.newest()
+def _stamps(obs: Observation) -> list[tuple[int, str]]:
+    stamps = [(e.version, e.token) for e in obs.envelopes if e is not None]
     record = obs.commit()
-    stamps = [(e.version, e.token) for e in (newest,) if e is not None]
     if record is not None:
         stamps.append((record.version, record.token))
-    return max(stamps) if stamps else (0, new_token())
+    return stamps
+
+
+def repair_stamp(obs: Observation, source_version: int | None = None) -> tuple[int, str]:
+    """The repair's own stamp, ordered after every stamp `obs` saw.
+
+    Without a source version: the newest seen version and a fresh token after
+    its token ((0, a new token) when nothing was stamped). With one (the
+    database's row version, say): that version, which must not be older than the
+    newest seen, nor of the other version kind.
+    """
+    stamps = _stamps(obs)
+    newest = max(stamps) if stamps else None
+    if source_version is None:
+        return (0, new_token()) if newest is None else (newest[0], token_after(newest[1]))
+    group = obs.group.decode("utf-8", "backslashreplace")
+    if newest is None:
+        return source_version, new_token()
+    if newest[0] and kind_of(newest[0]) is not kind_of(source_version):
+        raise RepairError(
+            group,
+            f"the loader gave version {source_version}, which cannot be ordered against the "
+            f"stored version {newest[0]} (one is a clock version, the other a sequence "
+            "version); write the group with the source's versions too (write(version=...))",
+        )
+    if source_version < newest[0]:
+        raise RepairError(
+            group,
+            f"the loader gave version {source_version}, older than version {newest[0]} "
+            "already stored; it may read a lagging replica. Nothing was written",
+        )
+    if source_version == newest[0]:
+        return source_version, token_after(newest[1])
+    return source_version, new_token()
+
+
+async def kept_expiry(ctx: RepairContext, obs: Observation) -> int | None:
+    """The absolute expiry (unix ms) of the newest write `obs` saw, to keep it.
+
+    Every key of one write expires at the same instant, so one key holding the
+    newest stamp tells it; a group with no stamp gets the context's `ttl`.
+    """
+    newest = obs.newest()
+    record = obs.commit()
+    key: bytes | None = None
+    if newest is not None:
+        key = obs.keys[obs.envelopes.index(newest)]
+    if record is not None and (
+        newest is None
+        or (record.version, record.token)
+        > (
+            newest.version,
+            newest.token,
+        )
+    ):
+        key = commit_key(obs.group)
+    if key is None:
+        return expire_at(ctx.ttl)
+    return await expiry_of(ctx.topology, key)
+
+
+async def expiry_of(topology: Topology, key: bytes) -> int | None:
+    """PEXPIRETIME of `key` (PTTL on servers before 7.0); None when it has none."""
+    try:
+        at = int(await topology.execute(key, "PEXPIRETIME", key))
+    except ShardResponseError as exc:
+        if "unknown command" not in str(exc).lower():
+            raise
+        left = int(await topology.execute(key, "PTTL", key))
+        at = left if left < 0 else time.time_ns() // 1_000_000 + left
+    return at if at > 0 else None
 
 
 async def compare_and_set(
@@ -135,9 +220,10 @@ async def compare_and_set(
 
 
 def best_effort(obs: Observation) -> dict[bytes, bytes | None]:
-    """Each key's current payload (raw bytes for an unstamped value)."""
+    """Each key's current payload (None when missing or deleted; raw bytes for an
+    unstamped value)."""
     return {
-        key: (env.payload if env is not None else raw)
+        key: (env.value if env is not None else raw)
         for key, env, raw in zip(obs.keys, obs.envelopes, obs.raw, strict=True)
     }
 
@@ -169,15 +255,23 @@ async def after_lost_race(
 async def rewrite(
     ctx: RepairContext,
     obs: Observation,
-    payloads: Mapping[bytes, bytes],
+    payloads: Mapping[bytes, bytes | None],
     reason: Reason | None,
+    *,
+    source_version: int | None = None,
+    expire_at_ms: int | None = None,
 ) -> RepairOutcome:
-    """Write every key under the newest seen stamp, each only if it is unchanged."""
+    """Write every key under the repair's own stamp, each only if it is unchanged.
+
+    A payload of None writes a tombstone. The expiry is `expire_at_ms` when given
+    (a delete's grace), else that of the newest write seen.
+    """
     keys = list(obs.keys)
-    version, token = repair_stamp(obs)
-    at = expire_at(ctx.ttl)
+    version, token = repair_stamp(obs, source_version)
+    at = expire_at_ms if expire_at_ms is not None else await kept_expiry(ctx, obs)
     new: dict[bytes, bytes | None] = {
-        k: Envelope(version, token, payloads[k]).encode() for k in keys
+        k: Envelope(version, token, payloads[k] or b"", tombstone=payloads[k] is None).encode()
+        for k in keys
     }
     if not await compare_and_set(ctx, obs, new, at):
         return await after_lost_race(ctx, obs, reason)
@@ -190,19 +284,29 @@ async def rewrite(
         error = done.first_error()
         if error is not None:
             raise error
-        if done.results.get(ckey) == KEPT:
+        if done.results.get(ckey) != 1:
             return await after_lost_race(ctx, obs, reason)
     ctx.versions.observe(version)
+    deleted = all(payloads[k] is None for k in keys)
     values: dict[bytes, bytes | None] = {k: payloads[k] for k in keys}
     return RepairOutcome(
-        obs.group, RepairAction.REWRITTEN, reason, values, True, stamp=(version, token)
+        obs.group,
+        RepairAction.DELETED if deleted else RepairAction.REWRITTEN,
+        reason,
+        values,
+        True,
+        stamp=(version, token),
     )
 
 
 async def roll_forward(
     ctx: RepairContext, obs: Observation, reason: Reason | None
 ) -> RepairOutcome | None:
-    """Commit mode: if the data is one whole write, write its missing record; else None."""
+    """Commit mode: if the data is one whole write, write its missing record; else None.
+
+    The record is that write's own (same stamp, same keys): a late copy of it is
+    the same bytes. It expires with the data.
+    """
     if obs.mode is not Mode.COMMIT or obs.errors:
         return None
     envs = obs.envelopes
@@ -214,11 +318,13 @@ async def roll_forward(
         return None  # a newer write has committed: its data has not landed yet
     payload = commit_payload(list(obs.keys))
     ckey = commit_key(obs.group)
+    at = await expiry_of(ctx.topology, obs.keys[0])
     outcome = await ctx.topology.write_guarded(
         [ckey],
         [Envelope(first.version, first.token, payload).encode()],
         version=first.version,
         token=first.token,
+        expire_at_ms=at,
     )
     if outcome.failed:
         error = outcome.first_error()
@@ -237,15 +343,19 @@ async def roll_forward(
 
 
 async def guarded_delete(
-    ctx: RepairContext, obs: Observation, reason: Reason | None
+    ctx: RepairContext,
+    obs: Observation,
+    reason: Reason | None,
+    *,
+    source_version: int | None = None,
 ) -> RepairOutcome:
-    """Delete the group's keys (and record) that still hold what the read saw."""
+    """Tombstone the group's keys (and record) that still hold what the read saw."""
     gone: dict[bytes, bytes | None] = dict.fromkeys(obs.keys)
-    if not await compare_and_set(ctx, obs, gone, None):
-        return await after_lost_race(ctx, obs, reason)
-    if obs.mode is Mode.COMMIT and obs.commit_raw is not None:
-        ckey = commit_key(obs.group)
-        record_obs = Observation(obs.group, (ckey,), (obs.commit_raw,), Mode.STAMP)
-        if not await compare_and_set(ctx, record_obs, {ckey: None}, None):
-            return await after_lost_race(ctx, obs, reason)
-    return RepairOutcome(obs.group, RepairAction.DELETED, reason, dict(gone), True)
+    return await rewrite(
+        ctx,
+        obs,
+        gone,
+        reason,
+        source_version=source_version,
+        expire_at_ms=expire_at(ctx.grace),
+    )

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RepairError, TornReadError
+from ..errors import InvalidValueError, RepairError, TornReadError
 from ..verdict import Observation, Verdict
+from ..writer import check_version, expire_at
 from .base import (
     RepairAction,
     RepairContext,
@@ -27,13 +29,32 @@ from .base import (
 if TYPE_CHECKING:
     from .queue import RepairQueue
 
-__all__ = ["Enqueue", "NewestWins", "Refetch"]
+__all__ = ["Enqueue", "Loaded", "NewestWins", "Refetch"]
 
 Rebuild = Callable[
     [Mapping[bytes, bytes], Sequence[bytes]],
     Mapping[bytes, bytes] | Awaitable[Mapping[bytes, bytes]],
 ]
-Loader = Callable[[bytes, Sequence[bytes]], Awaitable[Mapping[bytes, bytes] | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """What a `Refetch` loader returns when the source has versions of its own.
+
+    `values` maps every key of the group to its payload, or is None when the
+    source has no such entity; `version` is the source's own version of it (a
+    row version, an `updated_at` in microseconds, a log position; 1..2**63-1).
+    The repair is then ordered by the source: it is written under that version
+    and refused if Redis already holds a newer one.
+    """
+
+    values: Mapping[bytes, bytes] | None
+    version: int
+
+
+Loader = Callable[
+    [bytes, Sequence[bytes]], Awaitable[Mapping[bytes, bytes] | Loaded | None]
+]
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -58,7 +79,9 @@ class NewestWins:
     write and the names of the others, and returns new payloads for the others
     (for example settings derived from the profile). Without it, the current
     payloads are re-stamped under one new stamp: last writer wins per key, made
-    consistent. A missing key cannot be re-stamped: give `rebuild` or use `Refetch`.
+    consistent (it is not one logical write). A missing key cannot be re-stamped:
+    give `rebuild` or use `Refetch`. When the newest write is a delete, the delete
+    is completed: every key gets its tombstone.
     """
 
     name = "newest-wins"
@@ -72,17 +95,21 @@ class NewestWins:
             return rolled
         current = best_effort(obs)
         newest = obs.newest()
+        if newest is not None and newest.tombstone:
+            gone: dict[bytes, bytes | None] = dict.fromkeys(obs.keys)
+            return await rewrite(ctx, obs, gone, verdict.reason, expire_at_ms=expire_at(ctx.grace))
         if self.rebuild is None:
             missing = [k for k, v in current.items() if v is None]
             if missing:
                 raise _torn(
                     obs,
                     verdict,
-                    f"NewestWins cannot re-stamp missing key(s) {missing!r}; "
-                    "pass NewestWins(rebuild=...) or use Refetch(loader).",
+                    f"NewestWins without rebuild cannot repair it: key(s) {missing!r} are "
+                    "missing or deleted, so there is no payload to re-stamp. Give "
+                    "NewestWins(rebuild=...) to derive them from the newest write, or use "
+                    "Refetch(loader) to reload the group from the source of truth.",
                 )
-            payloads = {k: v for k, v in current.items() if v is not None}
-            return await rewrite(ctx, obs, payloads, verdict.reason)
+            return await rewrite(ctx, obs, current, verdict.reason)
         truth: dict[bytes, bytes] = {}
         stale: list[bytes] = []
         for key, env in zip(obs.keys, obs.envelopes, strict=True):
@@ -103,9 +130,12 @@ class NewestWins:
 class Refetch:
     """Rewrite the whole group from the authoritative source.
 
-    `loader(group, keys)` returns the payload of every key, or None when the
-    source has no such entity (the Redis copies are then deleted, guarded).
-    A loader that raises gives `RepairError` naming the group. With
+    `loader(group, keys)` returns the payload (bytes) of every key, or None when
+    the source has no such entity (the Redis copies are then replaced by
+    tombstones, guarded), or a `Loaded(values, version)` carrying the source's own
+    version, which then orders the repair. A loader that raises gives
+    `RepairError` naming the group; one that returns something else gives
+    `InvalidValueError` naming the key, before anything is written. With
     `fills_missing=True` a read of a group that is not in Redis at all also asks
     the loader (read-through), so missing copies are filled from the source.
     """
@@ -124,20 +154,51 @@ class Refetch:
             loaded = await self.loader(obs.group, list(obs.keys))
         except Exception as exc:
             raise RepairError(obs.group, f"the loader raised {type(exc).__name__}: {exc}") from exc
+        version: int | None = None
+        if isinstance(loaded, Loaded):
+            try:
+                version = check_version(loaded.version)
+            except Exception as exc:
+                raise RepairError(obs.group, f"the loader's Loaded.version: {exc}") from None
+            loaded = loaded.values
         if loaded is None:
-            return await guarded_delete(ctx, obs, verdict.reason)
-        missing = [k for k in obs.keys if loaded.get(k) is None]
-        if missing:
-            raise RepairError(
-                obs.group,
-                f"the loader returned no payload for {missing!r}; it must return every "
-                "key of the group, or None when the entity does not exist",
-            )
-        payloads = {k: bytes(loaded[k]) for k in obs.keys}
-        return await rewrite(ctx, obs, payloads, verdict.reason)
+            return await guarded_delete(ctx, obs, verdict.reason, source_version=version)
+        payloads = _payloads(obs, loaded)
+        return await rewrite(ctx, obs, payloads, verdict.reason, source_version=version)
 
     def __repr__(self) -> str:
         return f"Refetch({getattr(self.loader, '__qualname__', self.loader)!r})"
+
+
+def _payloads(obs: Observation, loaded: object) -> dict[bytes, bytes | None]:
+    """Every key's payload from a loader's mapping, checked before anything is written."""
+    group = obs.group.decode("utf-8", "backslashreplace")
+    if not isinstance(loaded, Mapping):
+        raise InvalidValueError(
+            f"the Refetch loader for group {group!r} returned {type(loaded).__name__}; it "
+            "must return a mapping key -> bytes, a Loaded(values, version), or None"
+        )
+    missing = [k for k in obs.keys if loaded.get(k) is None]
+    if missing:
+        raise RepairError(
+            obs.group,
+            f"the loader returned no payload for {missing!r}; it must return every "
+            "key of the group, or None when the entity does not exist",
+        )
+    out: dict[bytes, bytes | None] = {}
+    for key in obs.keys:
+        value = loaded[key]
+        if isinstance(value, bytearray | memoryview):
+            value = bytes(value)
+        if not isinstance(value, bytes):
+            raise InvalidValueError(
+                f"the Refetch loader for group {group!r} returned "
+                f"{type(value).__name__} for key {key!r}; it must return bytes (encode "
+                "text, serialise objects). Nothing was written.",
+                key=key,
+            )
+        out[key] = value
+    return out
 
 
 class Enqueue:

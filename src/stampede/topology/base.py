@@ -28,8 +28,10 @@ T = TypeVar("T")
 class WriteOutcome:
     """Per-key results of a guarded write.
 
-    `results[key]` is `WRITTEN`, `SAME` (already there) or `KEPT` (a newer write
-    is stored); keys of a shard that failed are in `failed` with that shard's error.
+    `results[key]` is a guard code: `WRITTEN`, `SAME` (already there), `KEPT` (a
+    newer write is stored), or a refusal (`MIXED`, `FUTURE`, `FOREIGN`: the
+    stored value cannot be ordered against the write); keys of a shard that
+    failed are in `failed` with that shard's error.
     """
 
     results: dict[bytes, int] = field(default_factory=dict)
@@ -79,8 +81,13 @@ class Topology(Protocol):
         version: int,
         token: str,
         expire_at_ms: int | None = None,
+        limit: int = 0,
     ) -> WriteOutcome:
-        """Write each key through the guard; a shard that fails does not stop the others."""
+        """Write each key through the guard; a shard that fails does not stop the others.
+
+        `limit` is the newest clock version the writer accepts as real (0: no
+        check); a key holding a newer one is not written (`guard.FUTURE`).
+        """
         ...
 
     async def incr(self, key: bytes) -> int:

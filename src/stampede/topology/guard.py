@@ -4,17 +4,26 @@ Every data and commit write goes through it, so a delayed, repeated or racing
 write can never replace a newer one and each key converges to the newest write
 that reached it. Lua numbers are doubles, which cannot hold a 63-bit version, so
 versions compare as decimal strings: first by length, then byte by byte; equal
-versions compare by token.
+versions compare by token. A tombstone (`<version>:<token>`) is compared like
+any envelope, so a late older write cannot bring a deleted key back.
 
 One call carries the keys of many writes (the writes of one loop turn that go to
 the same shard, or slot on a cluster), each key with its own stamp:
 
 KEYS   the keys to write
-ARGV   four per key: version, token, expire-at in unix ms ("0": no expiry), value
-reply  one integer per key: 1 written over an older value, 2 written over the
-       same stamp (an idempotent retry, or the real payload replacing a repair
-       that completed this write), 0 kept because the stored write is newer,
-       -1 not written because the key holds another type (WRONGTYPE)
+ARGV   five per key: version, token, expire-at in unix ms ("0": no expiry), value,
+       limit (the newest clock version this writer accepts as real; "0": none)
+reply  one integer per key:
+        1  written over an older value (or none, or a value that is no envelope)
+        2  the same stamp is stored: an idempotent resend, nothing changed
+        0  kept out: the stored write is newer
+       -1  not written: the key holds another type (WRONGTYPE)
+       -2  not written: the stored version is of the other kind (clock against
+           sequence), so the two cannot be ordered
+       -3  not written: the stored clock version is beyond the writer's limit
+           (stamped by a clock far ahead of this writer's)
+       -4  not written: the stored value looks like an envelope but its version
+           cannot be ordered (2**63 or more, or leading zeros)
 """
 
 from __future__ import annotations
@@ -26,12 +35,16 @@ from typing import Any
 from ..errors import ShardResponseError
 
 __all__ = [
+    "ARGS_PER_KEY",
     "CAS_SCRIPT",
     "CROSS_SLOT_GUARD_SCRIPT",
     "CROSS_SLOT_GUARD_SHA",
+    "FOREIGN",
+    "FUTURE",
     "GUARD_SCRIPT",
     "GUARD_SHA",
     "KEPT",
+    "MIXED",
     "SAME",
     "WRITTEN",
     "WRONGTYPE",
@@ -44,38 +57,54 @@ KEPT = 0
 WRITTEN = 1
 SAME = 2
 WRONGTYPE = -1
+MIXED = -2
+FUTURE = -3
+FOREIGN = -4
+ARGS_PER_KEY = 5
 
 # The comparison, inlined in both drivers below (a Lua function would be created
-# anew on every call): `keep` when the stored stamp is newer, `same` when equal.
+# anew on every call): `state` is the reply code for the key (1: write it).
+# A version's kind: 0 for "0", 2 (clock) from 2**56 = 72057594037927936 up, else 1.
 _COMPARE = b"""
-    local keep, same = false, false
+    local state = 1
     if cur then
-      local cv, ct = string.match(cur, '^(%d+):([0-9A-Z]+):')
-      if cv then
-        if #cv ~= #v then keep = #cv > #v
-        elseif cv ~= v then keep = cv > v
-        elseif ct > t then keep = true
-        elseif ct == t then same = true end
+      local cv, ct, sep = string.match(cur, '^(%d+):([0-9A-Z]+)(:?)')
+      if cv and #ct == 26 and (sep == ':' or #cur == #cv + 27) then
+        if #cv > 19 or (#cv == 19 and cv > '9223372036854775807')
+            or (#cv > 1 and string.byte(cv, 1) == 48) then
+          state = -4
+        else
+          local ck, vk = 1, 1
+          if cv == '0' then ck = 0
+          elseif #cv > 17 or (#cv == 17 and cv >= '72057594037927936') then ck = 2 end
+          if v == '0' then vk = 0
+          elseif #v > 17 or (#v == 17 and v >= '72057594037927936') then vk = 2 end
+          if ck ~= 0 and vk ~= 0 and ck ~= vk then state = -2
+          elseif lim ~= '0' and ck == 2 and (#cv > #lim or (#cv == #lim and cv > lim)) then
+            state = -3
+          elseif #cv ~= #v then if #cv > #v then state = 0 end
+          elseif cv ~= v then if cv > v then state = 0 end
+          elseif ct > t then state = 0
+          elseif ct == t then state = 2 end
+        end
       end
     end
 """
 
 _PUT = b"""
-    if keep then
-      out[i] = 0
-    else
+    if state == 1 then
       if at ~= '0' then redis.call('SET', key, value, 'PXAT', at)
       else redis.call('SET', key, value) end
-      if same then out[i] = 2 else out[i] = 1 end
     end
+    out[i] = state
 """
 
 GUARD_SCRIPT = (
     b"""
 local out = {}
 for i, key in ipairs(KEYS) do
-  local b = (i - 1) * 4
-  local v, t, at, value = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local b = (i - 1) * 5
+  local v, t, at, value, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
   local cur = redis.pcall('GET', key)
   if type(cur) == 'table' and cur.err then
     out[i] = -1
@@ -101,13 +130,13 @@ for i = 1, n do
   local key = ARGV[1 + i]
   local cur = latest[key]
   if cur == nil then cur = seen[i] end
-  local b = 1 + n + (i - 1) * 4
-  local v, t, at, value = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local b = 1 + n + (i - 1) * 5
+  local v, t, at, value, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
 """
     + _COMPARE
     + _PUT
     + b"""
-  if not keep then latest[key] = value end
+  if state == 1 then latest[key] = value end
 end
 return out
 """
@@ -131,7 +160,7 @@ CROSS_SLOT_GUARD_SHA = hashlib.sha1(CROSS_SLOT_GUARD_SCRIPT).hexdigest()
 class WriteRequest:
     """The keys one guarded write sends to one shard, with their ARGV ready-made.
 
-    `argv` holds four values per key (version, token, expire-at, value), in the
+    `argv` holds five values per key (version, token, expire-at, value, limit), in the
     order of `keys`, so a batch's call is its requests' keys and argv joined;
     `slots` are the keys' hash slots where the topology routes by them (a cluster
     splits a batch per slot when a node refuses the cross-slot script).
@@ -157,13 +186,14 @@ class WriteRequest:
         version: int,
         token: str,
         expire_at_ms: int | None,
+        limit: int = 0,
         slots: Sequence[int] = (),
     ) -> WriteRequest:
         """The request for `keys[p]`, `values[p]` at each position p, one stamp for all."""
         at = expire_at_ms or 0
         argv: list[object] = []
         for p in positions:
-            argv += (version, token, at, values[p])
+            argv += (version, token, at, values[p], limit)
         return cls(
             [keys[p] for p in positions], argv, [slots[p] for p in positions] if slots else []
         )
@@ -220,7 +250,9 @@ for i, key in ipairs(KEYS) do
   local cur = redis.call('GET', key)
   local same
   if present == '0' then same = (cur == false) else same = (cur == expected) end
-  if not same then
+  if op == 's' and cur == value then
+    out[i] = 1
+  elseif not same then
     out[i] = 0
   elseif op == 'd' then
     redis.call('DEL', key)
@@ -241,5 +273,6 @@ return out
 KEYS   the keys
 ARGV   expire-at unix ms ("0": none), then per key: present ("1"/"0"), the value
        seen, op ("s" set / "d" delete), the new value
-reply  per key: 1 changed, 0 left alone (it changed since it was seen)
+reply  per key: 1 changed (or already holding the new value: a resend is
+       harmless), 0 left alone (it changed since it was seen)
 """

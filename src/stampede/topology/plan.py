@@ -42,6 +42,7 @@ async def write_parts(
     version: int,
     token: str,
     expire_at_ms: int | None,
+    limit: int = 0,
     slots: Sequence[int] = (),
 ) -> WriteOutcome:
     """Guarded-write every key through its shard's coalescer; per-shard failures kept."""
@@ -53,6 +54,7 @@ async def write_parts(
             version=version,
             token=token,
             expire_at_ms=expire_at_ms,
+            limit=limit,
             slots=slots,
         )
         for _, positions in parts
