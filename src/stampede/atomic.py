@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from .client import Stampede
-from .errors import CrossSlotError, InvalidKeyError, WriteConflict
+from .errors import CrossSlotError, InvalidKeyError, OutcomeUnknownError, WriteConflict
 from .keys import to_bytes
 from .topology.base import Topology
 from .topology.node_ops import Read, Script
+from .topology.retries import RepliesLost
 
 __all__ = [
     "Command",
@@ -162,6 +163,12 @@ async def multi(
     otherwise. No command: nothing is sent and `[]` is returned. A command that
     fails inside EXEC raises `ShardResponseError`; as in Redis, the others applied
     (a command the server rejects while queuing aborts the whole block instead).
+
+    Exactly once: when the connection drops before EXEC's reply, an operation
+    marker tells whether the block applied. It is sent again only when it did not;
+    when it did, `OutcomeUnknownError` says so (the block applied once, its
+    replies are lost); when the shard cannot be asked, `OutcomeUnknownError`.
+    Read-only blocks are simply sent again.
     """
     cmds = [tuple(c) for c in commands]
     if not cmds:
@@ -233,6 +240,9 @@ class WatchResult:
     results: list[Any] = field(default_factory=list)
     attempts: int = 1
     written: bool = True
+    replies_lost: bool = False
+    """True when the connection dropped before EXEC's reply but the operation marker
+    shows the commands applied, exactly once; `results` is then empty."""
 
 
 async def watch(
@@ -253,6 +263,11 @@ async def watch(
     not have side effects of its own. `WriteConflict` after `max_attempts`
     lost races; `CrossSlotError` before anything is sent when `keys` span slots,
     and before EXEC when the returned commands leave the slot.
+
+    Exactly once: when the reply to EXEC is lost, an operation marker tells
+    whether the commands applied (`replies_lost=True`, `fn` is not run again) or
+    can no longer apply (`fn` runs again); `OutcomeUnknownError` when the shard
+    cannot be asked.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -276,7 +291,10 @@ async def watch(
         return cmds
 
     for attempt in range(1, max_attempts + 1):  # `body` reads the current attempt
-        ok, results = await topology.optimistic(watched, body)
+        try:
+            ok, results = await topology.optimistic(watched, body)
+        except RepliesLost:
+            return WatchResult([], attempt, written=True, replies_lost=True)
         if ok:
             return WatchResult(results, attempt, written=written)
         if attempt < max_attempts:
@@ -316,11 +334,19 @@ class RegisteredScript:
 
         `CrossSlotError` before anything is sent when the keys span slots; a Lua
         error (or `redis.error_reply`) raises `ShardResponseError` naming the shard.
+        A script is never sent again after its reply was lost (Lua cannot be
+        fenced): `OutcomeUnknownError` naming the script; read its keys to learn
+        whether it ran.
         """
         topology = topology_of(target)
         raw = [to_bytes(k) for k in keys]
         common_slot(topology, raw, f"Lua {self.name}")
-        return await topology.script(self._script, raw, list(args))
+        try:
+            return await topology.script(self._script, raw, list(args))
+        except OutcomeUnknownError as exc:
+            raise OutcomeUnknownError(
+                f"Lua {self.name}", shard=exc.shard, cause=exc.cause
+            ) from exc
 
     def __repr__(self) -> str:
         return f"RegisteredScript({self.name!r}, sha={self.sha[:12]}...)"

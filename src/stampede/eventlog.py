@@ -33,6 +33,7 @@ from .envelope import MAX_VERSION, TOKEN_LENGTH, is_token
 from .errors import InvalidKeyError, MalformedEntry, PartialWriteError, ShardError
 from .keys import to_bytes
 from .topology.base import Topology
+from .topology.retries import RepliesLost
 from .writer import new_token
 
 __all__ = [
@@ -166,7 +167,8 @@ async def _per_shard(
     """One MULTI/EXEC per shard (per slot on a cluster) over `keys`, all at once.
 
     Keys in one slot make one transaction. Returns each batch of keys with its
-    replies, or the `ShardError` that batch met.
+    replies (empty when they were lost after it applied), or the `ShardError` that
+    batch met. Each transaction is exactly-once (see `Topology.transaction`).
     """
     by_cluster_slot = topology.kind != "shards"
     batches: dict[object, list[bytes]] = {}
@@ -179,6 +181,8 @@ async def _per_shard(
     )
     out: list[tuple[list[bytes], list[Any] | ShardError]] = []
     for group, reply in zip(groups, replies, strict=True):
+        if isinstance(reply, RepliesLost):
+            reply = []  # applied exactly once (its marker says so); only the replies were lost
         if isinstance(reply, BaseException) and not isinstance(reply, ShardError):
             raise reply
         out.append((group, reply))
@@ -194,6 +198,10 @@ async def append_changes(
     spread logs get one MULTI per shard, all shards at once. `PartialWriteError`
     (listing the logs on each side) when a shard failed: the entries that landed
     carry the token, and `latest_changes` passes over the incomplete write.
+
+    Each entry lands once: when a reply is lost, the transaction's operation
+    marker tells whether it applied, and it is sent again only when it did not
+    (`OutcomeUnknownError` when the shard cannot be asked).
     """
     if not changes:
         raise ValueError("append_changes() got no changes; pass {key: change, ...}")

@@ -34,6 +34,7 @@ from .keys import to_bytes
 from .results import Receipt
 from .topology.base import Topology, WriteOutcome
 from .topology.guard import FOREIGN, FUTURE, KEPT, MIXED
+from .topology.retries import RepliesLost
 from .verdict import Mode, commit_key
 from .versions import HybridClock, VersionSource
 
@@ -275,6 +276,11 @@ async def update_group(
     `fn` gets the current payloads (None for a missing key) and returns the new
     payload of every key. The new version is newer than both the version source's
     and the stored one, so the guard of a later stamped write still orders it.
+
+    Exactly once: when the reply to EXEC is lost, the topology's operation marker
+    tells whether it applied (the receipt is returned and `fn` is not run again)
+    or can no longer apply (`fn` runs again on what is stored); when it cannot
+    tell, `OutcomeUnknownError`.
     """
     keys: list[bytes] = [to_bytes(n) for n in names]
     watched: list[bytes] = [*keys, commit_key(group)] if mode is Mode.COMMIT else keys
@@ -309,7 +315,11 @@ async def update_group(
         return out
 
     for _ in range(max_attempts):
-        if await topology.watch_update(watched, apply, expire_at_ms=expire_at(ttl)):
+        try:
+            done = await topology.watch_update(watched, apply, expire_at_ms=expire_at(ttl))
+        except RepliesLost:
+            done = True  # EXEC's reply was lost, but its operation marker says it applied
+        if done:
             if receipt is None:  # pragma: no cover - apply always sets it or raises
                 raise RuntimeError("update finished without a receipt")
             return receipt

@@ -3,7 +3,8 @@
 `RedisNode` is one redis-server process; `LocalPrimaries` runs independent
 primaries, `LocalCluster` a real Redis Cluster. The pytest plugin
 (`stampede.testing.plugin`, loaded automatically) shares one of each per session
-as the `redis_primaries` and `redis_cluster` fixtures. See docs/testing.md.
+as the `redis_primaries` and `redis_cluster` fixtures. `RedisProxy` sits in
+front of a server and loses the replies you pick. See docs/testing.md.
 """
 
 from .cluster import LocalCluster as LocalCluster
@@ -17,6 +18,8 @@ from .migration import SlotMigration as SlotMigration
 from .node import NodeOptions as NodeOptions
 from .node import RedisNode as RedisNode
 from .primaries import LocalPrimaries as LocalPrimaries
+from .proxy import ProxyRule as ProxyRule
+from .proxy import RedisProxy as RedisProxy
 
 __all__ = [
     "ClusterNotReadyError",
@@ -27,7 +30,9 @@ __all__ = [
     "LocalCluster",
     "LocalPrimaries",
     "NodeOptions",
+    "ProxyRule",
     "RedisNode",
+    "RedisProxy",
     "ServerStartError",
     "SlotMigration",
 ]

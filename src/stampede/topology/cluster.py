@@ -16,15 +16,14 @@ from typing import Any
 from redis import exceptions as rex
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
 
 from ..errors import ConfigurationError, ShardUnavailable
 from ..keys import keyslot
 from ..options import ConnectOptions, redis_kwargs
-from .base import Updater, WriteOutcome, send, translate
+from .base import Updater, WriteOutcome, translate
 from .coalesce import Coalescer
 from .guard import (
+    ARGS_PER_KEY,
     CROSS_SLOT_GUARD_SCRIPT,
     CROSS_SLOT_GUARD_SHA,
     GUARD_SCRIPT,
@@ -38,11 +37,13 @@ from .node_ops import (
     Body,
     Command,
     Script,
+    marker_id,
     optimistic_once,
-    transaction_once,
+    transaction,
     updater_body,
 )
 from .plan import fetch_parts, write_parts
+from .retries import Markers, idempotent_script, no_retry
 
 __all__ = ["Cluster"]
 
@@ -58,6 +59,7 @@ _READ = Script(
     b"for i, key in ipairs(ARGV) do out[i] = redis.call('GET', key) end\n"
     b"return out\n"
 )
+idempotent_script(_READ.source)
 
 
 _SCRIPTS.update(
@@ -99,17 +101,20 @@ class Cluster:
         self._no_read_script: set[str] = set()
         self._no_write_script: set[str] = set()
         self._batchers: dict[str, tuple[Coalescer[Any, Any], Coalescer[Any, Any]]] = {}
+        self._markers = Markers(keyslot)
 
     @classmethod
     def from_url(cls, url: str, *, options: ConnectOptions | None = None) -> Cluster:
-        """A cluster reached through one startup node's URL."""
+        """A cluster reached through one startup node's URL.
+
+        redis-py's cluster client keeps `redis_kwargs`' retry: none. It would
+        otherwise resend any command after a timeout or a dropped connection;
+        stampede's own retry policy (`topology.retries`) decides instead.
+        """
         opts = options or ConnectOptions()
         kwargs = redis_kwargs(opts)
         kwargs["max_connections"] = opts.max_connections
-        kwargs["retry"] = Retry(
-            ExponentialWithJitterBackoff(base=opts.retry_base, cap=opts.retry_cap),
-            opts.connection_retries,
-        )
+        kwargs["retry"] = no_retry()
         try:
             client = RedisCluster.from_url(url, **kwargs)
         except (ValueError, rex.RedisClusterException) as exc:
@@ -157,7 +162,13 @@ class Cluster:
         return plan
 
     async def _pipeline(
-        self, node: str, commands: list[tuple[Any, ...]], keys: list[bytes], *, follow: bool = True
+        self,
+        node: str,
+        commands: list[tuple[Any, ...]],
+        keys: list[bytes],
+        *,
+        follow: bool = True,
+        resend: bool | None = None,
     ) -> list[Any]:
         """Run `commands` as one pipeline; results or per-command exceptions.
 
@@ -169,7 +180,7 @@ class Cluster:
         "TTL exhausted".
         """
         try:
-            results = await self._lane_at(node).pipeline(commands)
+            results = await self._lane_at(node).pipeline(commands, resend=resend)
         except _ERRORS as exc:
             err = translate(exc, node)
             return [err] * len(commands)
@@ -290,6 +301,7 @@ class Cluster:
         version: int,
         token: str,
         expire_at_ms: int | None = None,
+        limit: int = 0,
     ) -> WriteOutcome:
         slots = [keyslot(k) for k in keys]
         parts = [(self._coalescers(n)[1], pos) for n, pos in self._by_slots(slots).items()]
@@ -300,6 +312,7 @@ class Cluster:
             version=version,
             token=token,
             expire_at_ms=expire_at_ms,
+            limit=limit,
             slots=slots,
         )
 
@@ -394,7 +407,8 @@ class Cluster:
         def command(op: str, body: bytes | str, group: list[int]) -> tuple[Any, ...]:
             if len(group) == len(keys):
                 return (op, body, len(keys), *keys, *argv)
-            chosen = [arg for i in group for arg in argv[4 * i : 4 * i + 4]]
+            n = ARGS_PER_KEY
+            chosen = [arg for i in group for arg in argv[n * i : n * i + n]]
             return (op, body, len(group), *[keys[i] for i in group], *chosen)
 
         first_keys = [keys[g[0]] for g in groups]
@@ -414,8 +428,16 @@ class Cluster:
         return results
 
     async def incr(self, key: bytes) -> int:
-        result: int = await self.execute(key, "INCR", key)
-        return result
+        """INCR a version counter. Resent after a lost reply: a counter only has to
+        grow, and a resent INCR leaves a gap, never a repeat."""
+        try:
+            node = self.shard_of(key)
+        except _ERRORS as exc:
+            raise translate(exc, "cluster") from exc
+        (result,) = await self._pipeline(node, [("INCR", key)], [key], resend=True)
+        if isinstance(result, BaseException):
+            raise translate(result, node) from result
+        return int(result)
 
     async def execute(self, key: bytes, *args: Any) -> Any:
         try:
@@ -432,7 +454,7 @@ class Cluster:
         if shard not in self.shard_names:
             raise ConfigurationError(f"no cluster primary named {shard!r}")
         try:
-            return await send(self._client_at(shard), *args)
+            return await self._lane_at(shard).call(*args)
         except _ERRORS as exc:
             raise translate(exc, shard) from exc
 
@@ -449,11 +471,11 @@ class Cluster:
         return ok
 
     async def _on_owner(self, keys: Sequence[bytes], what: str, call: Any) -> Any:
-        """Run `call(client)` on the slot owner; follow a moving slot a few times."""
+        """Run `call(lane)` on the slot owner's lane; follow a moving slot a few times."""
         for attempt in range(_MAX_REDIRECTS):
             node = self._single(keys, what)
             try:
-                return await call(self._client_at(node))
+                return await call(self._lane_at(node))
             except (rex.AskError, rex.TryAgainError):
                 # MovedError is an AskError. Mid-migration a transaction cannot
                 # follow ASK with its keys split, so wait for the slot to settle.
@@ -469,14 +491,20 @@ class Cluster:
     async def optimistic(self, keys: Sequence[bytes], body: Body) -> tuple[bool, list[Any]]:
         """One WATCH / read / MULTI / EXEC attempt; (False, []) when a watched key changed."""
         result: tuple[bool, list[Any]] = await self._on_owner(
-            keys, "a WATCH transaction", lambda c: optimistic_once(c, keys, body)
+            keys,
+            "a WATCH transaction",
+            lambda lane: optimistic_once(lane, keys, body, self._marker(keys)),
         )
         return result
+
+    def _marker(self, keys: Sequence[bytes]) -> bytes:
+        """A fresh operation-marker key in the slot of `keys`."""
+        return self._markers.key(keys[0], marker_id())
 
     async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
         """Run `commands` in MULTI/EXEC on the node that owns the slot of `keys`."""
         result: list[Any] = await self._on_owner(
-            keys, "MULTI/EXEC", lambda c: transaction_once(c, commands)
+            keys, "MULTI/EXEC", lambda lane: transaction(lane, commands, lambda: self._marker(keys))
         )
         return result
 
@@ -499,7 +527,14 @@ class Cluster:
         """The lean connection lane to one node, for batched and redirected commands."""
         lane = self._lanes.get(name)
         if lane is None:
-            lane = self._lanes[name] = Lane(self._client_at(name))
+            opts = self._options
+            lane = self._lanes[name] = Lane(
+                self._client_at(name),
+                name=name,
+                retries=opts.connection_retries,
+                retry_base=opts.retry_base,
+                retry_cap=opts.retry_cap,
+            )
         return lane
 
     def _client_at(self, name: str) -> Redis:

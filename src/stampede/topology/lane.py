@@ -8,9 +8,14 @@ settings), sends packed commands, and reads raw replies:
 
 - an error reply of one command (`ResponseError`) comes back as that command's
   result and leaves the connection usable;
-- a timeout or connection error drops the connection; a connection error before
-  any reply arrived is retried once on a fresh connection (every command sent
-  here is idempotent: reads and guarded writes);
+- a timeout or connection error drops the connection. What happens next is the
+  one retry policy of `retries`: a pipeline of idempotent commands (reads,
+  stampede's guarded writes) is sent again on a fresh connection after a
+  connection error, up to `retries` times; anything else is never sent again once
+  it may have reached the server and raises `OutcomeUnknownError` naming it. A
+  failure to connect (nothing sent) is retried for every command;
+- a free connection the server closed meanwhile is replaced before anything is
+  sent on it;
 - at most `limit` connections are open; callers beyond wait for a free one.
 
 Commands are written straight to the connection's stream (redis-py's own send
@@ -31,7 +36,13 @@ from hiredis import pack_command as _hiredis_pack
 from redis import exceptions as rex
 from redis.asyncio import Redis
 
-__all__ = ["Lane", "pack", "send"]
+from ..errors import OutcomeUnknownError
+from .retries import all_idempotent, backoff, describe
+
+__all__ = ["Lane", "Session", "pack", "send"]
+
+LOST = (rex.ConnectionError, rex.TimeoutError, OSError, TimeoutError)
+"""What a lost reply raises: the connection dropped or did not answer in time."""
 
 
 def pack(conn: Any, commands: Sequence[Sequence[Any]]) -> bytes | list[bytes]:
@@ -80,17 +91,57 @@ async def send(conn: Any, data: bytes | list[bytes]) -> None:
         raise rex.ConnectionError(f"Error while writing to socket: {exc}") from exc
 
 
+def _stale(conn: Any) -> bool:
+    """True when a connection cannot be used as it is: closed, or closed by the server."""
+    if not conn.is_connected:
+        return True
+    reader = getattr(conn, "_reader", None)
+    writer = getattr(conn, "_writer", None)
+    if reader is None or writer is None:
+        return False  # not redis-py's asyncio connection: trust is_connected
+    return bool(reader.at_eof() or writer.transport.is_closing())
+
+
 class Lane:
-    """Connections to one Redis server, used one round trip at a time each."""
+    """Connections to one Redis server, used one round trip at a time each.
 
-    __slots__ = ("_client", "_free", "_limit", "_open", "_waiters")
+    `name` names the server in errors; `retries` is how often a failed connection
+    attempt, or an idempotent pipeline whose connection died, is tried again
+    (with full-jitter backoff between `retry_base` and `retry_cap` seconds).
+    """
 
-    def __init__(self, client: Redis, *, limit: int = 64) -> None:
+    __slots__ = (
+        "_base",
+        "_cap",
+        "_client",
+        "_free",
+        "_limit",
+        "_open",
+        "_waiters",
+        "name",
+        "retries",
+    )
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        limit: int = 64,
+        name: str | None = None,
+        retries: int = 1,
+        retry_base: float = 0.01,
+        retry_cap: float = 0.5,
+    ) -> None:
         self._client = client
         self._limit = limit
         self._free: list[Any] = []
         self._open = 0
         self._waiters: list[asyncio.Future[None]] = []
+        kwargs = client.connection_pool.connection_kwargs
+        self.name = name or f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+        self.retries = retries
+        self._base = retry_base
+        self._cap = retry_cap
 
     async def _take(self) -> Any:
         while not self._free and self._open >= self._limit:
@@ -114,6 +165,34 @@ class Lane:
                 waiter.set_result(None)
                 break
 
+    async def _ready(self) -> Any:
+        """A connected connection; connecting is retried (nothing was sent yet)."""
+        attempt = 0
+        while True:
+            conn = await self._take()
+            try:
+                if _stale(conn):
+                    await conn.disconnect(nowait=True)
+                    await conn.connect()
+                return conn
+            except rex.ConnectionError:
+                await self._drop(conn)
+                if attempt >= self.retries:
+                    raise
+                attempt += 1
+                await asyncio.sleep(backoff(attempt, self._base, self._cap))
+            except BaseException:
+                await self._drop(conn)
+                raise
+
+    def parse(self, command: Sequence[Any], reply: Any) -> Any:
+        """`reply` as redis-py's own call of `command` would return it (its callback)."""
+        name = command[0]
+        if isinstance(reply, BaseException) or not isinstance(name, str):
+            return reply
+        callback = self._client.response_callbacks.get(name)
+        return reply if callback is None else callback(reply)
+
     async def call(self, *args: Any) -> Any:
         """One command; its reply (an error reply raises)."""
         (reply,) = await self.pipeline([args])
@@ -121,10 +200,21 @@ class Lane:
             raise reply
         return reply
 
-    async def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """Send `commands` at once; one reply or `ResponseError` per command, in order."""
-        for attempt in (0, 1):
-            conn = await self._take()
+    async def pipeline(
+        self, commands: Sequence[Sequence[Any]], *, resend: bool | None = None
+    ) -> list[Any]:
+        """Send `commands` at once; one reply or `ResponseError` per command, in order.
+
+        After a lost reply the pipeline is sent again only when every command is
+        idempotent (`resend` overrides that judgement for callers who know better);
+        else `OutcomeUnknownError`. Timeouts are never retried (a paused server
+        would stall the caller): an idempotent pipeline raises redis-py's
+        `TimeoutError`, another `OutcomeUnknownError`.
+        """
+        safe = all_idempotent(commands) if resend is None else resend
+        attempt = 0
+        while True:
+            conn = await self._ready()
             replies: list[Any] = []
             try:
                 await send(conn, pack(conn, commands))
@@ -133,17 +223,26 @@ class Lane:
                         replies.append(await conn.read_response())
                     except rex.ResponseError as exc:
                         replies.append(exc)
-            except rex.ConnectionError:
+            except LOST as exc:
                 await self._drop(conn)
-                if attempt or replies:
+                if not safe:
+                    raise OutcomeUnknownError(
+                        describe(commands), shard=self.name, cause=exc
+                    ) from exc
+                if isinstance(exc, rex.TimeoutError | TimeoutError) or attempt >= self.retries:
                     raise
+                attempt += 1
+                await asyncio.sleep(backoff(attempt, self._base, self._cap))
                 continue
             except BaseException:
                 await self._drop(conn)
                 raise
             self._give(conn, broken=False)
             return replies
-        raise AssertionError("unreachable")  # pragma: no cover
+
+    def session(self) -> Session:
+        """One connection for several round trips (WATCH ... EXEC): `async with`."""
+        return Session(self)
 
     async def _drop(self, conn: Any) -> None:
         try:
@@ -156,3 +255,58 @@ class Lane:
         for conn in free:
             self._open -= 1
             await conn.disconnect()
+
+
+class Session:
+    """One lane connection held for several round trips; nothing in it is ever resent.
+
+    Errors propagate as redis-py's (a lost reply as `ConnectionError` or
+    `TimeoutError`): the caller knows what the exchange means. The connection goes
+    back to the lane when the block ends cleanly, and is closed otherwise (it may
+    still hold a WATCH or an open MULTI).
+    """
+
+    __slots__ = ("_conn", "_lane", "broken")
+
+    def __init__(self, lane: Lane) -> None:
+        self._lane = lane
+        self._conn: Any = None
+        self.broken = False
+
+    async def __aenter__(self) -> Session:
+        self._conn = await self._lane._ready()
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        conn, self._conn = self._conn, None
+        if exc_type is None and not self.broken:
+            self._lane._give(conn, broken=False)
+        else:
+            await self._lane._drop(conn)
+
+    @property
+    def lane(self) -> Lane:
+        return self._lane
+
+    async def call(self, *args: Any) -> Any:
+        """One command's raw reply; an error reply raises."""
+        (reply,) = await self.pipeline([args])
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Raw replies (error replies as `ResponseError` values), in order."""
+        conn = self._conn
+        replies: list[Any] = []
+        try:
+            await send(conn, pack(conn, commands))
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response())
+                except rex.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            self.broken = True
+            raise
+        return replies

@@ -1,21 +1,49 @@
 """Single-node building blocks: MULTI/EXEC, WATCH transactions and scripts.
 
-Both topologies run these on one plain connection to the node that owns the
-keys; the topology picks the node and translates errors.
+Both topologies run these on the `Lane` of the node that owns the keys; the
+topology picks the node and translates errors.
+
+A transaction that writes is made exactly-once with an operation marker, a key
+in the keys' slot unique to the attempt (`retries.Markers`): the connection
+WATCHes it (acknowledged before EXEC is sent) and the transaction ends with
+`SET <marker> applied PX 600000`. When the reply to EXEC is lost, a fresh
+connection fences: `SET <marker> fenced NX PX 600000`, then `GET <marker>`.
+
+- `fenced`: the transaction had not run, and now never will (its WATCH sees the
+  marker changed): `NotApplied`, and the caller may run it again;
+- `applied`: it ran, exactly once: `RepliesLost` (its replies are unknown);
+- the fence cannot be reached: `OutcomeUnknownError`.
+
+A script is a user's Lua, which cannot be fenced: after a lost reply it raises
+`OutcomeUnknownError` (stampede's own idempotent scripts are resent instead).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from redis import exceptions as rex
-from redis.asyncio import Redis
 
-from .base import send
+from ..errors import OutcomeUnknownError
+from .lane import LOST, Lane, Session
+from .retries import MARKER_TTL_MS, RepliesLost, all_idempotent, describe
 
-__all__ = ["Body", "Command", "Read", "Script", "optimistic_once", "run_script", "transaction_once"]
+__all__ = [
+    "Body",
+    "Command",
+    "NotApplied",
+    "Read",
+    "Script",
+    "fence",
+    "marker_id",
+    "optimistic_once",
+    "run_script",
+    "transaction",
+    "transaction_once",
+]
 
 Command = tuple[Any, ...]
 Read = Callable[..., Awaitable[Any]]
@@ -33,52 +61,147 @@ class Script:
         return f"Script(sha={self.sha[:12]}...)"
 
 
-async def run_script(
-    client: Any, script: Script, keys: Sequence[bytes], args: Sequence[Any]
-) -> Any:
-    """EVALSHA, falling back to EVAL (which also caches it) when the node lacks it."""
+class NotApplied(rex.ConnectionError):
+    """A transaction's reply was lost, and the fence made sure it never applies."""
+
+
+def marker_id() -> str:
+    """A fresh id for one attempt's operation marker."""
+    return os.urandom(12).hex()
+
+
+async def run_script(lane: Lane, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+    """EVALSHA, falling back to EVAL (which also caches it) when the node lacks it.
+
+    Never resent after a lost reply unless the script was declared idempotent
+    (`retries.idempotent_script`): `OutcomeUnknownError` instead.
+    """
+    (reply,) = await lane.pipeline([("EVALSHA", script.sha, len(keys), *keys, *args)])
+    if isinstance(reply, rex.NoScriptError):
+        (reply,) = await lane.pipeline([("EVAL", script.source, len(keys), *keys, *args)])
+    if isinstance(reply, BaseException):
+        raise reply
+    return reply
+
+
+async def fence(lane: Lane, marker: bytes, operation: str, cause: BaseException) -> bool:
+    """After a lost EXEC reply: True when it applied, False when it now never will.
+
+    `OutcomeUnknownError` when the node cannot be asked. The fence itself is safe
+    to resend: a second `SET NX` finds our own `fenced`.
+    """
     try:
-        return await send(client, "EVALSHA", script.sha, len(keys), *keys, *args)
-    except rex.NoScriptError:
-        return await send(client, "EVAL", script.source, len(keys), *keys, *args)
+        _, state = await lane.pipeline(
+            [("SET", marker, b"fenced", "NX", "PX", MARKER_TTL_MS), ("GET", marker)], resend=True
+        )
+    except LOST as exc:
+        raise OutcomeUnknownError(operation, shard=lane.name, cause=cause) from exc
+    if state == b"applied":
+        return True
+    if state == b"fenced":
+        return False
+    raise OutcomeUnknownError(operation, shard=lane.name, cause=cause)
 
 
-async def transaction_once(client: Redis, commands: Sequence[Command]) -> list[Any]:
-    """Run `commands` in one MULTI/EXEC on one connection."""
-    pipe: Any
-    async with client.pipeline(transaction=True) as pipe:
-        for cmd in commands:
-            pipe.execute_command(*cmd)
-        return list(await pipe.execute())
+async def _exec(session: Session, commands: Sequence[Command], marker: bytes) -> list[Any] | None:
+    """MULTI, `commands`, the marker's SET, EXEC on a session that WATCHes `marker`.
+
+    The parsed replies of `commands`; None when a watched key changed. A lost
+    reply is fenced: `RepliesLost` (applied) or `NotApplied`.
+    """
+    block = [("MULTI",), *commands, ("SET", marker, b"applied", "PX", MARKER_TTL_MS), ("EXEC",)]
+    lane = session.lane
+    try:
+        replies = await session.pipeline(block)
+    except LOST as exc:
+        operation = describe(block[:-2] + block[-1:])
+        if await fence(lane, marker, operation, exc):
+            raise RepliesLost(operation, shard=lane.name, cause=exc) from exc
+        raise NotApplied(f"the reply to EXEC was lost and the fence stopped it: {exc}") from exc
+    return _results(lane, commands, replies)
+
+
+def _results(lane: Lane, commands: Sequence[Command], replies: list[Any]) -> list[Any] | None:
+    """The parsed replies of `commands` from MULTI ... EXEC replies; None: EXEC aborted."""
+    outcome = replies[-1]
+    if isinstance(outcome, BaseException):  # EXECABORT: raise why it was refused
+        raise next((r for r in replies[:-1] if isinstance(r, BaseException)), outcome)
+    if outcome is None:
+        return None
+    results = list(outcome)[: len(commands)]
+    error = next((r for r in results if isinstance(r, BaseException)), None)
+    if error is not None:
+        raise error
+    return [lane.parse(cmd, r) for cmd, r in zip(commands, results, strict=True)]
+
+
+async def transaction_once(
+    lane: Lane, commands: Sequence[Command], marker: bytes | None
+) -> list[Any]:
+    """One MULTI/EXEC of `commands`; exactly-once through `marker` (None: read-only).
+
+    `NotApplied` when the reply was lost and the fence stopped it.
+    """
+    if marker is None:
+        replies = await lane.pipeline([("MULTI",), *commands, ("EXEC",)], resend=True)
+        results = _results(lane, commands, replies)
+        assert results is not None  # nothing is watched
+        return results
+    async with lane.session() as session:
+        await session.call("WATCH", marker)
+        results = await _exec(session, commands, marker)
+        if results is None:  # only our own fence touches the marker
+            raise NotApplied("the operation marker changed before EXEC")
+        return results
+
+
+async def transaction(
+    lane: Lane, commands: Sequence[Command], marker: Callable[[], bytes]
+) -> list[Any]:
+    """MULTI/EXEC of `commands`, exactly once: retried (new marker) while fenced off.
+
+    Read-only commands skip the marker (resending them is harmless).
+    """
+    if all_idempotent(commands):
+        return await transaction_once(lane, commands, None)
+    attempt = 0
+    while True:
+        try:
+            return await transaction_once(lane, commands, marker())
+        except NotApplied:
+            if attempt >= lane.retries:
+                raise
+            attempt += 1
 
 
 async def optimistic_once(
-    client: Redis, keys: Sequence[bytes], body: Body
+    lane: Lane, keys: Sequence[bytes], body: Body, marker: bytes
 ) -> tuple[bool, list[Any]]:
-    """WATCH `keys`, let `body` read and plan, run its plan in MULTI/EXEC.
+    """WATCH `keys` (and `marker`), let `body` read and plan, run its plan in MULTI/EXEC.
 
     `body(read)` may call `await read("GET", key)` (any command) on the watched
     connection and returns the commands for MULTI/EXEC, or None to write nothing.
-    Returns (False, []) when a watched key changed before EXEC.
+    Returns (False, []) when a watched key changed before EXEC, or when its reply
+    was lost and the fence stopped it (run `body` again). `RepliesLost` when the
+    reply was lost but the marker shows it applied.
     """
-    pipe: Any
-    async with client.pipeline(transaction=True) as pipe:
-        await pipe.watch(*keys)
+    async with lane.session() as session:
+        await session.call("WATCH", *keys, marker)
 
         async def read(*args: Any) -> Any:
-            return await send(pipe, *args)
+            return lane.parse(args, await session.call(*args))
 
         commands = await body(read)
         if commands is None:
-            await pipe.unwatch()
+            await session.call("UNWATCH")
             return True, []
-        pipe.multi()
-        for cmd in commands:
-            pipe.execute_command(*cmd)
         try:
-            return True, list(await pipe.execute())
-        except rex.WatchError:
+            results = await _exec(session, commands, marker)
+        except NotApplied:
             return False, []
+        if results is None:
+            return False, []
+        return True, results
 
 
 def updater_body(

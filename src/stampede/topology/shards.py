@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from ..errors import ConfigurationError
 from ..keys import HashPolicy, SlotMap, keyslot
 from ..options import ConnectOptions, redis_kwargs
-from .base import Updater, WriteOutcome, guarded, send, translate
+from .base import Updater, WriteOutcome, guarded, translate
 from .coalesce import Coalescer
 from .guard import GUARD_SCRIPT, GUARD_SHA, WriteRequest, joined, split_codes
 from .lane import Lane
@@ -28,12 +28,14 @@ from .node_ops import (
     Body,
     Command,
     Script,
+    marker_id,
     optimistic_once,
     run_script,
-    transaction_once,
+    transaction,
     updater_body,
 )
 from .plan import fetch_parts, write_parts
+from .retries import Markers
 
 __all__ = ["Shards"]
 
@@ -65,8 +67,18 @@ class Shards:
                 "URLs were given; give one URL per shard of the map"
             )
         self._policy = policy
-        self._lanes = [Lane(c) for c in self._clients]
         opts = options or ConnectOptions()
+        self._lanes = [
+            Lane(
+                c,
+                name=name,
+                retries=opts.connection_retries,
+                retry_base=opts.retry_base,
+                retry_cap=opts.retry_cap,
+            )
+            for c, name in zip(self._clients, self._names, strict=True)
+        ]
+        self._markers = Markers(self.slot_of)
         batch = opts.batch_keys if opts.coalesce else 1
         self._readers = [
             Coalescer(partial(self._mget_batch, i), size=len, max_items=batch)
@@ -147,10 +159,17 @@ class Shards:
         version: int,
         token: str,
         expire_at_ms: int | None = None,
+        limit: int = 0,
     ) -> WriteOutcome:
         parts = [(self._writers[s], pos) for s, pos in self._partition(keys).items()]
         return await write_parts(
-            keys, values, parts, version=version, token=token, expire_at_ms=expire_at_ms
+            keys,
+            values,
+            parts,
+            version=version,
+            token=token,
+            expire_at_ms=expire_at_ms,
+            limit=limit,
         )
 
     async def _mget_batch(self, shard: int, requests: list[list[bytes]]) -> list[Any]:
@@ -181,11 +200,17 @@ class Shards:
         return split_codes(requests, codes, self._names[shard])
 
     async def incr(self, key: bytes) -> int:
+        """INCR a version counter. Resent after a lost reply: a counter only has to
+        grow, and a resent INCR leaves a gap, never a repeat."""
         shard = self._index(key)
-        result: int = await guarded(
-            self._names[shard], lambda: send(self._clients[shard], "INCR", key)
-        )
-        return result
+
+        async def call() -> int:
+            (reply,) = await self._lanes[shard].pipeline([("INCR", key)], resend=True)
+            if isinstance(reply, BaseException):
+                raise reply
+            return int(reply)
+
+        return await guarded(self._names[shard], call)
 
     async def execute(self, key: bytes, *args: Any) -> Any:
         """Run one command on the shard of `key`; its raw (RESP2) reply."""
@@ -214,22 +239,26 @@ class Shards:
     async def optimistic(self, keys: Sequence[bytes], body: Body) -> tuple[bool, list[Any]]:
         """One WATCH / read / MULTI / EXEC attempt; (False, []) when a watched key changed."""
         shard = self._single(keys, "a WATCH transaction")
+        marker = self._markers.key(keys[0], marker_id())
         return await guarded(
-            self._names[shard], lambda: optimistic_once(self._clients[shard], keys, body)
+            self._names[shard], lambda: optimistic_once(self._lanes[shard], keys, body, marker)
         )
 
     async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
         """Run `commands` in MULTI/EXEC on the shard that holds `keys`."""
         shard = self._single(keys, "MULTI/EXEC")
-        return await guarded(
-            self._names[shard], lambda: transaction_once(self._clients[shard], commands)
-        )
+        lane = self._lanes[shard]
+
+        def marker() -> bytes:
+            return self._markers.key(keys[0], marker_id())
+
+        return await guarded(self._names[shard], lambda: transaction(lane, commands, marker))
 
     async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         """Run a Lua script (EVALSHA, EVAL on NOSCRIPT) on the shard that holds `keys`."""
         shard = self._single(keys, "a Lua script")
         return await guarded(
-            self._names[shard], lambda: run_script(self._clients[shard], script, keys, args)
+            self._names[shard], lambda: run_script(self._lanes[shard], script, keys, args)
         )
 
     async def aclose(self) -> None:

@@ -1,0 +1,201 @@
+"""The one retry policy: what may be sent again after its reply was lost.
+
+A command whose connection died after it was sent may or may not have run. It
+is sent again only when running it twice does what running it once does:
+
+- read-only commands (`GET`, `MGET`, `SCAN`, `XRANGE`, `CLUSTER SLOTS`, ...);
+- stampede's own stamp-guarded scripts: a guarded write sent again with the same
+  stamp is a no-op (`idempotent_script` registers such a script).
+
+Anything else is never sent again once it may have reached the server: the
+failure becomes `OutcomeUnknownError` naming the operation. A connection error
+while *connecting* (nothing sent yet) may always be retried. MULTI/EXEC
+transactions are made exactly-once instead, with an operation marker and a fence
+(`node_ops`), so they can be retried safely.
+
+redis-py's own retries are off for every client stampede builds (`NO_RETRY`):
+it would resend anything, timeouts included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ..errors import OutcomeUnknownError
+from ..keys import hash_tag
+from .guard import CROSS_SLOT_GUARD_SCRIPT, CROSS_SLOT_GUARD_SHA, GUARD_SCRIPT, GUARD_SHA
+
+__all__ = [
+    "MARKER_PREFIX",
+    "MARKER_TTL_MS",
+    "READ_ONLY",
+    "Markers",
+    "RepliesLost",
+    "all_idempotent",
+    "backoff",
+    "describe",
+    "idempotent_script",
+    "is_idempotent",
+    "no_retry",
+]
+
+READ_ONLY: frozenset[str] = frozenset(
+    """GET MGET EXISTS TYPE TTL PTTL EXPIRETIME PEXPIRETIME STRLEN GETRANGE GETBIT BITCOUNT
+    BITPOS SUBSTR LCS HGET HMGET HGETALL HKEYS HVALS HLEN HEXISTS HSTRLEN HRANDFIELD HSCAN
+    LRANGE LLEN LINDEX LPOS SMEMBERS SISMEMBER SMISMEMBER SCARD SRANDMEMBER SINTER SINTERCARD
+    SUNION SDIFF SSCAN ZRANGE ZREVRANGE ZRANGEBYSCORE ZREVRANGEBYSCORE ZRANGEBYLEX
+    ZREVRANGEBYLEX ZSCORE ZMSCORE ZCARD ZCOUNT ZLEXCOUNT ZRANK ZREVRANK ZRANDMEMBER ZSCAN
+    ZINTER ZUNION ZDIFF ZINTERCARD XLEN XRANGE XREVRANGE XPENDING XINFO PFCOUNT GEOPOS
+    GEODIST GEOHASH GEOSEARCH DUMP OBJECT TOUCH SCAN KEYS RANDOMKEY DBSIZE INFO PING ECHO
+    TIME LASTSAVE ROLE COMMAND ASKING READONLY READWRITE EVAL_RO EVALSHA_RO FCALL_RO""".split()
+)
+"""Commands that change nothing: resending one after a lost reply is harmless."""
+
+# Commands read-only only with these subcommands.
+_READ_ONLY_SUB: dict[str, frozenset[str]] = {
+    "CLUSTER": frozenset(
+        "SLOTS SHARDS NODES INFO MYID MYSHARDID KEYSLOT COUNTKEYSINSLOT GETKEYSINSLOT "
+        "REPLICAS LINKS".split()
+    ),
+    "CLIENT": frozenset("ID INFO LIST GETNAME".split()),
+    "CONFIG": frozenset({"GET"}),
+    "SCRIPT": frozenset({"EXISTS", "LOAD"}),
+    "MEMORY": frozenset({"USAGE", "STATS"}),
+}
+
+_SCRIPT_SHAS: set[str] = {GUARD_SHA, CROSS_SLOT_GUARD_SHA}
+_SCRIPT_SOURCES: set[bytes] = {GUARD_SCRIPT, CROSS_SLOT_GUARD_SCRIPT}
+
+MARKER_PREFIX = b"stampede:op:"
+"""Operation markers are `stampede:op:{<tag>}:<token>` (see `Markers`)."""
+MARKER_TTL_MS = 600_000
+"""How long an operation marker lives: ten minutes, far beyond any fence."""
+
+
+def no_retry() -> Retry:
+    """A redis-py `Retry` that never retries: stampede decides retries itself."""
+    return Retry(NoBackoff(), 0)
+
+
+def idempotent_script(source: bytes | str) -> str:
+    """Declare a Lua script idempotent (safe to resend after a lost reply); its SHA1."""
+    raw = source.encode() if isinstance(source, str) else source
+    sha = hashlib.sha1(raw).hexdigest()
+    _SCRIPT_SHAS.add(sha)
+    _SCRIPT_SOURCES.add(raw)
+    return sha
+
+
+def _name(part: Any) -> str:
+    if isinstance(part, bytes | bytearray | memoryview):
+        return bytes(part).decode("ascii", "replace").upper()
+    return str(part).upper()
+
+
+def is_idempotent(command: Sequence[Any]) -> bool:
+    """True when sending `command` twice does what sending it once does."""
+    if not command:
+        return False
+    words = _name(command[0]).split()
+    name = words[0]
+    if name in READ_ONLY:
+        return True
+    if name == "EVALSHA":
+        return len(command) > 1 and _name(command[1]).lower() in _SCRIPT_SHAS
+    if name == "EVAL":
+        if len(command) < 2:
+            return False
+        body = command[1]
+        raw = body.encode() if isinstance(body, str) else bytes(body)
+        return raw in _SCRIPT_SOURCES
+    subs = _READ_ONLY_SUB.get(name)
+    if subs is None:
+        return False
+    sub = words[1] if len(words) > 1 else (_name(command[1]) if len(command) > 1 else "")
+    return sub in subs
+
+
+def all_idempotent(commands: Sequence[Sequence[Any]]) -> bool:
+    """True when every command of a pipeline may be resent."""
+    return all(is_idempotent(c) for c in commands)
+
+
+def describe(commands: Sequence[Sequence[Any]]) -> str:
+    """The operation in an error message: command names only, never keys or values."""
+    names = [_name(c[0]) if c else "?" for c in commands]
+    if names and names[0] == "MULTI":
+        inner = [n for n in names[1:] if n != "EXEC"]
+        return f"MULTI/EXEC ({', '.join(inner[:8])}{', ...' if len(inner) > 8 else ''})"
+    shown = []
+    for cmd, name in zip(commands, names, strict=True):
+        if name in ("EVALSHA", "EVAL") and len(cmd) > 1 and name == "EVALSHA":
+            shown.append(f"EVALSHA {str(cmd[1])[:12]}")
+        else:
+            shown.append(name)
+    return ", ".join(shown[:8]) + (", ..." if len(shown) > 8 else "")
+
+
+def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """The full-jitter sleep before retry number `attempt` (1-based)."""
+    return (rng or random).uniform(0.0, min(cap, base * 2 ** min(attempt, 30)))
+
+
+class RepliesLost(OutcomeUnknownError):
+    """A transaction's replies were lost, but its marker proves it applied, exactly once.
+
+    It was not sent again. `operation` names it, `shard` where it ran. Callers
+    that need no replies (`update()`, `append_changes`) treat it as success.
+    """
+
+    def __init__(self, operation: str, *, shard: str, cause: BaseException | None = None) -> None:
+        super().__init__(operation, shard=shard, cause=cause)
+        self.args = (
+            f"{operation} on shard {shard}: the connection was lost before its reply; its "
+            "operation marker shows it was applied exactly once (it was not sent again), "
+            "but its replies are unknown. Read the keys it touches for their values.",
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Markers:
+    """Operation-marker keys in a given slot, under one topology's hashing rule.
+
+    The marker of an operation on slot `s` is `stampede:op:{<tag>}:<token>`:
+    `<tag>` is the watched key's own hash tag when it has one, else the first
+    decimal `n` whose key lands in `s` (searched once per slot, then cached).
+    """
+
+    def __init__(self, slot_of: Callable[[bytes], int]) -> None:
+        self._slot_of = slot_of
+        self._prefixes: dict[int, bytes] = {}
+
+    def key(self, near: bytes, token: str) -> bytes:
+        """A marker key for `token` in the slot of `near`."""
+        slot = self._slot_of(near)
+        tail = b":" + token.encode()
+        tag = hash_tag(near)
+        if tag is not None:
+            candidate = MARKER_PREFIX + b"{" + tag + b"}" + tail
+            if self._slot_of(candidate) == slot:
+                return candidate
+        prefix = self._prefixes.get(slot)
+        if prefix is None or self._slot_of(prefix + tail) != slot:
+            prefix = self._search(slot, tail)
+        return prefix + tail
+
+    def _search(self, slot: int, tail: bytes) -> bytes:
+        slot_of = self._slot_of
+        for n in range(1 << 22):
+            prefix = MARKER_PREFIX + b"{%d}" % n
+            if slot_of(prefix + tail) == slot:
+                self._prefixes[slot] = prefix
+                return prefix
+        raise RuntimeError(f"no operation-marker key found for slot {slot}")  # pragma: no cover
