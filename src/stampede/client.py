@@ -168,13 +168,13 @@ class Stampede:
         gkey = _group(group)
         if not keys:
             raise InvalidKeyError(f"read of group {group!r} names no keys", key=group)
-        names = list(keys)
+        planned = plan_keys(gkey, keys)
         versions = self._versions
         return await read_group(
             self.topology,
             gkey,
-            names,
-            plan_keys(gkey, names),
+            list(keys),
+            planned,
             mode=self._mode(mode),
             retry=retry or self.options.retry,
             repair=repair if repair is not None else self.options.repair,

@@ -1,0 +1,353 @@
+"""The guarantees under races: repairs against late writes, versions from the source of
+truth, deletes and expiry against delayed writes, TTLs kept, clock poisoning, sequential
+writers, unorderable versions and bad input. Real servers, both topologies."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from stampede import (
+    ClockSkewError,
+    Counter,
+    Envelope,
+    HybridClock,
+    InvalidKeyError,
+    InvalidValueError,
+    OrderingError,
+    RetryPolicy,
+    Stampede,
+    Status,
+)
+from stampede.errors import ConfigurationError, RepairError
+from stampede.repair import Loaded, NewestWins, Refetch, RepairAction
+from stampede.verdict import commit_key
+from stampede.writer import new_token
+
+from .support import open_stampede, spread_keys
+
+QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=0.2)
+YEAR_MS = 365 * 24 * 3600 * 1000
+
+
+async def land(
+    st: Stampede,
+    keys: Sequence[str],
+    payload: bytes,
+    stamp: tuple[int, str],
+    *,
+    expire_at_ms: int | None = None,
+) -> list[int]:
+    """One writer's part of a write reaching Redis: `keys` only, under `stamp`.
+
+    This is what a writer that dies (or stalls) part way leaves behind, and what its
+    delayed or retried remainder sends later: the same stamp, the same bytes.
+    """
+    version, token = stamp
+    raw = [k.encode() for k in keys]
+    out = await st.topology.write_guarded(
+        raw,
+        [Envelope(version, token, payload).encode()] * len(raw),
+        version=version,
+        token=token,
+        expire_at_ms=expire_at_ms,
+    )
+    assert out.ok
+    return [out.results[k] for k in raw]
+
+
+async def raw_get(st: Stampede, key: str) -> bytes | None:
+    value: bytes | None = await st.topology.execute(key.encode(), "GET", key)
+    return value
+
+
+def stamp_of(st: Stampede) -> tuple[int, str]:
+    version = st.versions.now() if isinstance(st.versions, HybridClock) else 1
+    return version, new_token()
+
+
+@pytest.mark.parametrize("mode", ["stamp", "commit"])
+async def test_refetch_then_late_write_never_mixes(st: Stampede, mode: str) -> None:
+    """Writer W lands key A only; a Refetch repair rewrites the group from the source;
+    W's delayed (or retried) write of B then arrives with W's stamp. It is kept out:
+    the group still reads whole from the source, never A from the source and B from W."""
+    a, b = spread_keys(st, "late", 2)
+    await st.write("late", {a: b"old", b: b"old"}, mode=mode)
+    w = stamp_of(st)
+    await land(st, [a], b"w", w)
+
+    async def loader(group: bytes, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        return dict.fromkeys(keys, b"source")
+
+    result = await st.read("late", [a, b], mode=mode, retry=QUICK, repair=Refetch(loader))
+    assert result.repaired and result.values == {a: b"source", b: b"source"}
+    assert result.token != w[1] and result.version == w[0]
+    assert await land(st, [b], b"w", w) == [0]  # W's late half: kept out by the repair
+    if mode == "commit":  # W's late commit record too
+        ckey = commit_key(b"late")
+        late = await st.topology.write_guarded(
+            [ckey], [Envelope(w[0], w[1], b"[]").encode()], version=w[0], token=w[1]
+        )
+        assert late.results[ckey] == 0
+    again = await st.read("late", [a, b], mode=mode)
+    assert again.consistent and again.values == {a: b"source", b: b"source"}
+
+
+async def test_two_repairs_never_share_a_stamp(st: Stampede) -> None:
+    """Repairs of one torn state get different tokens, so halves of two repairs that
+    interleave across shards read torn, never whole."""
+    a, b = spread_keys(st, "twice", 2)
+    await st.write("twice", {a: b"old", b: b"old"})
+    await land(st, [a], b"w", stamp_of(st))
+    seen = await st.topology.fetch([a.encode(), b.encode()])
+    from stampede.repair.base import repair_stamp
+    from stampede.verdict import Observation
+
+    obs = Observation(b"twice", (a.encode(), b.encode()), tuple(seen))
+    first, second = repair_stamp(obs), repair_stamp(obs)
+    assert first[0] == second[0] and first[1] != second[1]
+
+
+async def test_newest_wins_then_late_write_is_kept_out(st: Stampede) -> None:
+    """NewestWins without rebuild makes the last writer per key consistent under its own
+    stamp; the torn write's late half cannot then reach the group."""
+    a, b = spread_keys(st, "nwl", 2)
+    await st.write("nwl", {a: b"old", b: b"old"})
+    w = stamp_of(st)
+    await land(st, [a], b"w", w)
+    result = await st.read("nwl", [a, b], retry=QUICK, repair=NewestWins())
+    assert result.repaired and result.values == {a: b"w", b: b"old"}
+    assert await land(st, [b], b"w", w) == [0]
+    again = await st.read("nwl", [a, b])
+    assert again.consistent and again.values == {a: b"w", b: b"old"}
+
+
+async def test_application_versions_order_the_cache(st: Stampede) -> None:
+    """A write carrying the database's version 5 is not replaced by a slow writer that
+    carries version 3, whichever reaches Redis last."""
+    keys = spread_keys(st, "dbv", 2)
+    newer = await st.write("dbv", dict.fromkeys(keys, b"row v5"), version=5)
+    slow = await st.write("dbv", dict.fromkeys(keys, b"row v3"), version=3)
+    assert slow.superseded == tuple(k.encode() for k in keys)
+    result = await st.read("dbv", keys)
+    assert result.version == 5 and result.token == newer.token
+    assert set(result.values.values()) == {b"row v5"}
+
+
+async def test_refetch_orders_by_the_source_version(st: Stampede) -> None:
+    """A loader that returns `Loaded(values, version)` writes under the source's version;
+    one older than what Redis holds is refused, and nothing is written."""
+    keys = spread_keys(st, "src", 2)
+    await st.write("src", dict.fromkeys(keys, b"v5"), version=5)
+    await land(st, keys[:1], b"v6", (6, new_token()))
+
+    async def newest(group: bytes, ks: Sequence[bytes]) -> Loaded:
+        return Loaded(dict.fromkeys(ks, b"v7 from source"), 7)
+
+    result = await st.read("src", keys, retry=QUICK, repair=Refetch(newest))
+    assert result.repaired and result.version == 7
+    await land(st, keys[:1], b"v8", (8, new_token()))
+
+    async def lagging(group: bytes, ks: Sequence[bytes]) -> Loaded:
+        return Loaded(dict.fromkeys(ks, b"v4 from a replica"), 4)
+
+    with pytest.raises(RepairError, match="older than version 8"):
+        await st.read("src", keys, retry=QUICK, repair=Refetch(lagging))
+    assert Envelope.decode(await raw_get(st, keys[1]) or b"").version == 7
+
+
+@pytest.mark.parametrize("mode", ["stamp", "commit"])
+async def test_delete_leaves_tombstones_that_keep_late_writes_out(st: Stampede, mode: str) -> None:
+    """A deleted group reads not found, and a delayed older write cannot bring it back."""
+    keys = spread_keys(st, "del", 3)
+    w = stamp_of(st)
+    receipt = await st.delete("del", keys, mode=mode)
+    assert receipt.deleted and receipt.version > w[0]
+    result = await st.read("del", keys, mode=mode)
+    assert result.status is Status.NOT_FOUND and result.consistent
+    assert set(result.values.values()) == {None}
+    assert await land(st, keys, b"late", w) == [0, 0, 0]
+    assert (await st.read("del", keys, mode=mode)).status is Status.NOT_FOUND
+    ttl = await st.topology.execute(keys[0].encode(), "PTTL", keys[0])
+    assert 0 < ttl <= st.options.tombstone_grace * 1000
+    again = await st.write("del", dict.fromkeys(keys, b"new"), mode=mode)
+    assert again.superseded == ()  # a newer write re-creates it
+    assert (await st.read("del", keys, mode=mode)).values == dict.fromkeys(keys, b"new")
+
+
+async def test_refetch_delete_is_not_undone_by_a_late_write(st: Stampede) -> None:
+    """The source says the entity is gone: tombstones, and W's late half stays out."""
+    a, b = spread_keys(st, "gone", 2)
+    await st.write("gone", {a: b"old", b: b"old"})
+    w = stamp_of(st)
+    await land(st, [a], b"w", w)
+
+    async def loader(group: bytes, keys: Sequence[bytes]) -> None:
+        return None
+
+    result = await st.read("gone", [a, b], retry=QUICK, repair=Refetch(loader))
+    assert result.status is Status.NOT_FOUND and result.repair is not None
+    assert result.repair.action is RepairAction.DELETED
+    assert await land(st, [b], b"w", w) == [0]
+    assert (await st.read("gone", [a, b])).status is Status.NOT_FOUND
+
+
+async def test_expired_group_is_not_recreated_by_an_older_write(st: Stampede) -> None:
+    """A delayed older write carries its own absolute expiry: arriving after the newer
+    write expired, it expires at once instead of bringing the group back."""
+    keys = spread_keys(st, "exp", 2)
+    old = stamp_of(st)
+    old_at = time.time_ns() // 1_000_000 + 200
+    await st.write("exp", dict.fromkeys(keys, b"newer"), ttl=0.25)
+    await asyncio.sleep(0.4)
+    assert (await st.read("exp", keys)).status is Status.NOT_FOUND
+    await land(st, keys, b"older", old, expire_at_ms=old_at)
+    assert (await st.read("exp", keys)).status is Status.NOT_FOUND
+
+
+async def test_ttl_must_be_positive(st: Stampede) -> None:
+    """A ttl of zero or less would drop the acknowledged write at once: refused."""
+    for bad in (0, -1, 0.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigurationError, match="ttl"):
+            await st.write("ttl", {"ttl:a": b"x"}, ttl=bad)
+    assert await raw_get(st, "ttl:a") is None
+
+
+async def test_roll_forward_record_expires_with_the_data(st: Stampede) -> None:
+    """The record a roll-forward writes carries the data's own expiry."""
+    keys = spread_keys(st, "rf", 2)
+    version, token = stamp_of(st)
+    at = time.time_ns() // 1_000_000 + 60_000
+    await land(st, keys, b"d", (version, token), expire_at_ms=at)
+    result = await st.read("rf", keys, mode="commit", retry=QUICK, repair=NewestWins())
+    assert result.repair is not None and result.repair.action is RepairAction.ROLLED_FORWARD
+    ckey = commit_key(b"rf")
+    assert await st.topology.execute(ckey, "PEXPIRETIME", ckey) == at
+
+
+@pytest.mark.parametrize("strategy", ["newest", "refetch"])
+async def test_repair_keeps_the_expiry_of_the_write_it_completes(
+    st: Stampede, strategy: str
+) -> None:
+    """A repaired group keeps the expiry its newest write carried, record included."""
+    a, b = spread_keys(st, "keep", 2)
+    await st.write("keep", {a: b"old", b: b"old"}, mode="commit", ttl=120)
+    at = time.time_ns() // 1_000_000 + 60_000
+    await land(st, [a], b"w", stamp_of(st), expire_at_ms=at)
+
+    async def loader(group: bytes, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        return dict.fromkeys(keys, b"source")
+
+    repair = NewestWins() if strategy == "newest" else Refetch(loader)
+    result = await st.read("keep", [a, b], mode="commit", retry=QUICK, repair=repair)
+    assert result.repaired
+    for key in (a.encode(), b.encode(), commit_key(b"keep")):
+        assert await st.topology.execute(key, "PEXPIRETIME", key) == at
+
+
+async def test_record_that_outlived_its_data_reads_not_found(st: Stampede) -> None:
+    """A commit record left without data (data expired) is not a torn group forever."""
+    keys = spread_keys(st, "orphan", 2)
+    await st.write("orphan", dict.fromkeys(keys, b"x"), mode="commit")
+    for key in keys:
+        await st.topology.execute(key.encode(), "DEL", key)
+    assert (await st.read("orphan", keys, mode="commit")).status is Status.NOT_FOUND
+
+
+async def test_a_poisoned_version_does_not_wedge_the_client(st: Stampede) -> None:
+    """Another program's envelope with version 2**63-1: reading it does not drag this
+    client's clock along; its other writes go on; a write to that group says why not."""
+    keys = spread_keys(st, "poison", 2)
+    poison = Envelope(2**63 - 1, new_token(), b"p").encode()
+    for key in keys:
+        await st.topology.execute(key.encode(), "SET", key, poison)
+    assert (await st.read("poison", keys)).version == 2**63 - 1
+    clock = st.versions
+    assert isinstance(clock, HybridClock) and clock.refused >= 1
+    fine = await st.write("other", {"other:a": b"x"})
+    assert fine.version < 2**62 and fine.superseded == ()
+    with pytest.raises(ClockSkewError, match="max_offset"):
+        await st.write("poison", dict.fromkeys(keys, b"mine"))
+
+
+async def test_a_clock_a_year_ahead_does_not_spread(topology_env: tuple[str, object]) -> None:
+    """A writer a year ahead: readers do not adopt its time, and their writes to its
+    group fail with ClockSkewError instead of being silently superseded."""
+    kind, env = topology_env
+    ahead = open_stampede(env, kind, versions=HybridClock(offset_ms=YEAR_MS))
+    honest = open_stampede(env, kind)
+    async with ahead, honest:
+        keys = spread_keys(honest, "skew", 2)
+        await ahead.write("skew", dict.fromkeys(keys, b"future"))
+        assert (await honest.read("skew", keys)).consistent
+        mine = await honest.write("mine", {"mine:a": b"x"})
+        assert mine.version < time.time_ns() + 10**10
+        with pytest.raises(ClockSkewError):
+            await honest.write("skew", dict.fromkeys(keys, b"now"))
+
+
+async def test_sequential_writers_within_a_millisecond(topology_env: tuple[str, object]) -> None:
+    """Two clients writing one after the other: the later write is never kept out."""
+    kind, env = topology_env
+    first, second = open_stampede(env, kind), open_stampede(env, kind)
+    async with first, second:
+        keys = spread_keys(first, "seq", 2)
+        for i in range(200):
+            writer = (first, second)[i % 2]
+            receipt = await writer.write("seq", dict.fromkeys(keys, b"%d" % i))
+            assert receipt.superseded == (), i
+        final = await first.read("seq", keys)
+        assert set(final.values.values()) == {b"199"}
+
+
+async def test_counter_after_clock_versions_is_refused(st: Stampede) -> None:
+    """Clock and sequence versions cannot be ordered: a Counter write to a group written
+    by a HybridClock raises OrderingError instead of being superseded forever."""
+    keys = spread_keys(st, "mixed", 2)
+    await st.write("mixed", dict.fromkeys(keys, b"clock"))
+    with pytest.raises(OrderingError, match="other kind") as info:
+        await st.write("mixed", dict.fromkeys(keys, b"counter"), versions=Counter())
+    assert info.value.why == "mixed-sources"
+    assert set((await st.read("mixed", keys)).values.values()) == {b"clock"}
+
+
+async def test_foreign_overlong_version_is_refused(st: Stampede) -> None:
+    """An envelope-like value with a 20-digit version is not kept as newer forever."""
+    key = "foreign:a"
+    await st.topology.execute(key.encode(), "SET", key, f"{10**20}:{new_token()}:x")
+    with pytest.raises(OrderingError, match="another program") as info:
+        await st.write("foreign", {key: b"mine"})
+    assert info.value.why == "foreign"
+
+
+async def test_bad_keys_are_refused_before_anything_is_sent(st: Stampede) -> None:
+    """Reserved record names and one key named twice raise InvalidKeyError; nothing lands."""
+    with pytest.raises(InvalidKeyError, match="stampede's own records"):
+        await st.write("g", {"g:a": b"x", "g:stampede:commit": b"y"})
+    with pytest.raises(InvalidKeyError, match="stampede's own records"):
+        await st.write("g", {"g:a": b"x", "g:stampede:version": b"y"})
+    with pytest.raises(InvalidKeyError, match="named twice"):
+        await st.write("g", {"g:a": b"x", b"g:a": b"y"})
+    with pytest.raises(InvalidKeyError, match="list of key names"):
+        await st.read("g", "g:a")
+    with pytest.raises(InvalidValueError, match="must be bytes or str"):
+        await st.write("g", {"g:a": 5})  # type: ignore[dict-item]
+    assert await raw_get(st, "g:a") is None
+
+
+async def test_loader_returning_text_is_a_clear_error(st: Stampede) -> None:
+    """A Refetch loader that returns str is named, with the key, and nothing is written."""
+    a, b = spread_keys(st, "txt", 2)
+    await st.write("txt", {a: b"old", b: b"old"})
+    await land(st, [a], b"w", stamp_of(st))
+    before = [await raw_get(st, a), await raw_get(st, b)]
+
+    async def loader(group: bytes, keys: Sequence[bytes]) -> dict[bytes, str]:
+        return dict.fromkeys(keys, "text")
+
+    with pytest.raises(InvalidValueError, match="returned str for key"):
+        await st.read("txt", [a, b], retry=QUICK, repair=Refetch(loader))  # type: ignore[arg-type]
+    assert [await raw_get(st, a), await raw_get(st, b)] == before
