@@ -17,6 +17,7 @@ from stampede import (
     HybridClock,
     InvalidKeyError,
     InvalidValueError,
+    Mode,
     OrderingError,
     RetryPolicy,
     Stampede,
@@ -69,8 +70,8 @@ def stamp_of(st: Stampede) -> tuple[int, str]:
     return version, new_token()
 
 
-@pytest.mark.parametrize("mode", ["stamp", "commit"])
-async def test_refetch_then_late_write_never_mixes(st: Stampede, mode: str) -> None:
+@pytest.mark.parametrize("mode", [Mode.STAMP, Mode.COMMIT])
+async def test_refetch_then_late_write_never_mixes(st: Stampede, mode: Mode) -> None:
     """Writer W lands key A only; a Refetch repair rewrites the group from the source;
     W's delayed (or retried) write of B then arrives with W's stamp. It is kept out:
     the group still reads whole from the source, never A from the source and B from W."""
@@ -86,7 +87,7 @@ async def test_refetch_then_late_write_never_mixes(st: Stampede, mode: str) -> N
     assert result.repaired and result.values == {a: b"source", b: b"source"}
     assert result.token != w[1] and result.version == w[0]
     assert await land(st, [b], b"w", w) == [0]  # W's late half: kept out by the repair
-    if mode == "commit":  # W's late commit record too
+    if mode is Mode.COMMIT:  # W's late commit record too
         ckey = commit_key(b"late")
         late = await st.topology.write_guarded(
             [ckey], [Envelope(w[0], w[1], b"[]").encode()], version=w[0], token=w[1]
@@ -159,8 +160,8 @@ async def test_refetch_orders_by_the_source_version(st: Stampede) -> None:
     assert Envelope.decode(await raw_get(st, keys[1]) or b"").version == 7
 
 
-@pytest.mark.parametrize("mode", ["stamp", "commit"])
-async def test_delete_leaves_tombstones_that_keep_late_writes_out(st: Stampede, mode: str) -> None:
+@pytest.mark.parametrize("mode", [Mode.STAMP, Mode.COMMIT])
+async def test_delete_leaves_tombstones_that_keep_late_writes_out(st: Stampede, mode: Mode) -> None:
     """A deleted group reads not found, and a delayed older write cannot bring it back."""
     keys = spread_keys(st, "del", 3)
     w = stamp_of(st)
@@ -330,7 +331,7 @@ async def test_bad_keys_are_refused_before_anything_is_sent(st: Stampede) -> Non
     with pytest.raises(InvalidKeyError, match="stampede's own records"):
         await st.write("g", {"g:a": b"x", "g:stampede:version": b"y"})
     with pytest.raises(InvalidKeyError, match="named twice"):
-        await st.write("g", {"g:a": b"x", b"g:a": b"y"})
+        await st.write("g", {"g:a": b"x", b"g:a": b"y"})  # type: ignore[type-var]
     with pytest.raises(InvalidKeyError, match="list of key names"):
         await st.read("g", "g:a")
     with pytest.raises(InvalidValueError, match="must be bytes or str"):
