@@ -33,51 +33,15 @@ what such a loss explains. Every other lost write is a violation.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from .history import WriteId, parse_payload
 from .index import COMPLETING, Index, Op, Stamp, Write, as_stamp, read_stamp
+from .race_checker import check_races, count_races, expired_before, stale_nothing, stale_value
+from .report import CheckReport, LostWrite, Violation
 
 __all__ = ["CheckReport", "LostWrite", "Violation", "check"]
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One broken rule, with the operations that show it."""
-
-    kind: str
-    message: str
-    ops: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class LostWrite:
-    """An acknowledged write taken by the data-loss fault (its server restarted empty)."""
-
-    write: WriteId
-    op: str
-    group: str
-    stamp: Stamp
-    acknowledged_at: float
-    shard: str
-    keys_on_shard: tuple[str, ...]
-
-
-@dataclass
-class CheckReport:
-    violations: list[Violation] = field(default_factory=list)
-    lost_to_fault: list[LostWrite] = field(default_factory=list)
-    counts: collections.Counter[str] = field(default_factory=collections.Counter)
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-    def by_kind(self) -> dict[str, int]:
-        return dict(collections.Counter(v.kind for v in self.violations))
 
 
 def _values_of(read: Op, report: CheckReport) -> WriteId | None:
@@ -130,15 +94,22 @@ def _values_of(read: Op, report: CheckReport) -> WriteId | None:
 
 
 def _check_uncompleted(h: Index, read: Op, write: Write, report: CheckReport) -> None:
-    """A write that never completed may be read only when someone could make it whole."""
-    if write.ok or write.sent is None:
+    """A write that never completed may be read only when someone could make it whole.
+
+    Also a write still in flight when the read ended, when a `delay` fault held
+    part of it: read whole before its held part went out, only a repair made it so.
+    """
+    if write.ok and (read.t1 >= write.op.t1 or not write.held):
+        return
+    sent = write.sent_by(read.t1)
+    if sent is None:
         return
     group = read.group
     if str(read.invoke.get("mode")) == "commit":
         needed = {f"{group}:stampede:commit"}
     else:
         needed = set(write.keys)
-    if needed <= write.sent:
+    if needed <= sent:
         return
     for repair in h.repairs_of[group]:
         if repair.t0 <= read.t1 and write.wid in h.completed_by(repair):
@@ -147,33 +118,54 @@ def _check_uncompleted(h: Index, read: Op, write: Write, report: CheckReport) ->
         Violation(
             "uncompleted-read",
             f"read {read.id} of {group} returned write {write.wid} ({write.op.status}, "
-            f"crash {write.op.done.get('crash') if write.op.done else None}), which sent only "
-            f"{sorted(write.sent)} and which no repair had completed",
+            f"crash {write.op.done.get('crash') if write.op.done else None}), which had sent "
+            f"only {sorted(sent)} when the read ended and which no repair had completed",
             (read.id, write.op.id),
         )
     )
 
 
-def _check_stale_read(h: Index, read: Op, stamp: Stamp | None, report: CheckReport) -> None:
-    """No read returns less than a write acknowledged before the read began."""
+def _check_stale_read(
+    h: Index, read: Op, stamp: Stamp | None, wid: WriteId | None, report: CheckReport
+) -> None:
+    """No read returns less than a write (or delete) acknowledged before the read began.
+
+    Nothing is less than any write, unless a delete or a deleting repair newer than
+    it may have landed before the read ended, or it expired; a value read is
+    `resurrected` when a newer delete or an expired newer write preceded the read.
+    """
     write = h.newest_before(read.group, read.t0, read.t1)
-    if write is None or write.stamp is None or (stamp is not None and write.stamp <= stamp):
+    if stamp is None and wid is not None:
+        written = h.writes.get(wid)
+        stamp = None if written is None else written.order
+    if stamp is None:
+        if write is not None and write.stamp is not None:
+            violation = stale_nothing(h, read, write)
+            if violation is not None:
+                report.violations.append(violation)
         return
-    got = "nothing" if stamp is None else f"stamp {stamp[0]}:{stamp[1]}"
-    report.violations.append(
-        Violation(
-            "stale-read",
-            f"read {read.id} of {read.group} returned {got}, older than write "
-            f"{write.wid} acknowledged before the read began",
-            (read.id, write.op.id),
+    if write is not None and write.stamp is not None and write.stamp > stamp:
+        report.violations.append(
+            Violation(
+                "stale-read",
+                f"read {read.id} of {read.group} returned stamp {stamp[0]}:{stamp[1]}, older "
+                f"than write {write.wid} acknowledged before the read began",
+                (read.id, write.op.id),
+            )
         )
-    )
+        return
+    violation = stale_value(h, read, stamp)
+    if violation is not None:
+        report.violations.append(violation)
 
 
 def _checkas_stamp(h: Index, read: Op, write: Write, stamp: Stamp, report: CheckReport) -> None:
-    """A consistent read's stamp is the stamp of the write its values came from."""
+    """A consistent read's stamp is the stamp of the write its values came from, or of a
+    repair that wrote those values under the write's version."""
     if write.stamp is None or write.stamp == stamp:
         return
+    if write.wid in h.repair_stamps.get(stamp, ()) and stamp[0] == write.stamp[0]:
+        return  # a repair completed the write under its own stamp, of the write's version
     owner = h.by_stamp.get(stamp)
     if owner is not None and h.at_risk(owner, before=read.t1) is not None:
         return
@@ -196,7 +188,8 @@ def _check_read(h: Index, read: Op, report: CheckReport) -> None:
         return
     wid = _values_of(read, report)
     stamp = read_stamp(done)
-    _check_stale_read(h, read, stamp if done.get("status") == "consistent" else None, report)
+    consistent = done.get("status") == "consistent"
+    _check_stale_read(h, read, stamp if consistent else None, wid, report)
     if wid is None:
         return
     write = h.writes.get(wid)
@@ -240,6 +233,7 @@ def _newest_stamp(h: Index, group: str) -> Stamp | None:
             stamp = as_stamp(done.get("stamp"))
             if stamp is not None:
                 stamps.append(stamp)
+    stamps += [stamp for _, stamp in h.tombstones(group)]
     return max(stamps, default=None)
 
 
@@ -251,7 +245,7 @@ def _check_lost(h: Index, report: CheckReport) -> None:
     """
     finals = _final_reads(h)
     groups = {w.op.group for w in h.writes.values()}
-    for group in sorted(groups):
+    for group in sorted(groups - h.poisoned):
         final = finals.get(group)
         if (
             final is None
@@ -273,6 +267,8 @@ def _check_lost(h: Index, report: CheckReport) -> None:
         for write in h.acked[group]:
             assert write.stamp is not None
             if write.wid == final_wid or (highest is not None and highest > write.stamp):
+                continue
+            if expired_before(write, final.t0):
                 continue
             _lost(h, write, final, report)
 
@@ -321,7 +317,7 @@ def _check_repair(h: Index, repair: Op, report: CheckReport) -> None:
             continue
         older = stamp is None or stamp < write.stamp
         older = older or any(
-            pw is None or (pw.stamp is not None and pw.stamp < write.stamp) for pw in payload_writes
+            pw is None or (pw.order is not None and pw.order < write.stamp) for pw in payload_writes
         )
         if older:
             report.violations.append(
@@ -371,5 +367,7 @@ def check(events: Iterable[Mapping[str, Any]]) -> CheckReport:
     for repair in h.repairs:
         _check_repair(h, repair, report)
     _check_lost(h, report)
+    report.violations += check_races(h)
     _count(h, report)
+    count_races(h, report.counts)
     return report

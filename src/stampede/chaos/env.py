@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..repair.base import RepairStrategy
 from ..testing import LocalCluster, LocalPrimaries, RedisNode
 from ..topology.base import Topology
 from ..topology.cluster import Cluster
@@ -72,3 +74,5 @@ class Run:
     workdir: Path
     notes: list[str] = field(default_factory=list)
     extra_histories: list[Path] = field(default_factory=list)
+    settle_repair: RepairStrategy | None = None  # default: CHAOS_REPAIR
+    cleanup: list[Callable[[], Awaitable[None]]] = field(default_factory=list)

@@ -12,7 +12,18 @@ delegation. For the writes a plan picks, it stops the writer at one crash point:
 
 The crash either raises `InjectedCrash` (the writer's call fails) or cancels the
 writer's task (`asyncio.CancelledError`), as a process dying or a task being
-cancelled would. Only operations that `RecordingStampede` marks as writes (through
+cancelled would. Two styles make part of a write land late, with its stamp:
+
+- `delay`: what a crash at the point would not have sent is held for
+  `late_after` seconds and then sent; the writer waits and carries on (a slow
+  link to one shard, after readers had time to see the group torn and repair it);
+- `retry`: the writer's call fails as with `raise`, and `late_after` seconds
+  later the call it was in is sent again, whole, with the same stamp (a client
+  library retrying a request the application already gave up on).
+
+Each hold and late send is a `fault` event (`hold`, `late-send`, `late-sent`).
+
+Only operations that `RecordingStampede` marks as writes (through
 `CURRENT_OP`) are candidates; reads and repairs pass through untouched.
 
 Server faults (`kill_and_restart`, `pause_and_resume`, `migrate_slot`) act on the
@@ -32,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from ..topology.base import Topology, Updater, WriteOutcome
 from ..verdict import Mode, commit_key
 from .history import CURRENT_OP, History, OpContext, text
+from .late import Late
 
 if TYPE_CHECKING:
     from ..testing import LocalCluster, RedisNode
@@ -61,6 +73,8 @@ class CrashPoint(StrEnum):
 class CrashStyle(StrEnum):
     RAISE = "raise"  # the write call raises InjectedCrash
     CANCEL = "cancel"  # the writer's task is cancelled
+    DELAY = "delay"  # the unsent rest is held, then sent late; the writer waits
+    RETRY = "retry"  # raises, then the call is resent whole (same stamp) later
 
 
 class InjectedCrash(Exception):
@@ -84,7 +98,9 @@ CrashPlan = Callable[[OpContext, Sequence[CrashPoint]], Crash | None]
 class EveryNth:
     """Crash every `n`-th write, cycling through the applicable points and the styles."""
 
-    def __init__(self, n: int, styles: Sequence[CrashStyle] = tuple(CrashStyle)) -> None:
+    def __init__(
+        self, n: int, styles: Sequence[CrashStyle] = (CrashStyle.RAISE, CrashStyle.CANCEL)
+    ) -> None:
         if n < 1:
             raise ValueError("n must be at least 1")
         self.n = n
@@ -111,12 +127,15 @@ class FaultyTopology:
         *,
         plan: CrashPlan | None = None,
         history: History | None = None,
+        late_after: float = 0.3,
     ) -> None:
         self.inner = inner
         self.plan = plan
         self.history = history
+        self.late_after = late_after
         self.injected: collections.Counter[str] = collections.Counter()
         self._armed: list[tuple[Crash, bytes | None]] = []
+        self._late: set[asyncio.Task[None]] = set()
 
     def arm(self, crash: Crash, *, group: bytes | str | None = None) -> None:
         """Crash the next write (of `group`, if given) as `crash` says, once."""
@@ -180,11 +199,15 @@ class FaultyTopology:
         version: int,
         token: str,
         expire_at_ms: int | None = None,
+        limit: int = 0,
     ) -> WriteOutcome:
         ctx = CURRENT_OP.get()
+        if ctx is not None and ctx.f == "delete":
+            ctx.version, ctx.token = version, token
+            ctx.sent.update(keys)
         if ctx is None or ctx.f != "write":
             return await self.inner.write_guarded(
-                keys, values, version=version, token=token, expire_at_ms=expire_at_ms
+                keys, values, version=version, token=token, expire_at_ms=expire_at_ms, limit=limit
             )
         ctx.version, ctx.token = version, token
         ckey = commit_key(ctx.group)
@@ -205,24 +228,40 @@ class FaultyTopology:
                 version=version,
                 token=token,
                 expire_at_ms=expire_at_ms,
+                limit=limit,
             )
 
         everything = range(len(keys))
         if crash is None:
             return await send(everything)
+        late = Late(self, ctx, keys, values, version, token, expire_at_ms, limit)
         if (point is CrashPoint.BEFORE_FIRST_SHARD and not is_record) or (
             point is CrashPoint.BEFORE_COMMIT_RECORD and is_record
         ):
-            await self._crash(ctx, crash)
+            if crash.style is CrashStyle.DELAY:
+                return await late.hold(everything, early=None)
+            await self._crash(ctx, crash, late)
         if point is CrashPoint.BETWEEN_SHARDS and not is_record:
             first = self.inner.shard_of(keys[0])
-            await send([i for i in everything if self.inner.shard_of(keys[i]) == first])
-            await self._crash(ctx, crash)
+            sent_first = [i for i in everything if self.inner.shard_of(keys[i]) == first]
+            if crash.style is CrashStyle.DELAY:
+                rest = [i for i in everything if i not in sent_first]
+                return await late.hold(rest, early=await send(sent_first))
+            await send(sent_first)
+            await self._crash(ctx, crash, late)
         outcome = await send(everything)
         last = is_record or ckey in keys or ctx.mode != Mode.COMMIT
         if point is CrashPoint.AFTER_LAST_WRITE and last and outcome.ok:
-            await self._crash(ctx, crash)
+            if crash.style is CrashStyle.DELAY:
+                ctx.planned = None
+                return outcome
+            await self._crash(ctx, crash, late)
         return outcome
+
+    async def drain(self) -> None:
+        """Wait for every late send (`retry`) still to come."""
+        while self._late:
+            await asyncio.gather(*list(self._late), return_exceptions=True)
 
     # -- internals -------------------------------------------------------------------
 
@@ -242,7 +281,7 @@ class FaultyTopology:
         points.append(CrashPoint.AFTER_LAST_WRITE)
         return self.plan(ctx, points)
 
-    async def _crash(self, ctx: OpContext, crash: Crash) -> None:
+    async def _crash(self, ctx: OpContext, crash: Crash, late: Late | None = None) -> None:
         ctx.planned = None
         ctx.crash = crash.point.value
         self.injected[crash.point.value] += 1
@@ -255,6 +294,10 @@ class FaultyTopology:
                 group=text(ctx.group),
                 sent=sorted(text(k) for k in ctx.sent),
             )
+        if crash.style is CrashStyle.RETRY and late is not None:
+            resend = asyncio.get_running_loop().create_task(late.resend())
+            self._late.add(resend)
+            resend.add_done_callback(self._late.discard)
         if crash.style is CrashStyle.CANCEL:
             task = asyncio.current_task()
             if task is not None:

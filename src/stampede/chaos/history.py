@@ -94,6 +94,7 @@ class OpContext:
     version: int | None = None
     token: str | None = None
     crash: str | None = None
+    app_version: int | None = None  # the version the application passed (`version=`)
     decided: bool = False
     planned: Any = None  # the fault-injecting topology's plan for this write
 

@@ -9,14 +9,26 @@ import bisect
 import collections
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .history import Event, WriteId, parse_payload
 
-__all__ = ["COMPLETING", "Index", "Loss", "Op", "Stamp", "Write", "as_stamp", "read_stamp"]
+__all__ = [
+    "COMPLETING",
+    "EXPIRY_SLACK",
+    "Index",
+    "Loss",
+    "Op",
+    "Stamp",
+    "Write",
+    "as_stamp",
+    "read_stamp",
+]
 
 Stamp = tuple[int, str]
+EXPIRY_SLACK = 0.05
+"""Seconds past `acknowledged + ttl` after which a key is surely expired."""
 COMPLETING = ("rewritten", "rolled_forward")
 """Repair actions that write the group (as opposed to lost races, queueing, ...)."""
 
@@ -57,10 +69,44 @@ class Write:
     mode: str
     stamp: Stamp | None
     sent: frozenset[str] | None  # None: everything may have been sent
+    held: frozenset[str] = frozenset()  # keys a `delay` fault held back
+    late: list[tuple[float, frozenset[str]]] = field(default_factory=list)  # late sends
 
     @property
     def ok(self) -> bool:
         return self.op.status == "ok"
+
+    @property
+    def ttl(self) -> float | None:
+        ttl = self.op.invoke.get("ttl")
+        return None if ttl is None else float(ttl)
+
+    @property
+    def order(self) -> Stamp | None:
+        """Its stamp; for a write that never reached Redis, the application's version
+        (a database write a repair may load), ordered before any stamp of that version."""
+        if self.stamp is not None:
+            return self.stamp
+        version = (self.op.done or {}).get("app_version")
+        return None if version is None else (int(version), "")
+
+    def sent_by(self, t: float) -> frozenset[str] | None:
+        """The keys handed to the servers before `t`; None when that is not known.
+
+        Known for a write that failed (what it sent, plus late sends begun before `t`)
+        and for one whose part a `delay` fault held (everything but the held keys
+        until their late send); for another acknowledged write it is not recorded.
+        """
+        late = frozenset(k for at, keys in self.late if at < t for k in keys)
+        if self.sent is not None:
+            return self.sent | late
+        if self.held:
+            return frozenset(self.touched()) - self.held | late
+        return None
+
+    def expired_by(self) -> float | None:
+        """When its keys are surely gone by expiry (`ttl` after the acknowledgement)."""
+        return None if self.ttl is None or not self.ok else self.op.t1 + self.ttl + EXPIRY_SLACK
 
     def touched(self) -> set[str]:
         """The keys this write wrote: data, the commit record, the version counter."""
@@ -118,8 +164,10 @@ class Index:
         for op in self.ops.values():
             if op.f == "write":
                 self._add_write(op)
+        self._add_late()
         self.reads = [op for op in self.ops.values() if op.f == "read"]
         self.repairs = [op for op in self.ops.values() if op.f == "repair"]
+        self._add_deletes_and_repairs()
         self.acked: dict[str, list[Write]] = collections.defaultdict(list)
         for w in self.writes.values():
             if w.ok and w.stamp is not None:
@@ -184,6 +232,47 @@ class Index:
         if stamp is not None:
             self.by_stamp[stamp] = write
 
+    def _add_deletes_and_repairs(self) -> None:
+        self.deletes: dict[str, list[Op]] = collections.defaultdict(list)
+        for op in self.ops.values():
+            if op.f == "delete":
+                self.deletes[op.group].append(op)
+        self.poisoned = {str(f.get("group")) for f in self.faults if f.get("kind") == "poison"}
+        self.repair_stamps: dict[Stamp, set[WriteId]] = collections.defaultdict(set)
+        for op in self.repairs:
+            done = op.done
+            if done is not None and done["type"] == "ok" and done.get("action") in COMPLETING:
+                stamp = as_stamp(done.get("stamp"))
+                if stamp is not None:
+                    self.repair_stamps[stamp] |= _wids(done.get("values") or {})
+
+    def _add_late(self) -> None:
+        """Attach `hold` and `late-send` faults to the writes they belong to."""
+        by_op = {w.op.id: w for w in self.writes.values()}
+        for fault in self.faults:
+            write = by_op.get(str(fault.get("write")))
+            if write is None:
+                continue
+            keys = frozenset(str(k) for k in fault.get("keys", ()))
+            if fault.get("kind") == "hold":
+                write.held |= keys
+            elif fault.get("kind") == "late-send":
+                write.late.append((float(fault["t"]), keys))
+
+    def tombstones(self, group: str) -> list[tuple[Op, Stamp]]:
+        """Deletes of `group` that may have landed, and repairs that deleted it, with stamps."""
+        out: list[tuple[Op, Stamp]] = []
+        for op in self.deletes.get(group, ()):
+            stamp = read_stamp(op.done or {})
+            if stamp is not None and op.status != "fail":
+                out.append((op, stamp))
+        for op in self.repairs_of.get(group, ()):
+            done = op.done or {}
+            stamp = as_stamp(done.get("stamp"))
+            if done.get("type") == "ok" and done.get("action") == "deleted" and stamp is not None:
+                out.append((op, stamp))
+        return out
+
     def at_risk(self, write: Write, before: float = math.inf) -> Loss | None:
         """The data-loss fault (before `before`) that may have taken `write`, if any."""
         touched = write.touched()
@@ -211,3 +300,7 @@ class Index:
                 if (parsed := parse_payload(value)) is not None:
                     out.add(parsed[0])
         return out
+
+
+def _wids(values: Mapping[str, Any]) -> set[WriteId]:
+    return {p[0] for v in values.values() if (p := parse_payload(v)) is not None}

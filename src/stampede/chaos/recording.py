@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from ..client import Stampede
@@ -197,8 +197,15 @@ class RecordingStampede:
         mode: ModeName | None = None,
         versions: Literal["hybrid", "counter"] | VersionSource | None = None,
         ttl: float | None = None,
+        version: int | None = None,
+        before: Callable[[], Awaitable[int | None]] | None = None,
     ) -> Receipt:
-        """`Stampede.write`, recorded: invoke, then ok, fail (nothing sent) or unknown."""
+        """`Stampede.write`, recorded: invoke, then ok, fail (nothing sent) or unknown.
+
+        `before` runs after the invoke is recorded and before the write (the
+        database update of a cache-aside writer); what it returns is the write's
+        `version=`. The events record `ttl` and that application version.
+        """
         gkey, chosen = to_bytes(group), self._mode(mode)
         op = self.history.next_op(self.process)
         invoked = self.history.record(
@@ -212,11 +219,17 @@ class RecordingStampede:
             values={text(k): text(v) for k, v in values.items()},
             counter=isinstance(self.st.versions if versions is None else versions, Counter)
             or versions == "counter",
+            ttl=ttl,
         )
-        ctx = OpContext(op, "write", gkey, chosen.value, began=invoked["t"])
+        ctx = OpContext(op, "write", gkey, chosen.value, began=invoked["t"], app_version=version)
         reset = CURRENT_OP.set(ctx)
         try:
-            receipt = await self.st.write(group, values, mode=chosen, versions=versions, ttl=ttl)
+            if before is not None:
+                ctx.app_version = version = await before()
+            extra: dict[str, Any] = {} if version is None else {"version": version}
+            receipt = await self.st.write(
+                group, values, mode=chosen, versions=versions, ttl=ttl, **extra
+            )
         except BaseException as exc:
             known = isinstance(self.st.topology, FaultyTopology)
             self.history.record(
@@ -228,6 +241,7 @@ class RecordingStampede:
                 sent=sorted(text(k) for k in ctx.sent),
                 version=ctx.version,
                 token=ctx.token,
+                app_version=ctx.app_version,
             )
             raise
         finally:
@@ -240,6 +254,59 @@ class RecordingStampede:
             token=receipt.token,
             superseded=[text(k) for k in receipt.superseded],
             atomic=receipt.atomic,
+            app_version=version,
+        )
+        return receipt
+
+    async def delete(
+        self,
+        group: bytes | str,
+        keys: Sequence[K],
+        *,
+        mode: ModeName | None = None,
+        version: int | None = None,
+    ) -> Receipt:
+        """`Stampede.delete`, recorded as `f: delete`: invoke, then ok or unknown (with the
+        stamp its tombstones carry, when the fault-injecting topology saw them go out)."""
+        gkey, chosen = to_bytes(group), self._mode(mode)
+        op = self.history.next_op(self.process)
+        invoked = self.history.record(
+            "invoke",
+            op,
+            f="delete",
+            proc=self.process,
+            group=text(gkey),
+            mode=chosen.value,
+            keys=[text(k) for k in keys],
+        )
+        ctx = OpContext(op, "delete", gkey, chosen.value, began=invoked["t"], app_version=version)
+        reset = CURRENT_OP.set(ctx)
+        try:
+            extra: dict[str, Any] = {} if version is None else {"version": version}
+            receipt = await self.st.delete(group, keys, mode=chosen, **extra)
+        except BaseException as exc:
+            self.history.record(
+                "fail"
+                if isinstance(self.st.topology, FaultyTopology) and not ctx.sent
+                else "unknown",
+                op,
+                f="delete",
+                error=type(exc).__name__,
+                version=ctx.version,
+                token=ctx.token,
+                app_version=version,
+            )
+            raise
+        finally:
+            CURRENT_OP.reset(reset)
+        self.history.record(
+            "ok",
+            op,
+            f="delete",
+            version=receipt.version,
+            token=receipt.token,
+            superseded=[text(k) for k in receipt.superseded],
+            app_version=version,
         )
         return receipt
 

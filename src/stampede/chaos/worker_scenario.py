@@ -26,7 +26,14 @@ from .faults import EveryNth
 from .history import load_events
 from .workload import Workload, WorkloadConfig, plant_torn
 
-__all__ = ["WORKER_STRATEGY", "worker_scenario"]
+__all__ = [
+    "WORKER_STRATEGY",
+    "repairs_done",
+    "scan_and_enqueue",
+    "start_worker",
+    "until",
+    "worker_scenario",
+]
 
 WORKER_STRATEGY = "stampede.chaos.recording:worker_strategy"
 _ROOT = str(Path(__file__).resolve().parents[3])  # the checkout, for PYTHONPATH
@@ -36,20 +43,28 @@ def _log(path: Path) -> IO[bytes]:
     return path.open("ab")
 
 
-async def _start_worker(run: Run, name: str, *, delay: float) -> asyncio.subprocess.Process:
-    """`python -m stampede.cli worker` with the recording strategy, as its own process."""
+async def start_worker(
+    run: Run,
+    name: str,
+    *,
+    delay: float,
+    strategy: str = WORKER_STRATEGY,
+    env: dict[str, str] | None = None,
+) -> asyncio.subprocess.Process:
+    """`python -m stampede.cli worker` with a recording strategy, as its own process."""
     stem = run.history.path.stem if run.history.path is not None else run.env.kind
     history_path = run.workdir / f"{stem}.{name}.jsonl"
     history_path.unlink(missing_ok=True)  # a file of an earlier run would be appended to
     run.extra_histories.append(history_path)
     env = {
         **os.environ,
+        **(env or {}),
         "PYTHONPATH": os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p),
         "STAMPEDE_CHAOS_HISTORY": str(history_path),
         "STAMPEDE_CHAOS_PROCESS": name,
         "STAMPEDE_CHAOS_REPAIR_DELAY": str(delay),
     }
-    args = [*run.env.worker_args(), "--strategy", WORKER_STRATEGY, "--consumer", name]
+    args = [*run.env.worker_args(), "--strategy", strategy, "--consumer", name]
     args += ["--concurrency", "2", "--min-idle", "1", "--max-attempts", "10"]
     args += ["--socket-timeout", "1", "--health-interval", "60"]
     with _log(run.workdir / f"{stem}.{name}.log") as log:
@@ -60,11 +75,11 @@ async def _start_worker(run: Run, name: str, *, delay: float) -> asyncio.subproc
     return proc
 
 
-def _repairs_done(path: Path) -> int:
+def repairs_done(path: Path) -> int:
     return sum(1 for e in load_events(path) if e["type"] == "ok" and e.get("f") == "repair")
 
 
-async def _until(check: Callable[[], Awaitable[bool]], within: float) -> bool:
+async def until(check: Callable[[], Awaitable[bool]], within: float) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if await check():
@@ -82,19 +97,19 @@ async def worker_scenario(run: Run) -> None:
     run.topology.plan = EveryNth(3)
     queue = RepairQueue(run.topology)
     await queue.clear()
-    first = await _start_worker(run, "worker1", delay=0.3)
+    first = await start_worker(run, "worker1", delay=0.3)
     workers = [first]
     cold_after = run.timing.duration / 4
     cold_spread = [g for g in run.layout.groups if g in run.layout.cold and "{" not in g]
 
     async def busy() -> bool:
-        done = _repairs_done(run.extra_histories[0])
+        done = repairs_done(run.extra_histories[0])
         return done >= 1 and (await queue.stats())["pending"] > 0
 
     async def fault() -> None:
         await asyncio.sleep(cold_after + 0.2)
         planted = await plant_torn(run.topology, run.layout, run.history, cold_spread, record=True)
-        await _until(busy, within=run.timing.duration * 2)
+        await until(busy, within=run.timing.duration * 2)
         in_hand = (await queue.stats())["pending"]
         first.send_signal(signal.SIGKILL)
         await first.wait()
@@ -103,24 +118,24 @@ async def worker_scenario(run: Run) -> None:
             f"{planted} cold groups left torn by a dying writer; "
             f"worker1 SIGKILLed with {in_hand} job(s) in hand"
         )
-        workers.append(await _start_worker(run, "worker2", delay=0.0))
+        workers.append(await start_worker(run, "worker2", delay=0.0))
 
     try:
         config = WorkloadConfig(repair=Enqueue(queue), cold_after=cold_after)
         workload = Workload(run.topology, run.layout, run.history, config)
         await workload.run(run.timing.duration, fault())
-        queued = await _scan_and_enqueue(run, queue)
+        queued = await scan_and_enqueue(run, queue)
 
         async def drained() -> bool:
             stats = await queue.stats()
             return stats["length"] == 0 and stats["pending"] == 0
 
-        if not await _until(drained, within=60):
+        if not await until(drained, within=60):
             run.notes.append("the queue did not drain within 60 s")
         stats = await queue.stats()
         run.notes.append(
             f"scan enqueued {queued}; dead letters {stats['dead']}; "
-            f"repairs by the workers: {sum(_repairs_done(p) for p in run.extra_histories)}"
+            f"repairs by the workers: {sum(repairs_done(p) for p in run.extra_histories)}"
         )
     finally:
         for proc in workers:
@@ -135,7 +150,7 @@ async def worker_scenario(run: Run) -> None:
         run.history.extend(load_events(path))
 
 
-async def _scan_and_enqueue(run: Run, queue: RepairQueue) -> int:
+async def scan_and_enqueue(run: Run, queue: RepairQueue) -> int:
     """`stampede scan --enqueue`, in process: queue every group that stays torn."""
     queued = 0
     for mode, letter in ((Mode.COMMIT, "c"), (Mode.STAMP, "s")):
