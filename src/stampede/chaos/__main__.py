@@ -38,6 +38,13 @@ from .scenarios import FAST, LONG, SCENARIOS
     help="Hypothesis cases per fuzz target (5 targets); 0 skips fuzzing.",
 )
 @click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run each scenario this many times per topology and print the totals.",
+)
+@click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -48,6 +55,7 @@ def main(
     names: tuple[str, ...],
     topologies: tuple[str, ...],
     fuzz_cases: int,
+    runs: int,
     workdir: Path | None,
 ) -> None:
     """Fault injection and an independent consistency check; exit 1 on any violation."""
@@ -63,6 +71,7 @@ def main(
         timing=timing,
         workdir=where,
         fuzz_cases=fuzz_cases,
+        runs=runs,
     )
     console.print()
     verdict = "[bold green]no violation[/]" if outcome.ok else "[bold red]FAILED[/]"

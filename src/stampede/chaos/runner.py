@@ -22,9 +22,26 @@ from ..testing import LocalCluster, LocalPrimaries
 from .checker import CheckReport
 from .scenarios import SCENARIOS, Env, Scenario, ScenarioRun, Timing, run_scenario
 
-__all__ = ["FAULT_KINDS", "Outcome", "fuzz_table", "run_all", "scenario_table"]
+__all__ = [
+    "FAULT_KINDS",
+    "Outcome",
+    "fuzz_table",
+    "run_all",
+    "scenario_table",
+    "totals_table",
+]
 
-FAULT_KINDS = ("crash", "kill", "pause", "migrate", "worker-kill", "skew")
+FAULT_KINDS = (
+    "crash",
+    "hold",
+    "late-send",
+    "kill",
+    "pause",
+    "migrate",
+    "worker-kill",
+    "skew",
+    "poison",
+)
 """The fault events counted as "faults injected" (restarts, resumes and such are not)."""
 
 
@@ -43,9 +60,10 @@ class Outcome:
         return clean and not self.errors and not self.fuzz_failures and not self.defects_present
 
 
-def _faults(report: CheckReport) -> str:
+def _faults(report: CheckReport | collections.Counter[str]) -> str:
     """Faults injected, by kind: `1 kill`, `3 migrate + 518 crash`."""
-    counts = [(report.counts[f"faults_{kind}"], kind) for kind in FAULT_KINDS]
+    tally = report.counts if isinstance(report, CheckReport) else report
+    counts = [(tally[f"faults_{kind}"], kind) for kind in FAULT_KINDS]
     return " + ".join(f"{n} {kind}" for n, kind in counts if n) or "0"
 
 
@@ -129,8 +147,10 @@ async def run_all(
     scenarios: Sequence[Scenario] = SCENARIOS,
     timing: Timing,
     workdir: Path,
+    runs: int = 1,
 ) -> Outcome:
-    """Every scenario on every topology it applies to; a table per scenario."""
+    """Every scenario on every topology it applies to, `runs` times; a table per scenario
+    (with several runs, one row of totals per topology and the runs with violations)."""
     outcome = Outcome()
     by_scenario: dict[str, list[ScenarioRun]] = collections.defaultdict(list)
     for kind in topologies:
@@ -138,25 +158,71 @@ async def run_all(
             for scenario in scenarios:
                 if kind not in scenario.topologies:
                     continue
-                console.print(f"[dim]running {scenario.name} on {kind}...[/]")
-                try:
-                    run = await run_scenario(scenario, env, timing, workdir=workdir)
-                except Exception as exc:
-                    error = "".join(traceback.format_exception(exc))
-                    outcome.errors.append((scenario.name, kind, error))
-                    console.print(f"[bold red]{scenario.name} on {kind} failed:[/]\n{error}")
-                    continue
-                outcome.runs.append(run)
-                by_scenario[scenario.name].append(run)
+                for i in range(runs):
+                    console.print(f"[dim]running {scenario.name} on {kind} ({i + 1}/{runs})...[/]")
+                    suffix = "" if runs == 1 else f"-{i + 1}"
+                    try:
+                        run = await run_scenario(
+                            scenario, env, timing, workdir=workdir, suffix=suffix
+                        )
+                    except Exception as exc:
+                        error = "".join(traceback.format_exception(exc))
+                        outcome.errors.append((scenario.name, kind, error))
+                        console.print(f"[bold red]{scenario.name} on {kind} failed:[/]\n{error}")
+                        continue
+                    outcome.runs.append(run)
+                    by_scenario[scenario.name].append(run)
     for scenario in scenarios:
-        runs = by_scenario.get(scenario.name, [])
-        if not runs:
+        done = by_scenario.get(scenario.name, [])
+        if not done:
             continue
         console.print()
-        console.print(scenario_table(scenario, runs))
-        for run in runs:
-            _details(console, run)
+        if runs == 1:
+            console.print(scenario_table(scenario, done))
+            for run in done:
+                _details(console, run)
+            continue
+        console.print(totals_table(scenario, done))
+        for run in done:
+            if not run.report.ok or run.torn_at_end:
+                _details(console, run)
     return outcome
+
+
+def totals_table(scenario: Scenario, runs: Sequence[ScenarioRun]) -> Table:
+    """One row per topology: the totals over its runs."""
+    title = f"{scenario.name}: {scenario.title} (totals)"
+    table = Table(title=title, title_justify="left")
+    columns: tuple[str, ...] = (
+        "topology",
+        "runs",
+        "writes ok/unknown/fail",
+        "deletes ok",
+        "deposits ok/unknown",
+    )
+    columns += ("reads", "faults", "repairs", "violations", "lost writes", "seconds")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "topology" else "right")
+    for kind in dict.fromkeys(r.topology for r in runs):
+        mine = [r for r in runs if r.topology == kind]
+        c: collections.Counter[str] = collections.Counter()
+        for run in mine:
+            c.update(run.report.counts)
+        violations = sum(len(r.report.violations) + len(r.torn_at_end) for r in mine)
+        table.add_row(
+            kind,
+            str(len(mine)),
+            f"{c['writes_ok']}/{c['writes_unknown']}/{c['writes_fail']}",
+            str(c["deletes_ok"]),
+            f"{c['deposits_ok']}/{c['deposits_unknown']}",
+            str(c["reads_ok"] + c["reads_fail"]),
+            _faults(c),
+            str(c["repairs_rewritten"] + c["repairs_rolled_forward"] + c["repairs_deleted"]),
+            f"[bold red]{violations}[/]" if violations else "0",
+            str(sum(len(r.report.lost_to_fault) for r in mine)),
+            f"{sum(r.seconds for r in mine):.0f}",
+        )
+    return table
 
 
 def fuzz_table(console: Console, cases: int, outcome: Outcome) -> None:
@@ -201,10 +267,18 @@ def run(
     timing: Timing,
     workdir: Path,
     fuzz_cases: int,
+    runs: int = 1,
 ) -> Outcome:
     """The whole chaos run: scenarios (asyncio), then fuzzing."""
     outcome = asyncio.run(
-        run_all(console, topologies=topologies, scenarios=scenarios, timing=timing, workdir=workdir)
+        run_all(
+            console,
+            topologies=topologies,
+            scenarios=scenarios,
+            timing=timing,
+            workdir=workdir,
+            runs=runs,
+        )
     )
     if fuzz_cases:
         fuzz_table(console, fuzz_cases, outcome)

@@ -31,6 +31,7 @@ from .faults import EveryNth, FaultyTopology, kill_and_restart, migrate_slot, pa
 from .history import History
 from .race_scenarios import delete, refetch, refetch_newest, refetch_worker
 from .recording import CHAOS_REPAIR
+from .reply_scenarios import clock, lost_reply
 from .worker_scenario import worker_scenario
 from .workload import CHAOS_CONNECTION, Workload, WorkloadConfig, make_layout, plant_torn, settle
 
@@ -209,6 +210,8 @@ RACE_SCENARIOS: tuple[Scenario, ...] = (
     Scenario("refetch-newest", "NewestWins vs late and retried writes", BOTH, refetch_newest),
     Scenario("refetch-worker", "the worker's Refetch vs late writes", BOTH, refetch_worker, 2),
     Scenario("delete", "deletes and expiry vs late older writes", BOTH, delete),
+    Scenario("lost-reply", "replies lost after the server executed", ("shards",), lost_reply),
+    Scenario("clock", "clock skew, a clock a year ahead, poisoned versions", BOTH, clock),
 )
 """The race scenarios (`race_scenarios`, `reply_scenarios`): not in the default run's
 first six, but run by `python -m stampede.chaos` like the others."""
@@ -237,10 +240,14 @@ async def run_scenario(
     timing: Timing = FAST,
     *,
     workdir: Path,
+    suffix: str = "",
 ) -> ScenarioRun:
-    """Reset the servers, run `scenario`, settle, and check the history."""
+    """Reset the servers, run `scenario`, settle, and check the history.
+
+    The history goes to `<workdir>/<scenario>-<topology><suffix>.jsonl`.
+    """
     await asyncio.to_thread(env.reset)
-    history_path = _fresh(workdir / f"{scenario.name}-{env.kind}.jsonl")
+    history_path = _fresh(workdir / f"{scenario.name}-{env.kind}{suffix}.jsonl")
     history = History(history_path)
     real = env.topology()
     faulty = FaultyTopology(real, history=history)
