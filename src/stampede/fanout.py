@@ -64,8 +64,8 @@ async def mget(
     """GET every key, one round trip per shard in parallel; values in the caller's order.
 
     None for a missing key. With `decode=True` each value must be a stampede
-    envelope and its payload is returned (`MalformedEnvelope` naming the key
-    otherwise). A shard that fails raises `ShardError` naming it. Keys may
+    envelope and its payload is returned (None for a tombstone: the key was
+    deleted; `MalformedEnvelope` naming the key otherwise). A shard that fails raises `ShardError` naming it. Keys may
     repeat; an empty list returns `[]` without a round trip.
     """
     raw = _raw_keys(keys, "mget()")
@@ -75,7 +75,7 @@ async def mget(
     if not decode:
         return values
     return [
-        None if value is None else Envelope.decode(value, key=key).payload
+        None if value is None else Envelope.decode(value, key=key).value
         for key, value in zip(raw, values, strict=True)
     ]
 
