@@ -8,7 +8,9 @@ import pytest
 from redis import exceptions as rex
 from redis.asyncio import Redis
 
-from stampede.testing import LocalPrimaries
+from stampede import OutcomeUnknownError
+from stampede.testing import LocalPrimaries, RedisProxy
+from stampede.topology.guard import GUARD_SHA
 from stampede.topology.lane import Lane, send
 
 
@@ -69,6 +71,63 @@ async def test_a_connection_the_server_closed_fails_as_a_connection_error(
     finally:
         await lane.aclose()
         await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("command", "check", "applied"),
+    [
+        (("INCR", "n"), ("GET", "n"), b"1"),
+        (("XADD", "s", "*", "f", "v"), ("XLEN", "s"), 1),
+        (("DEL", "d"), ("EXISTS", "d"), 0),
+    ],
+)
+async def test_a_non_idempotent_command_whose_reply_was_lost_is_not_resent(
+    redis_primaries: LocalPrimaries, command: tuple[str, ...], check: tuple[str, ...], applied: Any
+) -> None:
+    """INCR, XADD, DEL: the server ran it, the reply was lost: OutcomeUnknownError, sent once."""
+    direct = Redis.from_url(redis_primaries.urls[0])
+    await direct.set("d", "x")
+    async with RedisProxy(redis_primaries.nodes[0].address) as proxy:
+        client = Redis.from_url(proxy.url)
+        lane = Lane(client, retries=3)
+        rule = proxy.drop_reply(lambda cmd: cmd[0].decode() == command[0])
+        try:
+            with pytest.raises(OutcomeUnknownError, match=command[0]) as info:
+                await lane.call(*command)
+            assert info.value.shard == proxy.address
+            assert rule.hits == 1
+            assert proxy.count(lambda cmd: cmd[0].decode() == command[0]) == 1
+            assert await lane.call(*check) == applied
+        finally:
+            await lane.aclose()
+            await client.aclose()
+            await direct.aclose()
+
+
+async def test_reads_and_guarded_writes_whose_reply_was_lost_are_resent(
+    redis_primaries: LocalPrimaries,
+) -> None:
+    """GET, MGET and a guarded-script call are idempotent: sent again on a new connection."""
+    async with RedisProxy(redis_primaries.nodes[0].address) as proxy:
+        client = Redis.from_url(proxy.url)
+        lane = Lane(client, retries=1)
+        try:
+            await lane.call("SET", "k", "v")
+            proxy.drop_reply(lambda cmd: cmd[0] == b"GET")
+            proxy.drop_reply(lambda cmd: cmd[0] == b"MGET")
+            assert await lane.call("GET", "k") == b"v"
+            assert await lane.call("MGET", "k") == [b"v"]
+            assert proxy.count(lambda cmd: cmd[0] in (b"GET", b"MGET")) == 4
+            await lane.call("SCRIPT", "FLUSH")
+            with pytest.raises(rex.NoScriptError):
+                await lane.call("EVALSHA", GUARD_SHA, 0)
+            proxy.drop_reply(lambda cmd: cmd[0] == b"EVALSHA")
+            with pytest.raises(rex.NoScriptError):  # the resent call's own reply
+                await lane.call("EVALSHA", GUARD_SHA, 0)
+            assert proxy.count(lambda cmd: cmd[0] == b"EVALSHA") == 3
+        finally:
+            await lane.aclose()
+            await client.aclose()
 
 
 def _connection(client: Redis) -> Any:

@@ -1,0 +1,288 @@
+"""Lost replies: nothing non-idempotent is applied twice (issue item 5).
+
+Every test runs stampede through `RedisProxy`s in front of the real servers (one
+per primary, or per cluster master with the cluster client's `address_remap`),
+which forward a chosen command to the server and then close the client's
+connection instead of relaying its reply. Each case applied the operation twice,
+or resent it blindly, before the retry policy of `stampede.topology.retries`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis import exceptions as rex
+
+import stampede
+from stampede import Envelope, OutcomeUnknownError, Stampede, atomic, eventlog
+from stampede.options import ConnectOptions, load_options
+from stampede.testing import RedisProxy
+from stampede.topology import Cluster
+
+from .support import FAST
+
+GROUP = "acct:{5}"
+BALANCE = "acct:{5}:balance"
+COUNTER = "acct:{5}:counter"
+
+
+def named(*names: bytes) -> Any:
+    """A proxy match for commands whose name is one of `names`."""
+    wanted = {n.upper() for n in names}
+    return lambda cmd: cmd[0].upper() in wanted
+
+
+EXEC = named(b"EXEC")
+FENCE = lambda cmd: cmd[0].upper() == b"SET" and b"fenced" in cmd  # noqa: E731
+
+
+class Proxied:
+    """A `Stampede` whose every connection goes through a `RedisProxy`."""
+
+    def __init__(self, st: Stampede, proxies: dict[str, RedisProxy]) -> None:
+        self.st = st
+        self.proxies = proxies
+
+    def proxy_for(self, key: str) -> RedisProxy:
+        """The proxy in front of the shard that holds `key`."""
+        return self.proxies[self.st.topology.shard_of(key.encode())]
+
+
+async def _proxied(
+    kind: str, env: Any, connection: ConnectOptions = FAST
+) -> tuple[Stampede, dict[str, RedisProxy]]:
+    proxies: dict[str, RedisProxy] = {}
+    if kind == "cluster":
+        for node in env.masters:
+            proxy = RedisProxy(node.address)
+            await proxy.start()
+            proxies[node.address] = proxy
+        topology = Cluster.from_url(proxies[env.masters[0].address].url, options=connection)
+        by_target = {f"{p.target[0]}:{p.target[1]}": p for p in proxies.values()}
+        topology.client.nodes_manager.address_remap = lambda addr: (
+            by_target[f"{addr[0]}:{addr[1]}"].host,
+            by_target[f"{addr[0]}:{addr[1]}"].port,
+        )
+        await topology.open()
+        st = Stampede(topology, options=load_options(None, {"connection": connection}))
+        return st, {p.address: p for p in proxies.values()}
+    for node in env.nodes:
+        proxy = RedisProxy(node.address)
+        await proxy.start()
+        proxies[proxy.address] = proxy
+    st = stampede.connect([p.url for p in proxies.values()], connection=connection)
+    return st, proxies
+
+
+@pytest.fixture
+async def px(topology_env: tuple[str, Any]) -> AsyncIterator[Proxied]:
+    """A proxied `Stampede` over each topology in turn."""
+    kind, env = topology_env
+    st, proxies = await _proxied(kind, env)
+    try:
+        yield Proxied(st, proxies)
+    finally:
+        await st.aclose()
+        for proxy in proxies.values():
+            await proxy.aclose()
+
+
+async def _payload(st: Stampede, key: str) -> bytes:
+    raw = await st.topology.execute(key.encode(), "GET", key)
+    return Envelope.decode(raw).payload
+
+
+def _deposit(calls: list[int]) -> Any:
+    def fn(current: dict[str, bytes | None]) -> dict[str, bytes]:
+        calls.append(1)
+        return {BALANCE: str(int(current[BALANCE] or b"0") + 10).encode()}
+
+    return fn
+
+
+# -- update() -----------------------------------------------------------------------
+
+
+async def test_update_deposit_is_applied_once_when_the_exec_reply_is_lost(px: Proxied) -> None:
+    """EXEC ran, its reply was lost: the marker says so; fn is not run again, 10 stays 10."""
+    rule = px.proxy_for(BALANCE).drop_reply(EXEC)
+    calls: list[int] = []
+    receipt = await px.st.update(GROUP, [BALANCE], _deposit(calls))
+    assert rule.hits == 1
+    assert await _payload(px.st, BALANCE) == b"10"
+    assert len(calls) == 1
+    assert Envelope.decode(
+        await px.st.topology.execute(BALANCE.encode(), "GET", BALANCE)
+    ).token == (receipt.token)
+
+
+async def test_update_runs_fn_again_when_exec_never_reached_the_server(px: Proxied) -> None:
+    """EXEC lost on the way: the fence stops it for good, fn runs again, one deposit lands."""
+    rule = px.proxy_for(BALANCE).drop_before_forward(EXEC)
+    calls: list[int] = []
+    await px.st.update(GROUP, [BALANCE], _deposit(calls))
+    assert rule.hits == 1
+    assert await _payload(px.st, BALANCE) == b"10"
+    assert len(calls) == 2
+
+
+async def test_update_fence_whose_reply_is_lost_is_asked_again(px: Proxied) -> None:
+    """The fence is idempotent: its own reply lost too, it is resent and finds 'applied'."""
+    proxy = px.proxy_for(BALANCE)
+    proxy.drop_reply(EXEC)
+    fence = proxy.drop_reply(FENCE)
+    calls: list[int] = []
+    await px.st.update(GROUP, [BALANCE], _deposit(calls))
+    assert fence.hits == 1
+    assert await _payload(px.st, BALANCE) == b"10"
+    assert len(calls) == 1
+
+
+async def test_update_raises_outcome_unknown_when_the_fence_cannot_be_reached(
+    px: Proxied,
+) -> None:
+    """No answer to the fence: OutcomeUnknownError naming MULTI/EXEC; applied once all the same."""
+    proxy = px.proxy_for(BALANCE)
+    proxy.drop_reply(EXEC)
+    proxy.drop_before_forward(FENCE, times=None)
+    calls: list[int] = []
+    with pytest.raises(OutcomeUnknownError, match="MULTI/EXEC") as info:
+        await px.st.update(GROUP, [BALANCE], _deposit(calls))
+    assert info.value.shard == px.st.topology.shard_of(BALANCE.encode())
+    proxy.clear()
+    assert await _payload(px.st, BALANCE) == b"10"
+    assert len(calls) == 1
+
+
+# -- atomic ---------------------------------------------------------------------------
+
+
+async def test_multi_is_not_applied_twice_when_the_exec_reply_is_lost(px: Proxied) -> None:
+    """INCR in MULTI, EXEC's reply lost: OutcomeUnknownError saying it applied once; counter 1."""
+    px.proxy_for(COUNTER).drop_reply(EXEC)
+    with pytest.raises(OutcomeUnknownError, match="applied exactly once"):
+        await atomic.multi(px.st, [("INCR", COUNTER)])
+    assert await px.st.topology.execute(COUNTER.encode(), "GET", COUNTER) == b"1"
+    assert await atomic.multi(px.st, [("INCR", COUNTER)]) == [2]
+
+
+async def test_multi_is_resent_when_exec_never_reached_the_server(px: Proxied) -> None:
+    """EXEC lost on the way: fenced off, sent again under a new marker, applied once."""
+    rule = px.proxy_for(COUNTER).drop_before_forward(EXEC)
+    assert await atomic.multi(px.st, [("INCR", COUNTER)]) == [1]
+    assert rule.hits == 1
+    assert await px.st.topology.execute(COUNTER.encode(), "GET", COUNTER) == b"1"
+
+
+async def test_watch_is_applied_once_when_the_exec_reply_is_lost(px: Proxied) -> None:
+    """atomic.watch: fn is not run again; the result says the replies were lost."""
+    px.proxy_for(COUNTER).drop_reply(EXEC)
+    calls: list[int] = []
+
+    async def add_ten(tx: atomic.Watched) -> list[atomic.Command]:
+        calls.append(1)
+        return [("SET", COUNTER, int(await tx.get(COUNTER) or b"0") + 10)]
+
+    result = await atomic.watch(px.st, [COUNTER], add_ten)
+    assert result.replies_lost and result.written and result.results == []
+    assert len(calls) == 1
+    assert await px.st.topology.execute(COUNTER.encode(), "GET", COUNTER) == b"10"
+
+
+async def test_script_is_never_resent_after_a_lost_reply(px: Proxied) -> None:
+    """A user's Lua cannot be fenced: OutcomeUnknownError naming it, and it ran once."""
+    incr = atomic.script("return redis.call('INCR', KEYS[1])", name="bump")
+    assert await incr(px.st, keys=[COUNTER]) == 1  # loaded on the node now
+    rule = px.proxy_for(COUNTER).drop_reply(named(b"EVALSHA", b"EVAL"))
+    with pytest.raises(OutcomeUnknownError, match="Lua bump"):
+        await incr(px.st, keys=[COUNTER])
+    assert rule.hits == 1
+    assert await px.st.topology.execute(COUNTER.encode(), "GET", COUNTER) == b"2"
+
+
+# -- event log ------------------------------------------------------------------------
+
+
+async def test_append_changes_lands_once_when_the_exec_reply_is_lost(px: Proxied) -> None:
+    """One entry per key, however the reply went: the transaction is exactly-once."""
+    key = "order:{9}:status"
+    rule = px.proxy_for(eventlog.log_key(key).decode()).drop_reply(EXEC)
+    token = await eventlog.append_changes(px.st, {key: b"paid"})
+    assert rule.hits == 1
+    entries = await eventlog.read_log(px.st, key)
+    assert [(e.token, e.change) for e in entries] == [(token, b"paid")]
+
+
+# -- single commands -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "check"),
+    [
+        (("INCR", COUNTER), ("GET", COUNTER)),
+        (("XADD", COUNTER, "*", "f", "v"), ("XLEN", COUNTER)),
+    ],
+)
+async def test_a_non_idempotent_command_is_not_resent(
+    px: Proxied, command: tuple[str, ...], check: tuple[str, ...]
+) -> None:
+    """topology.execute of INCR or XADD whose reply was lost: OutcomeUnknownError, applied once."""
+    px.proxy_for(COUNTER).drop_reply(named(command[0].encode()))
+    with pytest.raises(OutcomeUnknownError, match=command[0]) as info:
+        await px.st.topology.execute(COUNTER.encode(), *command)
+    assert info.value.shard == px.st.topology.shard_of(COUNTER.encode())
+    assert int(await px.st.topology.execute(COUNTER.encode(), *check)) == 1
+
+
+async def test_reads_and_guarded_writes_are_resent(px: Proxied) -> None:
+    """A stamped write (guarded script) and a read whose replies were lost go through."""
+    proxy = px.proxy_for(BALANCE)
+    write = proxy.drop_reply(named(b"EVALSHA", b"EVAL"))
+    await px.st.write(GROUP, {BALANCE: b"5"})
+    read = proxy.drop_reply(named(b"MGET", b"GET", b"EVALSHA"))
+    result = await px.st.read(GROUP, [BALANCE])
+    assert write.hits == 1 and read.hits == 1
+    assert result.values == {BALANCE: b"5"}
+
+
+# -- redis-py's own retries -------------------------------------------------------------
+
+
+async def test_clients_stampede_builds_never_resend(topology_env: tuple[str, Any]) -> None:
+    """redis-py's retries are off: its client resends neither after a drop nor a timeout."""
+    kind, env = topology_env
+    options = ConnectOptions(socket_timeout=0.2, connect_timeout=0.5, connection_retries=2)
+    st, proxies = await _proxied(kind, env, options)
+    nodes: list[Any] = []
+    topology: Any = st.topology
+    client: Any = topology.client if kind == "cluster" else topology.clients[0]
+    try:
+        key = COUNTER
+        if kind != "cluster":
+            key = next(
+                f"k{i}"
+                for i in range(64)
+                if topology.shard_of(f"k{i}".encode()) == (topology.shard_names[0])
+            )
+        proxy = proxies[topology.shard_of(key.encode())]
+        # redis-py's cluster client forgets a node that failed without closing it
+        nodes = list(client.get_nodes()) if kind == "cluster" else nodes
+        proxy.drop_reply(named(b"INCR"))
+        with pytest.raises(rex.ConnectionError):
+            await client.execute_command("INCR", key)
+        proxy.delay_reply(named(b"INCR"), 0.5)
+        if kind == "cluster":
+            nodes += client.get_nodes()
+        with pytest.raises(rex.TimeoutError):
+            await client.execute_command("INCR", key)
+        assert proxy.count(named(b"INCR")) == 2  # one send each, never resent
+    finally:
+        if kind == "cluster":
+            nodes += [*client.get_nodes(), *client.nodes_manager.startup_nodes.values()]
+        for node in nodes:
+            await node.disconnect()
+        await st.aclose()
+        for proxy in proxies.values():
+            await proxy.aclose()
