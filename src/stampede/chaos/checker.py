@@ -144,7 +144,8 @@ def _check_stale_read(
             if violation is not None:
                 report.violations.append(violation)
         return
-    if write is not None and write.stamp is not None and write.stamp > stamp:
+    live = write is not None and not expired_before(write, read.t0)
+    if write is not None and write.stamp is not None and write.stamp > stamp and live:
         report.violations.append(
             Violation(
                 "stale-read",
