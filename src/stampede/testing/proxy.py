@@ -91,6 +91,7 @@ class RedisProxy:
         self._rules: list[ProxyRule] = []
         self._server: asyncio.Server | None = None
         self._links: set[asyncio.Task[None]] = set()
+        self._streams: set[asyncio.StreamWriter] = set()
 
     def __repr__(self) -> str:
         return f"<RedisProxy {self.address} -> {self.target[0]}:{self.target[1]}>"
@@ -148,8 +149,8 @@ class RedisProxy:
         """Stop listening and close every relayed connection."""
         if self._server is not None:
             self._server.close()
-        for task in list(self._links):
-            task.cancel()
+        for stream in list(self._streams):
+            stream.transport.abort()  # each relay then ends on its own
         await asyncio.gather(*self._links, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
@@ -173,18 +174,21 @@ class RedisProxy:
         task = asyncio.current_task()
         assert task is not None
         self._links.add(task)
+        self._streams.add(writer)
         try:
             await self._relay(reader, writer)
         except (OSError, asyncio.IncompleteReadError, hiredis.ProtocolError):
             pass
         finally:
             self._links.discard(task)
+            self._streams.discard(writer)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
     async def _relay(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         server_r, server_w = await asyncio.open_connection(*self.target)
+        self._streams.add(server_w)
         pending: deque[ProxyRule | None] = deque()  # one entry per command in flight
         try:
             upstream = asyncio.ensure_future(self._upstream(client_r, server_w, client_w, pending))
@@ -196,6 +200,7 @@ class RedisProxy:
                     task.cancel()
                 await asyncio.gather(upstream, downstream, return_exceptions=True)
         finally:
+            self._streams.discard(server_w)
             server_w.close()
             with contextlib.suppress(Exception):
                 await server_w.wait_closed()
