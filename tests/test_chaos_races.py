@@ -190,9 +190,10 @@ def test_parse_balance() -> None:
 
 
 def test_ordering_errors_on_unpoisoned_groups_are_wedges() -> None:
-    """A write refused for ordering on a group nobody poisoned is a wedge; on a poisoned
-    group it is the expected refusal."""
+    """A write refused for ordering on a watched group nobody poisoned is a wedge; on a
+    poisoned group it is the expected refusal."""
     h = Hist()
+    h.add(0, "fault", "f:w", kind="clock-window", group="g", window=10)
     h.write("w1:1", 0, 1, (5, "A"))
     h.write("w1:2", 2, 3, (6, "B"), status="fail", sent=[])
     h.events[-1]["error"] = "ClockSkewError"

@@ -16,8 +16,9 @@ stale-read rule with deletes and expiry.
 | `deposit-phantom`  | a balance lists a deposit that failed before anything was sent, or  |
 |                    | that no one made                                                    |
 | `balance-mismatch` | a balance is not the sum of the deposits it lists                   |
-| `wedged`           | a write or read of a group nobody poisoned failed with an ordering  |
-|                    | error (`OrderingError`, `ClockSkewError`) or a clock out of range   |
+| `wedged`           | a write or read of a watched group (one with a clock-skew window)   |
+|                    | that nobody poisoned failed with an ordering error (`OrderingError`,|
+|                    | `ClockSkewError`) or a clock out of range                           |
 | `reordered`        | of two acknowledged writes of a sequential group, the one that      |
 |                    | began after the other was acknowledged has the lower stamp, by more |
 |                    | than the clock-skew window recorded for the group                  |
@@ -195,9 +196,16 @@ def _judge_balance(read: Op, made: dict[str, Op]) -> Iterator[Violation]:
 # -- clocks: nobody wedged, sequential writes in order ----------------------------------
 
 
+def _windows(h: Index) -> dict[str, int]:
+    """The clock-skew window (version units) of each group the clock scenario watches."""
+    return {str(f["group"]): int(f["window"]) for f in h.faults if f.get("kind") == "clock-window"}
+
+
 def _wedged(h: Index) -> Iterator[Violation]:
+    """Watched groups (those with a clock window) that nobody poisoned never refuse."""
+    watched = set(_windows(h)) - h.poisoned
     for op in h.ops.values():
-        if op.f not in ("write", "read", "delete") or op.group in h.poisoned:
+        if op.f not in ("write", "read", "delete") or op.group not in watched:
             continue
         error = (op.done or {}).get("error")
         if op.status in ("fail", "unknown") and error in WEDGE_ERRORS:
@@ -209,11 +217,7 @@ def _wedged(h: Index) -> Iterator[Violation]:
 
 
 def _reordered(h: Index) -> Iterator[Violation]:
-    windows: dict[str, int] = {}
-    for fault in h.faults:
-        if fault.get("kind") == "clock-window":
-            windows[str(fault["group"])] = int(fault["window"])
-    for group, window in sorted(windows.items()):
+    for group, window in sorted(_windows(h).items()):
         writes = sorted(h.acked.get(group, ()), key=lambda w: w.op.t1)
         ends = [w.op.t1 for w in writes]
         best: list[Write] = []
