@@ -74,7 +74,9 @@ def test_public_names_are_exported() -> None:
         "LocalCluster",
         "LocalPrimaries",
         "NodeOptions",
+        "ProxyRule",
         "RedisNode",
+        "RedisProxy",
         "ServerStartError",
         "SlotMigration",
     ]

@@ -42,7 +42,9 @@ def test_subpackages_pin_their_names() -> None:
     assert set(stampede.repair.__all__) >= {
         "Enqueue", "NewestWins", "Refetch", "RepairQueue", "RepairStrategy", "RepairContext",
     }  # fmt: skip
-    assert set(stampede.testing.__all__) >= {"LocalCluster", "LocalPrimaries", "RedisNode"}
+    assert set(stampede.testing.__all__) >= {
+        "LocalCluster", "LocalPrimaries", "RedisNode", "RedisProxy",
+    }  # fmt: skip
 
 
 def test_design_names_are_callable_as_documented() -> None:
