@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_OFFSET", "Counter", "HybridClock", "VersionSource"]
 
-DEFAULT_MAX_OFFSET = 1.0
+DEFAULT_MAX_OFFSET = 5.0
 """Seconds a clock version may be ahead of this clock before it is refused."""
 _NS = 1_000_000_000
 
