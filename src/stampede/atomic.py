@@ -344,9 +344,7 @@ class RegisteredScript:
         try:
             return await topology.script(self._script, raw, list(args))
         except OutcomeUnknownError as exc:
-            raise OutcomeUnknownError(
-                f"Lua {self.name}", shard=exc.shard, cause=exc.cause
-            ) from exc
+            raise OutcomeUnknownError(f"Lua {self.name}", shard=exc.shard, cause=exc.cause) from exc
 
     def __repr__(self) -> str:
         return f"RegisteredScript({self.name!r}, sha={self.sha[:12]}...)"
