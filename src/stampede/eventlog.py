@@ -12,9 +12,9 @@ token. The latest *consistent* state is, walking from the newest entry, the firs
 token with every expected part: a write in flight (or dead half-way) lacks some
 parts, so the query passes over it to the newest whole one.
 
-Scores are doubles: a version above 2**53 (every `HybridClock` version, ~1.2e17)
-is rounded to a multiple of 16 or 32, so versions a few logical ticks apart share
-one score. Redis orders equal scores by member bytes, and a member starts with
+Scores are doubles: a version above 2**53 (every `HybridClock` version: about
+1.8e18, nanoseconds since the epoch) is rounded to a multiple of 256, so versions
+less than 256 ns apart share one score. Redis orders equal scores by member bytes, and a member starts with
 its ULID token (time-ordered, fixed length), so the set's own order is (score,
 token): the query walks exactly that order. `Snapshot.version` is the stored
 score, exact only below 2**53 (`version_exact`); the exact version of the write
