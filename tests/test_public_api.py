@@ -10,12 +10,13 @@ EXPECTED = [
     "ClockSkewError", "Cluster", "ConfigurationError", "ConnectOptions", "Counter",
     "CrossSlotError", "Envelope", "HashPolicy", "HybridClock", "InvalidKeyError",
     "InvalidValueError", "KeySpace", "MalformedEntry", "MalformedEnvelope", "Mode",
-    "ModelValidationError", "Options", "OrderingError", "OutcomeUnknownError", "PartialWriteError",
-    "ReadError", "ReadResult", "Reason", "Receipt", "RepairError", "RetryPolicy", "ShardError",
-    "ShardResponseError", "ShardTimeout", "ShardUnavailable", "Shards", "SlotMap", "Stampede",
-    "StampedeError", "Status", "Topology", "TornReadError", "TypedGroup", "TypedRead",
-    "VersionSource", "WriteConflict", "WriteError", "WriteTimeout", "analyze", "atomic",
-    "connect", "eventlog", "fanout", "hash_tag", "keyslot", "lint", "repair",
+    "ModelValidationError", "Options", "OrderingError", "OutcomeUnknownError",
+    "PartialWriteError", "ReadError", "ReadResult", "Reason", "Receipt", "RepairError",
+    "RepliesLostError", "RetryPolicy", "ShardError", "ShardResponseError", "ShardTimeout",
+    "ShardUnavailable", "Shards", "SlotMap", "Stampede", "StampedeError", "Status",
+    "Topology", "TornReadError", "TypedGroup", "TypedRead", "VersionSource", "WriteConflict",
+    "WriteError", "WriteTimeout", "analyze", "atomic", "connect", "eventlog", "fanout",
+    "hash_tag", "keyslot", "lint", "repair",
 ]  # fmt: skip
 
 

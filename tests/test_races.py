@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -352,3 +352,23 @@ async def test_loader_returning_text_is_a_clear_error(st: Stampede) -> None:
     with pytest.raises(InvalidValueError, match="returned str for key"):
         await st.read("txt", [a, b], retry=QUICK, repair=Refetch(loader))  # type: ignore[arg-type]
     assert [await raw_get(st, a), await raw_get(st, b)] == before
+
+
+async def test_update_refuses_what_it_cannot_order(st: Stampede) -> None:
+    """update() checks what the guard would refuse before planning: a poisoned version
+    (ClockSkewError) or the other kind of version (OrderingError), not an overflow."""
+    keys = ["acct:{9}:balance", "acct:{9}:owner"]
+    poison = Envelope(2**63 - 1, new_token(), b"1").encode()
+    for key in keys:
+        await st.topology.execute(key.encode(), "SET", key, poison)
+
+    def bump(current: Mapping[str, bytes | None]) -> dict[str, bytes]:
+        return dict.fromkeys(keys, b"2")
+
+    with pytest.raises(ClockSkewError):
+        await st.update("acct:{9}", keys, bump)
+    for key in keys:
+        await st.topology.execute(key.encode(), "DEL", key)
+    await st.write("acct:{9}", dict.fromkeys(keys, b"1"), version=3)
+    with pytest.raises(OrderingError, match="other kind"):
+        await st.update("acct:{9}", keys, bump)

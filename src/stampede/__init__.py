@@ -20,6 +20,7 @@ from .errors import OutcomeUnknownError as OutcomeUnknownError
 from .errors import PartialWriteError as PartialWriteError
 from .errors import ReadError as ReadError
 from .errors import RepairError as RepairError
+from .errors import RepliesLostError as RepliesLostError
 from .errors import ShardError as ShardError
 from .errors import ShardResponseError as ShardResponseError
 from .errors import ShardTimeout as ShardTimeout
@@ -81,6 +82,7 @@ __all__ = [
     "Reason",
     "Receipt",
     "RepairError",
+    "RepliesLostError",
     "RetryPolicy",
     "ShardError",
     "ShardResponseError",

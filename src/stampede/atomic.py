@@ -29,11 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from .client import Stampede
-from .errors import CrossSlotError, InvalidKeyError, OutcomeUnknownError, WriteConflict
+from .errors import (
+    CrossSlotError,
+    InvalidKeyError,
+    OutcomeUnknownError,
+    RepliesLostError,
+    WriteConflict,
+)
 from .keys import to_bytes
 from .topology.base import Topology
 from .topology.node_ops import Read, Script
-from .topology.retries import RepliesLost
 
 __all__ = [
     "Command",
@@ -293,7 +298,7 @@ async def watch(
     for attempt in range(1, max_attempts + 1):  # `body` reads the current attempt
         try:
             ok, results = await topology.optimistic(watched, body)
-        except RepliesLost:
+        except RepliesLostError:
             return WatchResult([], attempt, written=True, replies_lost=True)
         if ok:
             return WatchResult(results, attempt, written=written)

@@ -18,6 +18,7 @@ StampedeError
 │   │   └── WriteTimeout (TimeoutError) ...because a shard did not answer in time
 │   ├── WriteConflict                  WATCH lost the race too many times
 │   ├── OutcomeUnknownError            a reply was lost after a non-idempotent send
+│   │   └── RepliesLostError           ...but the operation's marker proves it applied once
 │   └── OrderingError                  a stored value cannot be ordered against the write
 │       └── ClockSkewError             ...because it is stamped far in this clock's future
 ├── ReadError
@@ -219,6 +220,24 @@ class OutcomeUnknownError(WriteError):
             f"{operation} on shard {shard}: the connection was lost after it was sent and "
             f"before its reply{why}; it may or may not have been applied, and it was not "
             "sent again because it is not idempotent. Read the keys it touches to find out."
+        )
+
+
+class RepliesLostError(OutcomeUnknownError):
+    """A transaction's replies were lost, but its operation marker proves it applied,
+    exactly once; it was not sent again.
+
+    `operation` names it, `shard` where it ran. Callers that need no replies
+    (`update()`, `append_changes`) treat it as success; `atomic.multi` raises it,
+    since the replies it would return are gone.
+    """
+
+    def __init__(self, operation: str, *, shard: str, cause: BaseException | None = None) -> None:
+        super().__init__(operation, shard=shard, cause=cause)
+        self.args = (
+            f"{operation} on shard {shard}: the connection was lost before its reply; its "
+            "operation marker shows it was applied exactly once (it was not sent again), "
+            "but its replies are unknown. Read the keys it touches for their values.",
         )
 
 

@@ -14,11 +14,11 @@ parts, so the query passes over it to the newest whole one.
 
 Scores are doubles: a version above 2**53 (every `HybridClock` version: about
 1.8e18, nanoseconds since the epoch) is rounded to a multiple of 256, so versions
-less than 256 ns apart share one score. Redis orders equal scores by member bytes, and a member starts with
-its ULID token (time-ordered, fixed length), so the set's own order is (score,
-token): the query walks exactly that order. `Snapshot.version` is the stored
-score, exact only below 2**53 (`version_exact`); the exact version of the write
-is in its data keys' envelopes.
+less than 256 ns apart share one score. Redis orders equal scores by member
+bytes, and a member starts with its ULID token (time-ordered, fixed length), so
+the set's own order is (score, token): the query walks exactly that order.
+`Snapshot.version` is the stored score, exact only below 2**53 (`version_exact`);
+the exact version of the write is in its data keys' envelopes.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ from typing import Any, Generic, TypeVar
 
 from .atomic import Command, Target, topology_of
 from .envelope import MAX_VERSION, TOKEN_LENGTH, is_token
-from .errors import InvalidKeyError, MalformedEntry, PartialWriteError, ShardError
+from .errors import InvalidKeyError, MalformedEntry, PartialWriteError, RepliesLostError, ShardError
 from .keys import to_bytes
 from .topology.base import Topology
-from .topology.retries import RepliesLost
 from .writer import new_token
 
 __all__ = [
@@ -181,7 +180,7 @@ async def _per_shard(
     )
     out: list[tuple[list[bytes], list[Any] | ShardError]] = []
     for group, reply in zip(groups, replies, strict=True):
-        if isinstance(reply, RepliesLost):
+        if isinstance(reply, RepliesLostError):
             reply = []  # applied exactly once (its marker says so); only the replies were lost
         if isinstance(reply, BaseException) and not isinstance(reply, ShardError):
             raise reply

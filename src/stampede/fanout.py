@@ -65,8 +65,9 @@ async def mget(
 
     None for a missing key. With `decode=True` each value must be a stampede
     envelope and its payload is returned (None for a tombstone: the key was
-    deleted; `MalformedEnvelope` naming the key otherwise). A shard that fails raises `ShardError` naming it. Keys may
-    repeat; an empty list returns `[]` without a round trip.
+    deleted; `MalformedEnvelope` naming the key otherwise). A shard that fails
+    raises `ShardError` naming it. Keys may repeat; an empty list returns `[]`
+    without a round trip.
     """
     raw = _raw_keys(keys, "mget()")
     if not raw:

@@ -26,6 +26,7 @@ from .errors import (
     InvalidValueError,
     OrderingError,
     PartialWriteError,
+    RepliesLostError,
     ShardTimeout,
     WriteConflict,
     WriteTimeout,
@@ -34,7 +35,6 @@ from .keys import to_bytes
 from .results import Receipt
 from .topology.base import Topology, WriteOutcome
 from .topology.guard import FOREIGN, FUTURE, KEPT, MIXED
-from .topology.retries import RepliesLost
 from .verdict import Mode, commit_key
 from .versions import HybridClock, VersionSource
 
@@ -253,6 +253,24 @@ def _raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ()
             raise kind(group.decode("utf-8", "backslashreplace"), refused, why, detail)
 
 
+def _check_orderable(
+    group: bytes,
+    keys: Sequence[bytes],
+    stored: Sequence[Envelope | None],
+    version: int,
+    limit: int,
+) -> None:
+    """What the guard refuses, checked before an update plans its write."""
+    for code, test in (
+        (MIXED, lambda e: e.version and kind_of(e.version) is not kind_of(version)),
+        (FUTURE, lambda e: limit and e.version > limit),
+    ):
+        refused = [k for k, e in zip(keys, stored, strict=True) if e is not None and test(e)]
+        if refused:
+            outcome = WriteOutcome(results=dict.fromkeys(refused, code))
+            _raise_for(group, outcome)
+
+
 def require_one_slot(topology: Topology, keys: Sequence[bytes], operation: str) -> None:
     """`CrossSlotError` naming the keys and their slots unless they share one slot."""
     slots = {k: topology.slot_of(k) for k in keys}
@@ -295,14 +313,16 @@ async def update_group(
         ]
         newest = max((e.version for e in stored if e is not None), default=-1)
         new = fn(
-            {n: (None if e is None else e.payload) for n, e in zip(names, stored, strict=True)}
+            {n: (None if e is None else e.value) for n, e in zip(names, stored, strict=True)}
         )
         if inspect.isawaitable(new):
             new = await new
         missing = [n for n in names if n not in new]
         if missing:
-            raise ValueError(f"update function returned no value for {missing!r}")
-        version = max(await versions.next_version(group, topology), newest + 1)
+            raise InvalidValueError(f"update function returned no value for {missing!r}")
+        fresh = await versions.next_version(group, topology)
+        _check_orderable(group, keys, stored, fresh, limit_for(versions, fresh))
+        version = max(fresh, newest + 1)
         versions.observe(version)
         token = new_token()
         out = [
@@ -317,7 +337,7 @@ async def update_group(
     for _ in range(max_attempts):
         try:
             done = await topology.watch_update(watched, apply, expire_at_ms=expire_at(ttl))
-        except RepliesLost:
+        except RepliesLostError:
             done = True  # EXEC's reply was lost, but its operation marker says it applied
         if done:
             if receipt is None:  # pragma: no cover - apply always sets it or raises

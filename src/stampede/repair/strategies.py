@@ -52,9 +52,7 @@ class Loaded:
     version: int
 
 
-Loader = Callable[
-    [bytes, Sequence[bytes]], Awaitable[Mapping[bytes, bytes] | Loaded | None]
-]
+Loader = Callable[[bytes, Sequence[bytes]], Awaitable[Mapping[bytes, bytes] | Loaded | None]]
 
 
 async def _maybe_await(value: Any) -> Any:

@@ -11,7 +11,7 @@ connection fences: `SET <marker> fenced NX PX 600000`, then `GET <marker>`.
 
 - `fenced`: the transaction had not run, and now never will (its WATCH sees the
   marker changed): `NotApplied`, and the caller may run it again;
-- `applied`: it ran, exactly once: `RepliesLost` (its replies are unknown);
+- `applied`: it ran, exactly once: `RepliesLostError` (its replies are unknown);
 - the fence cannot be reached: `OutcomeUnknownError`.
 
 A script is a user's Lua, which cannot be fenced: after a lost reply it raises
@@ -27,9 +27,9 @@ from typing import Any
 
 from redis import exceptions as rex
 
-from ..errors import OutcomeUnknownError
+from ..errors import OutcomeUnknownError, RepliesLostError
 from .lane import LOST, Lane, Session
-from .retries import MARKER_TTL_MS, RepliesLost, all_idempotent, describe
+from .retries import MARKER_TTL_MS, all_idempotent, describe
 
 __all__ = [
     "Body",
@@ -107,7 +107,7 @@ async def _exec(session: Session, commands: Sequence[Command], marker: bytes) ->
     """MULTI, `commands`, the marker's SET, EXEC on a session that WATCHes `marker`.
 
     The parsed replies of `commands`; None when a watched key changed. A lost
-    reply is fenced: `RepliesLost` (applied) or `NotApplied`.
+    reply is fenced: `RepliesLostError` (applied) or `NotApplied`.
     """
     block = [("MULTI",), *commands, ("SET", marker, b"applied", "PX", MARKER_TTL_MS), ("EXEC",)]
     lane = session.lane
@@ -116,7 +116,7 @@ async def _exec(session: Session, commands: Sequence[Command], marker: bytes) ->
     except LOST as exc:
         operation = describe(block[:-2] + block[-1:])
         if await fence(lane, marker, operation, exc):
-            raise RepliesLost(operation, shard=lane.name, cause=exc) from exc
+            raise RepliesLostError(operation, shard=lane.name, cause=exc) from exc
         raise NotApplied(f"the reply to EXEC was lost and the fence stopped it: {exc}") from exc
     return _results(lane, commands, replies)
 
@@ -182,7 +182,7 @@ async def optimistic_once(
     `body(read)` may call `await read("GET", key)` (any command) on the watched
     connection and returns the commands for MULTI/EXEC, or None to write nothing.
     Returns (False, []) when a watched key changed before EXEC, or when its reply
-    was lost and the fence stopped it (run `body` again). `RepliesLost` when the
+    was lost and the fence stopped it (run `body` again). `RepliesLostError` when the
     reply was lost but the marker shows it applied.
     """
     async with lane.session() as session:

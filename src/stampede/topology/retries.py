@@ -27,7 +27,6 @@ from typing import Any
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ..errors import OutcomeUnknownError
 from ..keys import hash_tag
 from .guard import CROSS_SLOT_GUARD_SCRIPT, CROSS_SLOT_GUARD_SHA, GUARD_SCRIPT, GUARD_SHA
 
@@ -36,7 +35,6 @@ __all__ = [
     "MARKER_TTL_MS",
     "READ_ONLY",
     "Markers",
-    "RepliesLost",
     "all_idempotent",
     "backoff",
     "describe",
@@ -144,25 +142,6 @@ def describe(commands: Sequence[Sequence[Any]]) -> str:
 def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """The full-jitter sleep before retry number `attempt` (1-based)."""
     return (rng or random).uniform(0.0, min(cap, base * 2 ** min(attempt, 30)))
-
-
-class RepliesLost(OutcomeUnknownError):
-    """A transaction's replies were lost, but its marker proves it applied, exactly once.
-
-    It was not sent again. `operation` names it, `shard` where it ran. Callers
-    that need no replies (`update()`, `append_changes`) treat it as success.
-    """
-
-    def __init__(self, operation: str, *, shard: str, cause: BaseException | None = None) -> None:
-        super().__init__(operation, shard=shard, cause=cause)
-        self.args = (
-            f"{operation} on shard {shard}: the connection was lost before its reply; its "
-            "operation marker shows it was applied exactly once (it was not sent again), "
-            "but its replies are unknown. Read the keys it touches for their values.",
-        )
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 class Markers:
