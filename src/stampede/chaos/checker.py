@@ -38,7 +38,14 @@ from typing import Any
 
 from .history import WriteId, parse_payload
 from .index import COMPLETING, Index, Op, Stamp, Write, as_stamp, read_stamp
-from .race_checker import check_races, count_races, expired_before, stale_nothing, stale_value
+from .race_checker import (
+    check_races,
+    count_races,
+    expired_before,
+    may_have_expired,
+    stale_nothing,
+    stale_value,
+)
 from .report import CheckReport, LostWrite, Violation
 
 __all__ = ["CheckReport", "LostWrite", "Violation", "check"]
@@ -269,8 +276,8 @@ def _check_lost(h: Index, report: CheckReport) -> None:
             assert write.stamp is not None
             if write.wid == final_wid or (highest is not None and highest > write.stamp):
                 continue
-            if expired_before(write, final.t0):
-                continue
+            if may_have_expired(write, final.t1):
+                continue  # its ttl counts from when it was issued: it may land expired
             _lost(h, write, final, report)
 
 

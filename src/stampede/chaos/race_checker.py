@@ -39,6 +39,7 @@ __all__ = [
     "check_races",
     "count_races",
     "expired_before",
+    "may_have_expired",
     "parse_balance",
     "stale_nothing",
     "stale_value",
@@ -54,7 +55,7 @@ def expired_before(write: Write, t: float) -> bool:
     return gone is not None and gone < t
 
 
-def _may_have_expired(write: Write, t: float) -> bool:
+def may_have_expired(write: Write, t: float) -> bool:
     """True when `write`'s keys may have expired by `t` (its ttl counted from its start)."""
     return write.ttl is not None and write.op.t0 + write.ttl < t
 
@@ -66,7 +67,7 @@ def stale_nothing(h: Index, read: Op, write: Write) -> Violation | None:
     read ended, or when `write` may have expired by then.
     """
     assert write.stamp is not None
-    if _may_have_expired(write, read.t1):
+    if may_have_expired(write, read.t1):
         return None
     for op, stamp in h.tombstones(read.group):
         if stamp > write.stamp and op.t0 < read.t1:
