@@ -36,6 +36,7 @@ from ..observe import observe_group
 from ..topology.base import Topology
 from ..topology.guard import CAS_SCRIPT, KEPT
 from ..topology.node_ops import Script
+from ..topology.retries import idempotent_script
 from ..verdict import Mode, Observation, Reason, Status, Verdict, commit_key, judge
 from ..versions import VersionSource
 from ..writer import commit_payload, expire_at, new_token
@@ -57,6 +58,7 @@ __all__ = [
 ]
 
 _CAS = Script(CAS_SCRIPT)
+idempotent_script(CAS_SCRIPT)  # a resend finds its own value in place and reports it done
 DEFAULT_GRACE = 300.0
 """Seconds a repair's tombstones keep late older writes out (`Options.tombstone_grace`)."""
 
