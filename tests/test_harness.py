@@ -77,8 +77,13 @@ def test_public_names_are_exported() -> None:
         "ProxyRule",
         "RedisNode",
         "RedisProxy",
+        "SERVER_ENV",
+        "ServerBinary",
+        "ServerNotFoundError",
         "ServerStartError",
         "SlotMigration",
+        "default_server",
+        "find_server",
     ]
 
 

@@ -1,9 +1,10 @@
-"""Real Redis servers for tests: stampede's own and its users'.
+"""Real Redis (or Valkey) servers for tests: stampede's own and its users'.
 
-`RedisNode` is one redis-server process; `LocalPrimaries` runs independent
-primaries, `LocalCluster` a real Redis Cluster. The pytest plugin
-(`stampede.testing.plugin`, loaded automatically) shares one of each per session
-as the `redis_primaries` and `redis_cluster` fixtures. `RedisProxy` sits in
+`RedisNode` is one server process (`$STAMPEDE_TEST_SERVER` picks redis-server,
+the Valkey bundled in `stampede[server]`, or a path: `default_server()`);
+`LocalPrimaries` runs independent primaries, `LocalCluster` a real Redis Cluster.
+The pytest plugin (`stampede.testing.plugin`, loaded automatically) shares one of
+each per session as the `redis_primaries` and `redis_cluster` fixtures. `RedisProxy` sits in
 front of a server and loses the replies you pick. See docs/testing.md.
 """
 
@@ -20,8 +21,14 @@ from .node import RedisNode as RedisNode
 from .primaries import LocalPrimaries as LocalPrimaries
 from .proxy import ProxyRule as ProxyRule
 from .proxy import RedisProxy as RedisProxy
+from .servers import SERVER_ENV as SERVER_ENV
+from .servers import ServerBinary as ServerBinary
+from .servers import ServerNotFoundError as ServerNotFoundError
+from .servers import default_server as default_server
+from .servers import find_server as find_server
 
 __all__ = [
+    "SERVER_ENV",
     "ClusterNotReadyError",
     "DockerCluster",
     "DockerNode",
@@ -33,6 +40,10 @@ __all__ = [
     "ProxyRule",
     "RedisNode",
     "RedisProxy",
+    "ServerBinary",
+    "ServerNotFoundError",
     "ServerStartError",
     "SlotMigration",
+    "default_server",
+    "find_server",
 ]

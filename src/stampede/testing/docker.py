@@ -81,7 +81,7 @@ class DockerNode(RedisNode):
         port: int | None = None,
         host: str = "127.0.0.1",
         cluster_enabled: bool = False,
-        redis_server: str = "redis-server",
+        redis_server: str | None = "redis-server",
         extra_args: Sequence[str] = (),
         image: str | None = None,
     ) -> None:
@@ -147,7 +147,7 @@ class DockerNode(RedisNode):
             )
             args += ["--protected-mode", "no"]  # clients come in through the port mapping
             container = container_class(self.image).with_exposed_ports(_CONTAINER_PORT)
-        container.with_command([self.redis_server, *args, *self.extra_args])
+        container.with_command([self.redis_server or "redis-server", *args, *self.extra_args])
         try:
             container.start()
         except Exception as exc:  # docker or testcontainers error; say what to check

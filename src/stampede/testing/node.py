@@ -30,6 +30,7 @@ import redis
 from ._ports import release_port, reserve_free_port, reserve_port
 from ._server import admin_retry, launcher, server_args, wait_until_answers
 from .errors import ServerStartError
+from .servers import SERVER_ENV, default_server
 
 STOP_TIMEOUT = 10.0
 _PORT_ATTEMPTS = 20
@@ -43,7 +44,7 @@ class NodeOptions(TypedDict, total=False):
     """Keyword options that `LocalPrimaries` and `LocalCluster` pass on to every node."""
 
     host: str
-    redis_server: str
+    redis_server: str | None
     extra_args: Sequence[str]
 
 
@@ -106,7 +107,7 @@ class RedisNode:
         port: int | None = None,
         host: str = "127.0.0.1",
         cluster_enabled: bool = False,
-        redis_server: str = "redis-server",
+        redis_server: str | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
         self.host = host
@@ -200,13 +201,7 @@ class RedisNode:
         """
         if self.is_running:
             raise RuntimeError(f"{self!r} is already running")
-        executable = shutil.which(self.redis_server)
-        if executable is None:
-            raise ServerStartError(
-                f"{self.redis_server!r} was not found on PATH. Install Redis "
-                "(Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis), "
-                "pass redis_server='/path/to/redis-server', or set STAMPEDE_TEST_REDIS=docker."
-            )
+        executable = self._executable()
         if self._res.directory is None or not self._res.directory.exists():
             self._res.directory = Path(tempfile.mkdtemp(prefix="stampede-redis-"))
         fixed = self._res.port if self._res.port is not None else self._requested_port
@@ -308,6 +303,19 @@ class RedisNode:
             if self._paused:
                 os.kill(popen.pid, signal.SIGCONT)
             popen.terminate()
+
+    def _executable(self) -> str:
+        if self.redis_server is None:
+            return default_server().path  # ServerNotFoundError is a ServerStartError
+        executable = shutil.which(self.redis_server)
+        if executable is None:
+            raise ServerStartError(
+                f"{self.redis_server!r} was not found on PATH. Install Redis "
+                "(Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis), "
+                "pass redis_server='/path/to/redis-server', leave it unset to use "
+                f"${SERVER_ENV} (redis, valkey or a path), or set STAMPEDE_TEST_REDIS=docker."
+            )
+        return executable
 
     def _require_running(self) -> int:
         pid = self.pid

@@ -4,7 +4,9 @@ Fixtures
 --------
 `redis_primaries`  a started `LocalPrimaries(3)`, shared by the whole session.
 `redis_cluster`    a started `LocalCluster(masters=3, replicas=0)`, shared likewise.
-`redis_backend`    "local" (redis-server processes, the default) or "docker".
+`redis_backend`    "local" (server processes, the default) or "docker".
+`redis_server_binary`  the `ServerBinary` local nodes run (`$STAMPEDE_TEST_SERVER`:
+                   redis, valkey, auto or a path; see `stampede.testing.servers`).
 
 Servers start lazily, the first time a test asks for them, and stop at the end of
 the session. Before every test that uses one of them (directly or through another
@@ -12,6 +14,7 @@ fixture), an autouse fixture heals it (resumes paused nodes, restarts killed one
 and runs FLUSHALL on every master, so each test starts from empty, healthy servers.
 
 Backend: `--stampede-redis=local|docker`, else `$STAMPEDE_TEST_REDIS`, else local.
+The session header names the server binary and version the local backend runs.
 Disable the plugin with `-p no:stampede`.
 """
 
@@ -25,6 +28,7 @@ import pytest
 
 from .cluster import LocalCluster
 from .primaries import LocalPrimaries
+from .servers import ServerBinary, ServerNotFoundError, default_server
 
 BACKEND_ENV = "STAMPEDE_TEST_REDIS"
 Backend = Literal["local", "docker"]
@@ -42,6 +46,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"local redis-server processes or docker containers (default: ${BACKEND_ENV} "
         "or local)",
     )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Name the server the local fixtures start, so every run's log says what it tested."""
+    try:
+        return f"stampede test server: {default_server().describe()}"
+    except ServerNotFoundError as exc:
+        return f"stampede test server: none ({exc})"
 
 
 def backend_of(config: pytest.Config) -> Backend:
@@ -75,6 +87,12 @@ def make_cluster(backend: Backend, masters: int = 3, replicas: int = 0) -> Local
 def redis_backend(pytestconfig: pytest.Config) -> Backend:
     """'local' or 'docker': where the shared servers run."""
     return backend_of(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def redis_server_binary() -> ServerBinary:
+    """The server executable local nodes start (per `$STAMPEDE_TEST_SERVER`)."""
+    return default_server()
 
 
 @pytest.fixture(scope="session")

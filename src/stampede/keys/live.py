@@ -1,0 +1,544 @@
+"""Live hot-slot analysis: how the keys of running servers spread over slots and shards.
+
+`await live_slots(topology)` asks every primary of a `Topology` (a Redis Cluster
+or client-side shards) and reports per-shard and per-slot key counts, skew, the
+hottest slots and the hash tags that make them hot. Shards are the topology's
+real ones: for a cluster, the slot map its nodes report (`CLUSTER SHARDS`, else
+`CLUSTER SLOTS`), not an even split; for client-side shards, their `SlotMap`.
+
+Two ways to count, `method=`:
+
+- `"slot-stats"`: `CLUSTER SLOT-STATS` (Valkey >= 8.0, Redis >= 8.2) gives every
+  slot's key count from the server itself, without reading a key, and, where
+  `cluster-slot-stats-enabled` is on, CPU time and network bytes per slot. The
+  tags of the hottest slots come from a sample of their keys
+  (`CLUSTER GETKEYSINSLOT`).
+- `"scan"`: `SCAN` on every primary (all at once, `count` keys per call), each key
+  counted in its slot under the topology's hashing rule. Tags per slot are kept
+  as a small heavy-hitter summary (exact for slots with up to 8 distinct tags).
+- `"auto"` (the default): slot-stats on a cluster whose nodes have it (and no
+  `match`), else scan.
+
+This module does I/O through the `Topology` it is given; it imports no client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import ConfigurationError, ShardResponseError
+from .analysis import Distribution, SlotCount
+from .slots import SLOTS, SlotMap, hash_tag
+
+if TYPE_CHECKING:
+    from ..topology.base import Topology
+
+__all__ = [
+    "TAG_SUMMARY_SIZE",
+    "HotSlot",
+    "LiveSlots",
+    "Method",
+    "ScanProgress",
+    "cluster_slot_map",
+    "live_slots",
+]
+
+Method = Literal["auto", "scan", "slot-stats"]
+_METHODS = ("auto", "scan", "slot-stats")
+
+TAG_SUMMARY_SIZE = 8
+"""Distinct tags tracked per slot while scanning (Misra-Gries): counts are exact
+while a slot has at most this many tags; otherwise every tag holding more than
+1/(SIZE+1) of the slot's tagged keys is still listed, with a lower-bound count."""
+
+_TAG_SAMPLE = 1000  # keys read per hot slot with GETKEYSINSLOT under slot-stats
+_STAT_FIELDS = ("cpu-usec", "network-bytes-in", "network-bytes-out")
+
+
+@dataclass(frozen=True, slots=True)
+class ScanProgress:
+    """Where a live analysis stands, passed to the `progress` callback after each batch."""
+
+    shard: str
+    """The primary the batch came from."""
+    keys: int
+    """Keys this primary has returned so far."""
+    done: bool
+    """True once this primary's walk is finished."""
+    total_keys: int
+    """Keys returned so far by all primaries together."""
+    shards_done: int
+    shards: int
+
+
+@dataclass(frozen=True, slots=True)
+class HotSlot:
+    """One of the fullest slots: its count, owner, the tags that fill it, and its load."""
+
+    slot: int
+    keys: int
+    shard: str
+    """The name (host:port) of the primary that owns the slot."""
+    tags: tuple[tuple[bytes, int], ...]
+    """The hash tags found in the slot with their key counts, most first."""
+    example: bytes | None
+    """A key of the slot (the first seen), None when none was read."""
+    stats: Mapping[str, int] = field(default_factory=dict)
+    """`CLUSTER SLOT-STATS` load figures, when enabled: cpu-usec, network-bytes-in/out."""
+
+    @property
+    def tagged_keys(self) -> int:
+        """Keys of the slot accounted for by the listed tags."""
+        return sum(count for _, count in self.tags)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSlots:
+    """The result of `live_slots`: a `Distribution` over the topology's real shards."""
+
+    method: Literal["scan", "slot-stats"]
+    """How keys were counted."""
+    kind: str
+    """The topology: "cluster" or "shards"."""
+    shard_names: tuple[str, ...]
+    """Shard i of `distribution` is the primary `shard_names[i]`."""
+    distribution: Distribution
+    """Counts per shard and slot, skew and the hottest slots (shards by index)."""
+    hottest: tuple[HotSlot, ...]
+    """The fullest slots with their tags (and load, under slot-stats)."""
+    slot_keys: tuple[int, ...]
+    """Keys per slot, all 16384."""
+    scanned: int = 0
+    """Keys SCAN returned (0 under slot-stats); SCAN may repeat a key while a table resizes."""
+    misplaced: Mapping[str, int] = field(default_factory=dict)
+    """Keys found on a primary that does not own their slot, per primary (should be empty)."""
+    stats_enabled: bool = False
+    """Whether CPU and network figures per slot were available."""
+
+    @property
+    def total(self) -> int:
+        return self.distribution.total
+
+    @property
+    def shard_counts(self) -> dict[str, int]:
+        """Keys per primary, by name."""
+        return dict(zip(self.shard_names, self.distribution.shard_counts, strict=True))
+
+    @property
+    def skew(self) -> float:
+        return self.distribution.skew
+
+    @property
+    def hottest_shard(self) -> str:
+        return self.shard_names[self.distribution.hottest_shard]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready report (keys and tags as text, undecodable bytes escaped)."""
+        base = self.distribution.to_dict()
+        for entry in base["shards"]:
+            entry["name"] = self.shard_names[entry["shard"]]
+        base["hottest_shard"] = self.hottest_shard
+        base["empty_shards"] = [self.shard_names[s] for s in self.distribution.empty_shards]
+        base["hottest_slots"] = [
+            {
+                "slot": hot.slot,
+                "keys": hot.keys,
+                "shard": hot.shard,
+                "tags": [{"tag": _text(tag), "keys": count} for tag, count in hot.tags],
+                "example": None if hot.example is None else _text(hot.example),
+            }
+            | ({"stats": dict(hot.stats)} if hot.stats else {})
+            for hot in self.hottest
+        ]
+        return {
+            "method": self.method,
+            "topology": self.kind,
+            "scanned": self.scanned,
+            "misplaced": dict(self.misplaced),
+            "slot_stats_enabled": self.stats_enabled,
+            **base,
+        }
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "backslashreplace")
+
+
+# -- the cluster's slot map ------------------------------------------------------------
+
+
+def _pairs(entry: Any) -> dict[str, Any]:
+    """A RESP2 flat [name, value, ...] list or a RESP3 map, as a dict with str names."""
+    items = entry.items() if isinstance(entry, dict) else zip(entry[::2], entry[1::2], strict=True)
+    return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in items}
+
+
+def _decode(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _primary_of_shard(nodes: Sequence[Any], known: Sequence[str]) -> str | None:
+    for node in map(_pairs, nodes):
+        if _decode(node.get("role", b"")) != "master":
+            continue
+        port: Any = node.get("port") or node.get("tls-port") or 0
+        for host_field in ("endpoint", "ip", "hostname"):
+            host = node.get(host_field)
+            if host is not None and _decode(host) not in ("", "?"):
+                name = f"{_decode(host)}:{int(port)}"
+                if name in known or host_field == "hostname":
+                    return name
+        host = node.get("ip") or node.get("endpoint")
+        return f"{_decode(host)}:{int(port)}"
+    return None
+
+
+def _ranges_from_shards(reply: Any, known: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
+    owned: dict[str, list[tuple[int, int]]] = {}
+    for shard in reply:
+        fields = _pairs(shard)
+        slots = [int(s) for s in fields.get("slots", [])]
+        if not slots:
+            continue
+        primary = _primary_of_shard(fields.get("nodes", []), known)
+        if primary is None:
+            continue
+        owned.setdefault(primary, []).extend(zip(slots[::2], slots[1::2], strict=True))
+    return owned
+
+
+def _ranges_from_slots(reply: Any) -> dict[str, list[tuple[int, int]]]:
+    owned: dict[str, list[tuple[int, int]]] = {}
+    for first, last, master, *_ in reply:
+        name = f"{_decode(master[0])}:{int(master[1])}"
+        owned.setdefault(name, []).append((int(first), int(last)))
+    return owned
+
+
+async def cluster_slot_map(topology: Topology) -> tuple[tuple[str, ...], SlotMap]:
+    """The cluster's slot map as its nodes report it: (primary names, `SlotMap`).
+
+    Shard i of the map is the primary `names[i]`, in `topology.shard_names` order
+    (primaries the reply names but the topology does not know are appended).
+    Asks `CLUSTER SHARDS` (Redis >= 7.0, Valkey), else `CLUSTER SLOTS`. Slots no
+    primary serves are refused with `ConfigurationError`.
+    """
+    known = list(topology.shard_names)
+    if not known:
+        raise ConfigurationError("the cluster topology knows no primary; is it open?")
+    try:
+        owned = _ranges_from_shards(await topology.execute_on(known[0], "CLUSTER", "SHARDS"), known)
+    except ShardResponseError:  # before Redis 7.0: no CLUSTER SHARDS
+        owned = _ranges_from_slots(await topology.execute_on(known[0], "CLUSTER", "SLOTS"))
+    names = [name for name in known if name in owned] + sorted(set(owned) - set(known))
+    slot_map = SlotMap.from_ranges({i: owned[name] for i, name in enumerate(names)})
+    return tuple(names), slot_map
+
+
+async def _shard_layout(topology: Topology) -> tuple[tuple[str, ...], SlotMap]:
+    if topology.kind == "cluster":
+        return await cluster_slot_map(topology)
+    names = tuple(topology.shard_names)
+    slot_map = getattr(topology, "slot_map", None)
+    if not isinstance(slot_map, SlotMap):
+        slot_map = SlotMap.even(len(names))
+    return names, slot_map
+
+
+# -- counting --------------------------------------------------------------------------
+
+
+class _Tally:
+    """Per-slot key counts, first key per slot, and per-slot tag summaries."""
+
+    def __init__(self, slot_of: Callable[[bytes], int]) -> None:
+        self.slot_of = slot_of
+        self.counts = [0] * SLOTS
+        self.examples: dict[int, bytes] = {}
+        self.tags: dict[int, dict[bytes, int]] = {}
+        self.tagged = 0
+        self.seen = 0
+
+    def add(self, key: bytes, slot: int) -> None:
+        counts = self.counts
+        if not counts[slot]:
+            self.examples[slot] = key
+        counts[slot] += 1
+        self.seen += 1
+        tag = hash_tag(key)
+        if tag is None:
+            return
+        self.tagged += 1
+        summary = self.tags.setdefault(slot, {})
+        if tag in summary:
+            summary[tag] += 1
+        elif len(summary) < TAG_SUMMARY_SIZE:
+            summary[tag] = 1
+        else:  # Misra-Gries: every tracked count drops by one, zeros leave
+            for other in list(summary):
+                summary[other] -= 1
+                if not summary[other]:
+                    del summary[other]
+
+
+async def _scan_shard(
+    topology: Topology,
+    shard: str,
+    *,
+    match: bytes | None,
+    count: int,
+    on_batch: Callable[[str, Sequence[bytes], bool], None],
+) -> None:
+    args: list[Any] = ["COUNT", count]
+    if match is not None:
+        args += ["MATCH", match]
+    cursor: Any = b"0"
+    while True:
+        reply = await topology.execute_on(shard, "SCAN", cursor, *args)
+        cursor, keys = reply[0], list(reply[1])
+        done = int(cursor) == 0
+        on_batch(shard, keys, done)
+        if done:
+            return
+
+
+async def _by_scan(
+    topology: Topology,
+    names: tuple[str, ...],
+    slot_map: SlotMap,
+    *,
+    match: bytes | None,
+    count: int,
+    progress: Callable[[ScanProgress], None] | None,
+) -> tuple[_Tally, dict[str, int]]:
+    tally = _Tally(topology.slot_of)
+    index = {name: i for i, name in enumerate(names)}
+    per_shard: Counter[str] = Counter()
+    misplaced: Counter[str] = Counter()
+    finished: set[str] = set()
+    primaries = list(topology.shard_names)
+
+    def on_batch(shard: str, keys: Sequence[bytes], done: bool) -> None:
+        here = index.get(shard)
+        slot_of = tally.slot_of
+        for key in keys:
+            slot = slot_of(key)
+            tally.add(key, slot)
+            if here is not None and slot_map.shard_of(slot) != here:
+                misplaced[shard] += 1
+        per_shard[shard] += len(keys)
+        if done:
+            finished.add(shard)
+        if progress is not None:
+            progress(
+                ScanProgress(
+                    shard=shard,
+                    keys=per_shard[shard],
+                    done=done,
+                    total_keys=tally.seen,
+                    shards_done=len(finished),
+                    shards=len(primaries),
+                )
+            )
+
+    await asyncio.gather(
+        *(
+            _scan_shard(topology, shard, match=match, count=count, on_batch=on_batch)
+            for shard in primaries
+        )
+    )
+    return tally, dict(misplaced)
+
+
+def _parse_slot_stats(reply: Any) -> dict[int, dict[str, int]]:
+    stats: dict[int, dict[str, int]] = {}
+    for entry in reply:
+        slot, fields = entry[0], entry[1]
+        stats[int(slot)] = {name: int(value) for name, value in _pairs(fields).items()}
+    return stats
+
+
+async def _slot_stats(topology: Topology, primaries: Sequence[str]) -> dict[int, dict[str, int]]:
+    """Every primary's `CLUSTER SLOT-STATS SLOTSRANGE 0 16383` (each reports its own slots)."""
+    replies = await asyncio.gather(
+        *(
+            topology.execute_on(shard, "CLUSTER", "SLOT-STATS", "SLOTSRANGE", 0, SLOTS - 1)
+            for shard in primaries
+        )
+    )
+    stats: dict[int, dict[str, int]] = {}
+    for reply in replies:
+        stats.update(_parse_slot_stats(reply))
+    return stats
+
+
+async def _has_slot_stats(topology: Topology, shard: str) -> bool:
+    try:
+        await topology.execute_on(shard, "CLUSTER", "SLOT-STATS", "SLOTSRANGE", 0, 0)
+    except ShardResponseError:  # unknown command or subcommand
+        return False
+    return True
+
+
+async def _sample_tags(
+    topology: Topology, shard: str, slot: int, sample: int
+) -> tuple[tuple[tuple[bytes, int], ...], bytes | None]:
+    keys = await topology.execute_on(shard, "CLUSTER", "GETKEYSINSLOT", slot, sample)
+    tags = Counter(tag for tag in map(hash_tag, keys) if tag is not None)
+    return tuple(tags.most_common(TAG_SUMMARY_SIZE)), (keys[0] if keys else None)
+
+
+def _distribution(
+    counts: Sequence[int],
+    slot_map: SlotMap,
+    *,
+    tagged: int,
+    top: int,
+    examples: Mapping[int, bytes],
+) -> tuple[Distribution, list[int]]:
+    shard_counts = [0] * slot_map.shards
+    occupied = 0
+    for slot, n in enumerate(counts):
+        if n:
+            shard_counts[slot_map.shard_of(slot)] += n
+            occupied += 1
+    fullest = heapq.nsmallest(
+        top, (slot for slot in range(SLOTS) if counts[slot]), key=lambda s: (-counts[s], s)
+    )
+    distribution = Distribution(
+        total=sum(shard_counts),
+        tagged=tagged,
+        slot_map=slot_map,
+        shard_counts=tuple(shard_counts),
+        occupied_slots=occupied,
+        hottest=tuple(
+            SlotCount(s, counts[s], slot_map.shard_of(s), examples.get(s, b"")) for s in fullest
+        ),
+    )
+    return distribution, fullest
+
+
+async def live_slots(
+    topology: Topology,
+    *,
+    top: int = 10,
+    method: Method = "auto",
+    match: bytes | str | None = None,
+    count: int = 1000,
+    progress: Callable[[ScanProgress], None] | None = None,
+) -> LiveSlots:
+    """Count the keys of every primary of `topology` per slot and shard (see the module doc).
+
+    `top` is how many of the fullest slots to report; `match` a SCAN MATCH pattern
+    (forces `method="scan"`); `count` the SCAN COUNT hint; `progress` is called
+    after every SCAN batch. Raises `ConfigurationError` for `method="slot-stats"`
+    where the servers lack `CLUSTER SLOT-STATS`, and the topology's `ShardError`s
+    when a primary cannot be reached.
+
+    ```python
+    async with stampede.connect(url, cluster=True) as st:
+        report = await live_slots(st.topology, top=5)
+    report.shard_counts, report.skew, report.hottest[0].tags
+    ```
+    """
+    if method not in _METHODS:
+        raise ConfigurationError(f"method must be one of {', '.join(_METHODS)}, not {method!r}")
+    if top < 0 or count < 1:
+        raise ConfigurationError(f"need top >= 0 and count >= 1, got {top} and {count}")
+    pattern = match.encode() if isinstance(match, str) else match
+    names, slot_map = await _shard_layout(topology)
+    chosen: Literal["scan", "slot-stats"] = "scan"
+    if method != "scan" and topology.kind == "cluster" and pattern is None:
+        if await _has_slot_stats(topology, names[0]):
+            chosen = "slot-stats"
+    if method == "slot-stats" and chosen != "slot-stats":
+        why = (
+            "a MATCH pattern needs SCAN"
+            if pattern is not None
+            else (
+                "the servers have no CLUSTER SLOT-STATS (Valkey >= 8.0, Redis >= 8.2)"
+                if topology.kind == "cluster"
+                else "CLUSTER SLOT-STATS needs a cluster"
+            )
+        )
+        raise ConfigurationError(f"method='slot-stats' is not available: {why}")
+    if chosen == "slot-stats":
+        return await _report_from_stats(topology, names, slot_map, top=top)
+    tally, misplaced = await _by_scan(
+        topology, names, slot_map, match=pattern, count=count, progress=progress
+    )
+    distribution, fullest = _distribution(
+        tally.counts, slot_map, tagged=tally.tagged, top=top, examples=tally.examples
+    )
+    hottest = tuple(
+        HotSlot(
+            slot=slot,
+            keys=tally.counts[slot],
+            shard=names[slot_map.shard_of(slot)],
+            tags=tuple(
+                sorted(tally.tags.get(slot, {}).items(), key=lambda item: (-item[1], item[0]))
+            ),
+            example=tally.examples.get(slot),
+        )
+        for slot in fullest
+    )
+    return LiveSlots(
+        method="scan",
+        kind=topology.kind,
+        shard_names=names,
+        distribution=distribution,
+        hottest=hottest,
+        slot_keys=tuple(tally.counts),
+        scanned=tally.seen,
+        misplaced=misplaced,
+    )
+
+
+async def _report_from_stats(
+    topology: Topology, names: tuple[str, ...], slot_map: SlotMap, *, top: int
+) -> LiveSlots:
+    stats = await _slot_stats(topology, names)
+    counts = [0] * SLOTS
+    for slot, fields in stats.items():
+        counts[slot] = fields.get("key-count", 0)
+    enabled = any(name in fields for fields in stats.values() for name in _STAT_FIELDS)
+    fullest_counts = heapq.nsmallest(
+        top, (slot for slot in range(SLOTS) if counts[slot]), key=lambda s: (-counts[s], s)
+    )
+    samples = await asyncio.gather(
+        *(
+            _sample_tags(topology, names[slot_map.shard_of(slot)], slot, _TAG_SAMPLE)
+            for slot in fullest_counts
+        )
+    )
+    examples = {slot: ex for slot, (_, ex) in zip(fullest_counts, samples, strict=True) if ex}
+    # Keys hashed by a tag are only known for the sampled slots; the total is a lower bound.
+    tagged = sum(sum(n for _, n in tags) for tags, _ in samples)
+    distribution, fullest = _distribution(
+        counts, slot_map, tagged=tagged, top=top, examples=examples
+    )
+    hottest = tuple(
+        HotSlot(
+            slot=slot,
+            keys=counts[slot],
+            shard=names[slot_map.shard_of(slot)],
+            tags=tags,
+            example=example,
+            stats={k: v for k, v in stats.get(slot, {}).items() if k in _STAT_FIELDS},
+        )
+        for slot, (tags, example) in zip(fullest, samples, strict=True)
+    )
+    return LiveSlots(
+        method="slot-stats",
+        kind=topology.kind,
+        shard_names=names,
+        distribution=distribution,
+        hottest=hottest,
+        slot_keys=tuple(counts),
+        stats_enabled=enabled,
+    )
