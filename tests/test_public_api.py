@@ -14,9 +14,9 @@ EXPECTED = [
     "PartialWriteError", "ReadError", "ReadResult", "Reason", "Receipt", "RepairError",
     "RepliesLostError", "RetryPolicy", "ShardError", "ShardResponseError", "ShardTimeout",
     "ShardUnavailable", "Shards", "SlotMap", "Stampede", "StampedeError", "Status",
-    "Topology", "TornReadError", "TypedGroup", "TypedRead", "VersionSource", "WriteConflict",
-    "WriteError", "WriteTimeout", "analyze", "atomic", "connect", "eventlog", "fanout",
-    "hash_tag", "keyslot", "lint", "repair",
+    "Topology", "TornReadError", "TransactionAborted", "TypedGroup", "TypedRead",
+    "VersionSource", "WriteConflict", "WriteError", "WriteTimeout", "analyze", "atomic",
+    "connect", "eventlog", "fanout", "hash_tag", "keyslot", "lint", "repair",
 ]  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from .errors import ShardTimeout as ShardTimeout
 from .errors import ShardUnavailable as ShardUnavailable
 from .errors import StampedeError as StampedeError
 from .errors import TornReadError as TornReadError
+from .errors import TransactionAborted as TransactionAborted
 from .errors import WriteConflict as WriteConflict
 from .errors import WriteError as WriteError
 from .errors import WriteTimeout as WriteTimeout
@@ -95,6 +96,7 @@ __all__ = [
     "Status",
     "Topology",
     "TornReadError",
+    "TransactionAborted",
     "TypedGroup",
     "TypedRead",
     "VersionSource",

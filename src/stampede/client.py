@@ -11,10 +11,11 @@ from .keys import HashPolicy, SlotMap, to_bytes
 from .options import Options, RetryPolicy, load_options, resolve_versions
 from .reader import read_group
 from .repair.base import RepairStrategy
-from .results import ReadResult, Receipt
+from .results import AtomicRead, ReadResult, Receipt
 from .topology.base import Topology
 from .topology.cluster import Cluster
 from .topology.shards import Shards
+from .txn import Transaction, read_atomic
 from .verdict import Mode
 from .versions import VersionSource
 from .writer import UpdateFn, as_payload, check_version, plan_keys, update_group, write_group
@@ -211,6 +212,42 @@ class Stampede:
             versions=self._versions,
             ttl=self.options.ttl if ttl is None else ttl,
             max_attempts=max_attempts,
+        )
+
+    def transaction(
+        self,
+        *,
+        ttl: float | None = None,
+        versions: Literal["hybrid"] | VersionSource | None = None,
+        version: int | None = None,
+    ) -> Transaction:
+        """A read-atomic transaction over any keys: `async with st.transaction() as tx:`.
+
+        `tx.set(key, value)` and `tx.delete(key)` inside the block; on a clean exit
+        every write is prepared, then committed, and `tx.receipt` tells the result.
+        `read_atomic` never returns part of it (Read Atomic isolation). It is not
+        serializable: two transactions writing the same key do not conflict, the
+        newer stamp wins (use `update()` for read-modify-write).
+        """
+        return Transaction(
+            self.topology,
+            versions=self._versions_for(versions),
+            ttl=self.options.ttl if ttl is None else ttl,
+            grace=self.options.version_grace,
+            tombstone_grace=self.options.tombstone_grace,
+            timeout=self.options.transaction_timeout,
+            version=version,
+        )
+
+    async def read_atomic(self, keys: Sequence[K], *, attempts: int = 3) -> AtomicRead[K]:
+        """Read any keys so that no transaction is seen in part: one round trip per
+        shard, two when a transaction's sibling was missed (`result.rounds`)."""
+        return await read_atomic(
+            self.topology,
+            keys,
+            attempts=attempts,
+            grace=self.options.version_grace,
+            versions=self._versions,
         )
 
 

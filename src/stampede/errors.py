@@ -17,6 +17,7 @@ StampedeError
 │   ├── PartialWriteError              some shards took the write, others did not
 │   │   └── WriteTimeout (TimeoutError) ...because a shard did not answer in time
 │   ├── WriteConflict                  WATCH lost the race too many times
+│   ├── TransactionAborted             a transaction committed nowhere; nothing is visible
 │   ├── OutcomeUnknownError            a reply was lost after a non-idempotent send
 │   │   └── RepliesLostError           ...but the operation's marker proves it applied once
 │   └── OrderingError                  a stored value cannot be ordered against the write
@@ -201,6 +202,21 @@ class WriteConflict(WriteError):
             f"update of group {_show(group)} lost to concurrent writers {attempts} "
             "times; retry later or raise max_attempts."
         )
+
+
+class TransactionAborted(WriteError):
+    """A read-atomic transaction was committed nowhere, so nothing it wrote is visible.
+
+    A prepare failed or was refused, or preparing took longer than the
+    transaction's timeout. `keys` names the keys involved; `cause` the first error.
+    """
+
+    def __init__(
+        self, message: str, *, keys: Sequence[bytes] = (), cause: BaseException | None = None
+    ) -> None:
+        self.keys = list(keys)
+        self.cause = cause
+        super().__init__(f"transaction aborted, nothing was committed: {message}")
 
 
 class OutcomeUnknownError(WriteError):

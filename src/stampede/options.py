@@ -97,6 +97,16 @@ class Options(_Frozen):
         gt=0,
         description="seconds a delete's tombstones keep late older writes out",
     )
+    version_grace: float = Field(
+        default=5.0,
+        gt=0,
+        description="seconds a transaction keeps a replaced version for slow readers",
+    )
+    transaction_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="seconds a transaction may take to prepare before it aborts",
+    )
     repair: Any = Field(default=None, description="a RepairStrategy, or None")
     connection: ConnectOptions = ConnectOptions()
 

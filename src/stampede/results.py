@@ -11,7 +11,7 @@ from .verdict import Mode, Observation, Reason, Status
 if TYPE_CHECKING:
     from .repair.base import RepairOutcome
 
-__all__ = ["ReadResult", "Receipt"]
+__all__ = ["AtomicRead", "ReadResult", "Receipt", "TransactionReceipt"]
 
 K = TypeVar("K", bytes, str)
 
@@ -68,6 +68,50 @@ class ReadResult(Generic[K]):
     @property
     def found(self) -> bool:
         return self.status is not Status.NOT_FOUND
+
+    def __getitem__(self, key: K) -> bytes | None:
+        return self.values[key]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionReceipt:
+    """A committed read-atomic transaction.
+
+    `superseded` lists keys where a newer write was already current (this one was
+    kept out there); `pending` keys whose commit was not acknowledged: the
+    transaction is committed (every prepare was), `read_atomic` returns it whole,
+    and the next commit, transaction or repair of those keys completes it, but a
+    plain GET may show the older value until then. `atomic` is True when every
+    key shared one slot and the transaction was one server-side step.
+    """
+
+    version: int
+    token: str
+    keys: tuple[bytes, ...]
+    atomic: bool = False
+    superseded: tuple[bytes, ...] = ()
+    pending: tuple[bytes, ...] = ()
+    deleted: tuple[bytes, ...] = ()
+
+    @property
+    def stamp(self) -> str:
+        return f"{self.version}:{self.token}"
+
+
+@dataclass(frozen=True, slots=True)
+class AtomicRead(Generic[K]):
+    """A read-atomic read: no value of a transaction without its siblings' values.
+
+    `values` maps each key to its payload (None when missing or deleted);
+    `stamps` to the (version, token) of the write it came from (None when missing,
+    or a value no stampede write stamped); `rounds` is 1, or 2 when a second round
+    fetched versions the first one missed.
+    """
+
+    values: Mapping[K, bytes | None]
+    rounds: int
+    stamps: Mapping[K, tuple[int, str] | None] = field(default_factory=dict)
+    attempts: int = 1
 
     def __getitem__(self, key: K) -> bytes | None:
         return self.values[key]

@@ -34,7 +34,7 @@ from .errors import (
 from .keys import to_bytes
 from .results import Receipt
 from .topology.base import Topology, WriteOutcome
-from .topology.guard import FOREIGN, FUTURE, KEPT, MIXED
+from .topology.guard import FOREIGN, FUTURE, KEPT, MIXED, WRONGTYPE
 from .verdict import Mode, commit_key
 from .versions import HybridClock, VersionSource
 
@@ -46,6 +46,7 @@ __all__ = [
     "limit_for",
     "new_token",
     "plan_keys",
+    "raise_refusals",
     "require_one_slot",
     "update_group",
     "write_group",
@@ -246,8 +247,20 @@ def _raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ()
             failed=list(outcome.failed),
             cause=error,
         ) from error
+    raise_refusals(group, outcome.results)
+
+
+def raise_refusals(group: bytes, codes: Mapping[bytes, int]) -> None:
+    """Raise what the guard's refusal codes in `codes` (key -> code) mean, if any."""
+    wrong = [k for k, c in codes.items() if c == WRONGTYPE]
+    if wrong:
+        raise InvalidKeyError(
+            f"key {wrong[0]!r} holds a non-string value (WRONGTYPE); stampede's keys must be "
+            "plain strings: rename or delete it",
+            key=wrong[0],
+        )
     for code, (why, detail) in _REFUSALS.items():
-        refused = [k for k, c in outcome.results.items() if c == code]
+        refused = [k for k, c in codes.items() if c == code]
         if refused:
             kind = ClockSkewError if code == FUTURE else OrderingError
             raise kind(group.decode("utf-8", "backslashreplace"), refused, why, detail)

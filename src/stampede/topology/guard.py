@@ -37,6 +37,7 @@ from ..errors import ShardResponseError
 __all__ = [
     "ARGS_PER_KEY",
     "CAS_SCRIPT",
+    "COMPARE_LUA",
     "CROSS_SLOT_GUARD_SCRIPT",
     "CROSS_SLOT_GUARD_SHA",
     "FOREIGN",
@@ -62,10 +63,12 @@ FUTURE = -3
 FOREIGN = -4
 ARGS_PER_KEY = 5
 
-# The comparison, inlined in both drivers below (a Lua function would be created
-# anew on every call): `state` is the reply code for the key (1: write it).
+# The comparison, inlined in both drivers below and in the transaction commit (a Lua
+# function would be created anew on every call): given `cur` (the stored value or
+# false), `v`, `t` (the write's stamp) and `lim`, it sets `state`, the reply code for
+# the key (1: write it).
 # A version's kind: 0 for "0", 2 (clock) from 2**56 = 72057594037927936 up, else 1.
-_COMPARE = b"""
+COMPARE_LUA = b"""
     local state = 1
     if cur then
       local cv, ct, sep = string.match(cur, '^(%d+):([0-9A-Z]+)(:?)')
@@ -110,7 +113,7 @@ for i, key in ipairs(KEYS) do
     out[i] = -1
   else
 """
-    + _COMPARE
+    + COMPARE_LUA
     + _PUT
     + b"""
   end
@@ -133,7 +136,7 @@ for i = 1, n do
   local b = 1 + n + (i - 1) * 5
   local v, t, at, value, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
 """
-    + _COMPARE
+    + COMPARE_LUA
     + _PUT
     + b"""
   if state == 1 then latest[key] = value end

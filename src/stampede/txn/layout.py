@@ -1,0 +1,106 @@
+"""Where a key's versions live, and how a transaction's metadata is written. Pure.
+
+Every key a transaction writes keeps its *current* value where it always was: the
+data key holds the plain `<version>:<token>:<payload>` envelope (or a tombstone),
+so a raw GET and group reads work unchanged. Beside it, in the same hash slot, a
+*version hash* keeps what a reader may still need:
+
+```
+key     <key>:stampede:v              when the key has a hash tag
+        {<key>}:stampede:v:u          when it has none (and no brace)
+        stampede:v:{<n>}:<key>        otherwise: n chosen so the slot is the key's
+fields  k                     the data key's name (for the sweep)
+        d:<version>:<token>   the envelope of a version that is not the current
+                              value: prepared and not yet committed, or replaced
+                              less than the grace window ago
+        m:<version>:<token>   <prepared-at unix ms>:<expire-at unix ms, 0: none>:
+                              <JSON list of every key the transaction wrote>
+        x:<version>:<token>   unix ms when that version stopped being current, or
+                              was kept out on arrival; it is collected (d:, m:, x:)
+                              once the grace window has passed
+```
+
+The JSON list uses UTF-8 with `surrogateescape` escapes for keys that are not
+UTF-8, as the commit record does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+from ..keys import hash_tag
+
+__all__ = [
+    "SUFFIX",
+    "Stamp",
+    "decode_meta",
+    "encode_meta",
+    "parse_stamp",
+    "side_key",
+    "stamp_text",
+]
+
+SUFFIX = b":stampede:v"
+Stamp = tuple[int, str]
+_ANCHORS: dict[int, bytes] = {}
+
+
+def side_key(key: bytes, slot_of: Callable[[bytes], int]) -> bytes:
+    """The version hash of `key`, in the slot `slot_of(key)`."""
+    slot = slot_of(key)
+    if hash_tag(key) is not None:
+        candidate: bytes | None = key + SUFFIX
+    elif b"{" not in key and b"}" not in key:
+        candidate = b"{" + key + b"}" + SUFFIX + b":u"
+    else:
+        candidate = None
+    if candidate is not None and slot_of(candidate) == slot:
+        return candidate
+    return _anchored(key, slot, slot_of)
+
+
+def _anchored(key: bytes, slot: int, slot_of: Callable[[bytes], int]) -> bytes:
+    """`stampede:v:{<n>}:<key>` with the first n that lands in `slot` (cached per slot,
+    checked on every use, so another hashing rule just searches again)."""
+    prefix = _ANCHORS.get(slot)
+    if prefix is not None and slot_of(prefix + key) == slot:
+        return prefix + key
+    for n in range(1 << 22):
+        prefix = b"stampede:v:{%d}:" % n
+        if slot_of(prefix + key) == slot:
+            _ANCHORS[slot] = prefix
+            return prefix + key
+    raise RuntimeError(f"no version-hash key found for slot {slot}")  # pragma: no cover
+
+
+def stamp_text(stamp: Stamp) -> bytes:
+    return b"%d:%s" % (stamp[0], stamp[1].encode("ascii"))
+
+
+def parse_stamp(text: bytes | str) -> Stamp:
+    raw = text.decode("ascii") if isinstance(text, bytes) else text
+    version, _, token = raw.partition(":")
+    return int(version), token
+
+
+def encode_meta(keys: Sequence[bytes]) -> bytes:
+    """The JSON list of a transaction's keys (the prepared-at time is added by Redis)."""
+    return json.dumps([k.decode("utf-8", "surrogateescape") for k in keys]).encode()
+
+
+def decode_meta(raw: bytes | None) -> frozenset[bytes] | None:
+    """The sibling keys in a stored `m:` field, or None when absent or unreadable."""
+    if raw is None:
+        return None
+    parts = raw.split(b":", 2)
+    if len(parts) != 3:
+        return None
+    body = parts[2]
+    try:
+        keys = json.loads(body)
+        if not isinstance(keys, list):
+            return None
+        return frozenset(k.encode("utf-8", "surrogateescape") for k in keys if isinstance(k, str))
+    except (ValueError, RecursionError, UnicodeEncodeError):
+        return None
