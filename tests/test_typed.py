@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import pytest
 from pydantic import BaseModel
 
-from stampede import ConfigurationError, ModelValidationError, Stampede, TypedGroup
+from stampede import ConfigurationError, ModelValidationError, RetryPolicy, Stampede, TypedGroup
 
 
 class Profile(BaseModel):
@@ -52,3 +54,60 @@ async def test_write_must_name_every_part(st: Stampede) -> None:
         await USERS.write(st, "user:{9}", profile=Profile(name="A", age=1))
     with pytest.raises(ModelValidationError):
         await USERS.write(st, "user:{9}", profile={"name": "A"}, settings={})
+
+
+class Prefs(BaseModel):
+    language: str = "en"
+
+
+class UserParts(TypedDict):
+    profile: Profile
+    settings: Settings
+
+
+TYPED = TypedGroup(UserParts)
+
+
+async def test_typed_dict_parts_are_typed_and_take_per_call_options(st: Stampede) -> None:
+    """A TypedDict of models types the parts for mypy; mode and ttl go per call."""
+    receipt = await TYPED.write(
+        st,
+        "user:{11}",
+        {"profile": Profile(name="Ada", age=36), "settings": Settings()},
+        mode="commit",
+        ttl=60,
+    )
+    got = await TYPED.read(st, "user:{11}", mode="commit")
+    profile: Profile = got.parts["profile"]  # mypy --strict checks this assignment
+    assert profile.name == "Ada" and got.consistent and got.result.token == receipt.token
+    ttl = await st.topology.execute(b"user:{11}:profile", "PTTL", b"user:{11}:profile")
+    assert 0 < int(ttl) <= 60_000
+
+
+async def test_a_part_added_later_reads_with_its_default(st: Stampede) -> None:
+    """Groups written before a part existed read whole, the part filled with its default."""
+    await USERS.write(st, "user:{12}", profile=Profile(name="Bo", age=5), settings=Settings())
+    grown = TypedGroup(
+        {"profile": Profile, "settings": Settings, "prefs": Prefs}, defaults={"prefs": Prefs()}
+    )
+    got = await grown.read(st, "user:{12}", retry=RetryPolicy(attempts=2, deadline=0.5))
+    assert got.consistent and got.defaulted == ("prefs",)
+    assert got["prefs"] == Prefs() and got["profile"] == Profile(name="Bo", age=5)
+    await grown.write(
+        st,
+        "user:{12}",
+        profile=Profile(name="Bo", age=6),
+        settings=Settings(),
+        prefs=Prefs(language="fr"),
+    )
+    again = await grown.read(st, "user:{12}")
+    assert again.defaulted == () and again["prefs"] == Prefs(language="fr")
+
+
+async def test_validation_errors_name_the_failing_fields(st: Stampede) -> None:
+    """ModelValidationError lists the fields that failed, never the stored values."""
+    await st.write("user:{13}", {"user:{13}:profile": b'{"name": 7}', "user:{13}:settings": b"{}"})
+    with pytest.raises(ModelValidationError) as info:
+        await USERS.read(st, "user:{13}")
+    assert info.value.fields == ["name", "age"]
+    assert "at 'name', 'age'" in str(info.value) and "7" not in str(info.value)

@@ -19,8 +19,10 @@ from .errors import OrderingError as OrderingError
 from .errors import OutcomeUnknownError as OutcomeUnknownError
 from .errors import PartialWriteError as PartialWriteError
 from .errors import ReadError as ReadError
+from .errors import ReadTimeout as ReadTimeout
 from .errors import RepairError as RepairError
 from .errors import RepliesLostError as RepliesLostError
+from .errors import SetupError as SetupError
 from .errors import ShardError as ShardError
 from .errors import ShardResponseError as ShardResponseError
 from .errors import ShardTimeout as ShardTimeout
@@ -80,11 +82,13 @@ __all__ = [
     "PartialWriteError",
     "ReadError",
     "ReadResult",
+    "ReadTimeout",
     "Reason",
     "Receipt",
     "RepairError",
     "RepliesLostError",
     "RetryPolicy",
+    "SetupError",
     "ShardError",
     "ShardResponseError",
     "ShardTimeout",

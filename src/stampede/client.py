@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import difflib
+from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
-from .errors import ConfigurationError, InvalidKeyError, InvalidValueError
+from .errors import ConfigurationError, InvalidKeyError, InvalidValueError, ReadTimeout
 from .keys import HashPolicy, SlotMap, to_bytes
-from .options import Options, RetryPolicy, load_options, resolve_versions
+from .options import Options, RetryPolicy, check_strategy, load_options, resolve_versions
 from .reader import read_group
 from .repair.base import RepairStrategy
 from .results import AtomicRead, ReadResult, Receipt
-from .topology.base import Topology
+from .topology.base import READ_WATCH, ReadWatch, Topology
+from .topology.checks import redact
 from .topology.cluster import Cluster
 from .topology.shards import Shards
 from .txn import Transaction, read_atomic
@@ -44,6 +47,14 @@ class Stampede:
         return self._versions
 
     async def open(self) -> Self:
+        """Check every shard before anything is written (`SetupError` if one is unfit).
+
+        Each server must answer (credentials, ACL permissions and TLS included) and
+        match the topology (a cluster node with `cluster=True`, a plain primary
+        without); over primaries, no server may be listed twice and the URLs must
+        agree with the shard identity records (see docs/operations.md). `async with`
+        calls it.
+        """
         opener = getattr(self.topology, "open", None)
         if opener is not None:
             await opener()
@@ -129,9 +140,9 @@ class Stampede:
         bring the group back meanwhile. A read of the tombstones is `not_found`.
         """
         gkey = _group(group)
+        planned = plan_keys(gkey, keys)
         if not keys:
             raise InvalidKeyError(f"delete of group {group!r} names no keys", key=group)
-        planned = plan_keys(gkey, keys)
         return await write_group(
             self.topology,
             gkey,
@@ -148,8 +159,13 @@ class Stampede:
             return self.options.mode
         try:
             return Mode(mode)
-        except ValueError:
-            raise ConfigurationError(f"mode must be 'stamp' or 'commit', got {mode!r}") from None
+        except (ValueError, TypeError):
+            names = [m.value for m in Mode]
+            close = difflib.get_close_matches(str(mode), names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigurationError(
+                f"mode must be 'stamp' or 'commit' (or stampede.Mode), got {mode!r}{hint}"
+            ) from None
 
     async def read(
         self,
@@ -167,22 +183,57 @@ class Stampede:
         default strategy) and otherwise raises `TornReadError` with what was seen.
         """
         gkey = _group(group)
+        planned = plan_keys(gkey, keys)
         if not keys:
             raise InvalidKeyError(f"read of group {group!r} names no keys", key=group)
-        planned = plan_keys(gkey, keys)
-        versions = self._versions
-        return await read_group(
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            hint = "RetryPolicy()" if retry is RetryPolicy else "stampede.RetryPolicy(...)"
+            raise ConfigurationError(
+                f"retry must be a RetryPolicy instance, got {_kind(retry)}; pass e.g. {hint}"
+            )
+        if repair is not None:
+            check_strategy(repair, "repair")
+        policy = retry or self.options.retry
+        read = read_group(
             self.topology,
             gkey,
             list(keys),
             planned,
             mode=self._mode(mode),
-            retry=retry or self.options.retry,
+            retry=policy,
             repair=repair if repair is not None else self.options.repair,
-            versions=versions,
+            versions=self._versions,
             ttl=self.options.ttl,
             grace=self.options.tombstone_grace,
         )
+        if policy.deadline is None:
+            return await read
+        return await self._bounded(read, gkey, planned, policy.deadline)
+
+    async def _bounded(
+        self,
+        read: Coroutine[Any, Any, ReadResult[K]],
+        group: bytes,
+        keys: Sequence[bytes],
+        deadline: float,
+    ) -> ReadResult[K]:
+        """Run `read` within `deadline` seconds, socket waits included; `ReadTimeout`
+        naming the shards still owing an answer when it passes."""
+        watch = ReadWatch()
+        token = READ_WATCH.set(watch)
+        timer = asyncio.timeout(deadline)
+        try:
+            async with timer:
+                return await read
+        except TimeoutError:
+            if not timer.expired():
+                raise
+            late = watch.waiting or sorted({self.topology.shard_of(k) for k in keys})
+            raise ReadTimeout(
+                group.decode("utf-8", "backslashreplace"), shard=", ".join(late), deadline=deadline
+            ) from None
+        finally:
+            READ_WATCH.reset(token)
 
     async def update(
         self,
@@ -201,11 +252,18 @@ class Stampede:
         writers race. Keys in different slots raise `CrossSlotError` before anything
         is sent; `WriteConflict` after `max_attempts` lost races.
         """
+        gkey = _group(group)
+        plan_keys(gkey, keys)  # a str for the keys, a key named twice: refused here
         if not keys:
             raise InvalidKeyError(f"update of group {group!r} names no keys", key=group)
+        if not callable(fn):
+            raise InvalidValueError(
+                f"update of group {group!r} needs fn, a function current -> new values, "
+                f"got {_kind(fn)}"
+            )
         return await update_group(
             self.topology,
-            _group(group),
+            gkey,
             list(keys),
             fn,
             mode=self._mode(mode),
@@ -251,7 +309,19 @@ class Stampede:
         )
 
 
+def _kind(value: object) -> str:
+    """How a wrong argument is named in a message: its type, never its content."""
+    if isinstance(value, type):
+        return f"the class {value.__name__} (not an instance of it)"
+    return f"a value of type {type(value).__name__}"
+
+
 def _group(group: bytes | str) -> bytes:
+    if not isinstance(group, bytes | str):
+        raise InvalidKeyError(
+            f"the group name must be str or bytes, got {_kind(group)}; name the entity, "
+            "e.g. 'user:{42}'"
+        )
     gkey = to_bytes(group)
     if not gkey:
         raise InvalidKeyError("the group name is empty; name the entity, e.g. 'user:{42}'")
@@ -276,9 +346,21 @@ def connect(
     opts = load_options(options, overrides)
     if isinstance(urls, str):
         urls = [urls]
+    if not isinstance(urls, list | tuple):
+        raise ConfigurationError(
+            f"connect() takes a URL or a list of URLs, got {_kind(urls)}; e.g. "
+            "connect(['redis://a:6379', 'redis://b:6379'])"
+        )
     urls = list(urls)
     if not urls:
         raise ConfigurationError("connect() needs at least one Redis URL")
+    for url in urls:
+        if not isinstance(url, str) or "://" not in url:
+            shown = redact(url) if isinstance(url, str) else _kind(url)
+            raise ConfigurationError(
+                f"{shown} is not a Redis URL; write redis://host:port (rediss:// for TLS, "
+                "redis://user:password@host:port with credentials)"
+            )
     if cluster:
         if len(urls) != 1:
             raise ConfigurationError(

@@ -3,6 +3,7 @@
 ```
 StampedeError
 ├── ConfigurationError (ValueError)    bad options, URLs, patterns, strategies
+│   └── SetupError                     open() refused the servers (names the URL and the fix)
 ├── InvalidKeyError (ValueError)       empty key, bad naming part
 ├── CrossSlotError (ValueError)        keys that had to share one slot do not
 ├── MalformedEnvelope (ValueError)     a stored value is not <version>:<token>:<payload>
@@ -23,7 +24,8 @@ StampedeError
 │   └── OrderingError                  a stored value cannot be ordered against the write
 │       └── ClockSkewError             ...because it is stamped far in this clock's future
 ├── ReadError
-│   └── TornReadError                  a group stayed torn; carries what was seen
+│   ├── TornReadError                  a group stayed torn; carries what was seen
+│   └── ReadTimeout (ShardTimeout)     the read's deadline passed; names the late shard
 └── RepairError                        a repair could not be made (loader failed, ...)
 ```
 
@@ -55,6 +57,24 @@ class StampedeError(Exception):
 
 class ConfigurationError(StampedeError, ValueError):
     """An option, URL, pattern or strategy is not usable as given."""
+
+
+class SetupError(ConfigurationError):
+    """`open()` refused the servers it was given, before anything was written.
+
+    `url` names the server (its password hidden) and `problem` says what is wrong
+    as a short code: `"unreachable"`, `"timeout"`, `"auth"`, `"permission"`,
+    `"tls"`, `"cluster-node"` (a cluster node listed without `cluster=True`),
+    `"not-cluster"` (`cluster=True` against a plain server), `"same-server"` (two
+    URLs reach one server), `"order"`, `"count"` or `"layout"` (the URLs disagree
+    with the shard identity records the data was written with; see
+    docs/wire-formats.md). The message says how to fix it.
+    """
+
+    def __init__(self, message: str, *, url: str, problem: str) -> None:
+        super().__init__(f"{url}: {message}")
+        self.url = url
+        self.problem = problem
 
 
 class InvalidKeyError(StampedeError, ValueError):
@@ -114,14 +134,26 @@ class MalformedEntry(StampedeError, ValueError):
 
 
 class ModelValidationError(StampedeError, ValueError):
-    """A part of a typed group did not validate against its pydantic model."""
+    """A part of a typed group did not validate against its pydantic model.
 
-    def __init__(self, key: bytes | str, model: str, errors: int) -> None:
+    `fields` names the failing fields (pydantic locations, e.g. `address.zip`);
+    the message names them too, never the values.
+    """
+
+    def __init__(
+        self, key: bytes | str, model: str, errors: int, *, fields: Sequence[str] = ()
+    ) -> None:
         self.key = key
         self.model = model
+        self.fields = list(fields)
+        where = ""
+        if self.fields:
+            shown = ", ".join(repr(f) for f in self.fields[:10])
+            more = f" (+{len(self.fields) - 10} more)" if len(self.fields) > 10 else ""
+            where = f" at {shown}{more}"
         super().__init__(
             f"value of key {_show(key)} does not validate as {model} "
-            f"({errors} validation error{'s' if errors != 1 else ''}); "
+            f"({errors} validation error{'s' if errors != 1 else ''}{where}); "
             "fix the writer or migrate the stored data."
         )
 
@@ -305,6 +337,25 @@ class TornReadError(ReadError):
         super().__init__(
             f"group {_show(group)} is torn ({reason}) after {attempts} read(s); "
             "pass repair=... to read() to repair it, or run the repair worker."
+        )
+
+
+class ReadTimeout(ReadError, ShardTimeout):
+    """A read passed its deadline (`RetryPolicy.deadline`) before a shard answered.
+
+    `shard` names the shard(s) still owing an answer (comma-separated), `group` the
+    group and `deadline` the seconds allowed. It is a `ShardTimeout` and a
+    `TimeoutError` too.
+    """
+
+    def __init__(self, group: bytes | str, *, shard: str, deadline: float) -> None:
+        self.group = group
+        self.deadline = deadline
+        super().__init__(
+            f"read of group {_show(group)} passed its deadline of {deadline:g} s waiting for "
+            "this shard (is it paused or overloaded?); retry later, or raise "
+            "RetryPolicy.deadline if it is just slow",
+            shard=shard,
         )
 
 

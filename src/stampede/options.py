@@ -21,8 +21,10 @@ __all__ = [
     "ConnectOptions",
     "Options",
     "RetryPolicy",
+    "check_strategy",
     "load_options",
     "redis_kwargs",
+    "strategy_problem",
 ]
 
 
@@ -75,12 +77,23 @@ class ConnectOptions(_Frozen):
     )
     retry_base: float = Field(default=0.01, gt=0, description="seconds; backoff base")
     retry_cap: float = Field(default=0.5, gt=0, description="seconds; longest backoff sleep")
-    max_connections: int = Field(default=1024, ge=1, description="per shard (node)")
+    max_connections: int = Field(
+        default=1024,
+        ge=1,
+        description="most connections open to each shard (each cluster node) at once; "
+        "callers beyond wait for a free one",
+    )
     coalesce: bool = Field(
         default=True,
         description="gather the requests of one loop turn into one round trip per shard",
     )
     batch_keys: int = Field(default=1024, ge=1, description="most keys in one coalesced batch")
+    check_identity: bool = Field(
+        default=True,
+        description="on open(), check (and on first use write) each primary's shard identity "
+        "record, so URLs in another order or number than the data was written with are "
+        "refused; turn off only to re-shard (docs/operations.md)",
+    )
 
 
 class Options(_Frozen):
@@ -112,20 +125,29 @@ class Options(_Frozen):
 
     @model_validator(mode="after")
     def _check_versions(self) -> Options:
-        if not isinstance(self.versions, str) and not isinstance(self.versions, VersionSource):
-            raise ValueError("versions must be 'hybrid', 'counter' or a VersionSource")
-        from .repair.base import RepairStrategy  # the repair layer builds on this module
-
-        if self.repair is not None and not isinstance(self.repair, RepairStrategy):
-            raise ValueError(
-                "repair must be a RepairStrategy (NewestWins(), Refetch(loader), "
-                f"Enqueue(queue)), got {type(self.repair).__name__}"
-            )
+        if isinstance(self.versions, type) or not isinstance(self.versions, str | VersionSource):
+            raise ValueError(_versions_problem(self.versions))
+        if self.repair is not None:
+            problem = strategy_problem(self.repair)
+            if problem is not None:
+                raise ValueError(problem)
         return self
 
     def version_source(self) -> VersionSource:
         """The `VersionSource` the `versions` option names (a fresh one for a name)."""
         return resolve_versions(self.versions)
+
+
+def _versions_problem(spec: object) -> str:
+    if isinstance(spec, type):
+        return (
+            f"versions must be 'hybrid', 'counter' or a VersionSource instance, got the class "
+            f"{spec.__name__}; pass an instance: versions={spec.__name__}()"
+        )
+    return (
+        "versions must be 'hybrid', 'counter' or a VersionSource instance (HybridClock(), "
+        f"Counter()), got a {type(spec).__name__}"
+    )
 
 
 def resolve_versions(spec: str | VersionSource) -> VersionSource:
@@ -135,7 +157,34 @@ def resolve_versions(spec: str | VersionSource) -> VersionSource:
         if spec == "counter":
             return Counter()
         raise ConfigurationError(f"versions must be 'hybrid' or 'counter', got {spec!r}")
+    if isinstance(spec, type) or not isinstance(spec, VersionSource):
+        raise ConfigurationError(_versions_problem(spec))
     return spec
+
+
+def strategy_problem(strategy: object) -> str | None:
+    """What is wrong with `strategy` as a repair strategy, or None when it is one."""
+    from .repair.base import RepairStrategy  # the repair layer builds on this module
+
+    if isinstance(strategy, type):
+        return (
+            f"repair must be a RepairStrategy instance, got the class {strategy.__name__}; "
+            f"pass an instance of it, e.g. repair={strategy.__name__}(...): NewestWins(), "
+            "Refetch(loader), Enqueue(queue)"
+        )
+    if not isinstance(strategy, RepairStrategy):
+        return (
+            "repair must be a RepairStrategy (NewestWins(), Refetch(loader), "
+            f"Enqueue(queue)), got {type(strategy).__name__}"
+        )
+    return None
+
+
+def check_strategy(strategy: object, what: str = "repair") -> None:
+    """`ConfigurationError` unless `strategy` is a repair strategy instance."""
+    problem = strategy_problem(strategy)
+    if problem is not None:
+        raise ConfigurationError(problem.replace("repair must", f"{what} must", 1))
 
 
 def load_options(options: Options | None, overrides: dict[str, Any]) -> Options:

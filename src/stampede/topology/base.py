@@ -8,7 +8,9 @@ pipeline per shard, all shards at once, and translates redis-py errors into
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -17,9 +19,10 @@ from redis import exceptions as rex
 from ..errors import ShardError, ShardResponseError, ShardTimeout, ShardUnavailable
 
 if TYPE_CHECKING:
+    from .coalesce import Coalescer
     from .node_ops import Body, Command, Script
 
-__all__ = ["Topology", "WriteOutcome", "translate"]
+__all__ = ["READ_WATCH", "ReadWatch", "Topology", "WriteOutcome", "fetch_watched", "translate"]
 
 T = TypeVar("T")
 
@@ -43,6 +46,97 @@ class WriteOutcome:
 
     def first_error(self) -> ShardError | None:
         return next(iter(self.failed.values()), None)
+
+
+class ReadWatch:
+    """The shards one read still waits on, so a read past its deadline can name them.
+
+    `Stampede.read` sets one in `READ_WATCH`; each topology's `fetch` counts its
+    shards in while their round trip is out and out again when it is back.
+    """
+
+    __slots__ = ("_waiting",)
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, int] = {}
+
+    def enter(self, shard: str) -> None:
+        self._waiting[shard] = self._waiting.get(shard, 0) + 1
+
+    def leave(self, shard: str) -> None:
+        left = self._waiting.get(shard, 0) - 1
+        if left > 0:
+            self._waiting[shard] = left
+        else:
+            self._waiting.pop(shard, None)
+
+    @property
+    def waiting(self) -> list[str]:
+        """The shards with a round trip of this read still out, sorted."""
+        return sorted(self._waiting)
+
+
+READ_WATCH: ContextVar[ReadWatch | None] = ContextVar("stampede_read_watch", default=None)
+"""The `ReadWatch` of the read running in this context, if any."""
+
+
+async def fetch_watched(
+    keys: Sequence[bytes],
+    parts: Sequence[tuple[str, Coalescer[Any, Any], list[int]]],
+    watch: ReadWatch,
+) -> list[bytes | None]:
+    """GET every key through its shard's coalescer, each shard counted in `watch`
+    until it answers; the first failing shard (in `parts` order) raises.
+
+    A shard whose round trip is cancelled (the read's deadline passed) stays
+    counted, so the read can name it. Every part but the last is submitted; the
+    last runs in this task, as `plan.fetch_parts` does.
+    """
+
+    def answered(shard: str) -> Callable[[asyncio.Future[Any]], None]:
+        def done(future: asyncio.Future[Any]) -> None:
+            if not future.cancelled():
+                watch.leave(shard)
+
+        return done
+
+    futures: list[asyncio.Future[Any]] = []
+    for shard, coalescer, positions in parts[:-1]:
+        watch.enter(shard)
+        future = coalescer.submit([keys[p] for p in positions])
+        future.add_done_callback(answered(shard))
+        futures.append(future)
+    shard, coalescer, positions = parts[-1]
+    watch.enter(shard)
+    last: Any
+    try:
+        last = await coalescer.call([keys[p] for p in positions])
+    except asyncio.CancelledError:
+        for future in futures:
+            future.cancel()
+        raise
+    except BaseException as exc:
+        watch.leave(shard)
+        if not isinstance(exc, ShardError):
+            for future in futures:
+                future.cancel()
+            raise
+        last = exc
+    else:
+        watch.leave(shard)
+    results = [*(await asyncio.gather(*futures, return_exceptions=True)), last]
+    return _assemble(len(keys), [positions for _, _, positions in parts], results)
+
+
+def _assemble(count: int, positions: list[list[int]], results: list[Any]) -> list[bytes | None]:
+    """Each part's values in their keys' places; the first failed part raises."""
+    out: list[bytes | None] = [None] * count
+    for where, values in zip(positions, results, strict=True):
+        if isinstance(values, BaseException):
+            raise values
+        for pos, value in zip(where, values, strict=True):
+            out[pos] = value
+    return out
 
 
 Updater = Callable[[list[bytes | None]], Awaitable[list[bytes] | None]]
@@ -139,6 +233,20 @@ def translate(exc: BaseException, shard: str) -> ShardError:
     """The stampede error for a redis-py error on `shard` (messages carry no payloads)."""
     if isinstance(exc, ShardError):
         return exc
+    if isinstance(exc, rex.AuthenticationError | rex.AuthenticationWrongNumberOfArgsError):
+        return ShardUnavailable(
+            f"authentication failed ({exc}); authentication required; put user:password in "
+            "the URL (redis://user:password@host:port, or redis://:password@host:port for "
+            "the default user)",
+            shard=shard,
+        )
+    if isinstance(exc, rex.NoPermissionError):
+        return ShardResponseError(
+            f"the ACL user may not do this ({exc}); grant it what stampede needs "
+            "(ACL SETUSER <user> +@read +@write +@scripting +@transaction +@connection "
+            "+info ~*), or connect as another user",
+            shard=shard,
+        )
     if isinstance(exc, rex.TimeoutError | TimeoutError):
         return ShardTimeout(
             "did not answer in time; it may be paused, overloaded or partitioned "

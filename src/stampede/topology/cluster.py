@@ -14,13 +14,14 @@ from functools import partial
 from typing import Any
 
 from redis import exceptions as rex
-from redis.asyncio import Redis
+from redis.asyncio import Redis, SSLConnection
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-from ..errors import ConfigurationError, ShardUnavailable
+from ..errors import ConfigurationError, SetupError, ShardUnavailable
 from ..keys import keyslot
 from ..options import ConnectOptions, redis_kwargs
-from .base import Updater, WriteOutcome, translate
+from .base import READ_WATCH, Updater, WriteOutcome, fetch_watched, translate
+from .checks import probe, redact
 from .coalesce import Coalescer
 from .guard import (
     ARGS_PER_KEY,
@@ -83,6 +84,12 @@ def _redirect(result: Any) -> bool:
     return isinstance(result, rex.AskError | rex.TryAgainError)
 
 
+_NODE_KWARGS = frozenset(
+    """username password credential_provider client_name ssl_ca_certs
+    ssl_ca_data ssl_cert_reqs ssl_include_verify_flags ssl_exclude_verify_flags ssl_certfile
+    ssl_check_hostname ssl_keyfile ssl_min_version ssl_ciphers""".split()
+)
+
 _ERRORS = (rex.RedisError, rex.RedisClusterException, OSError, TimeoutError)
 _MAX_REDIRECTS = 16
 
@@ -92,8 +99,11 @@ class Cluster:
 
     kind = "cluster"
 
-    def __init__(self, client: RedisCluster, *, options: ConnectOptions | None = None) -> None:
+    def __init__(
+        self, client: RedisCluster, *, options: ConnectOptions | None = None, url: str | None = None
+    ) -> None:
         self._client = client
+        self._url = url
         self._options = options or ConnectOptions()
         self._node_clients: dict[str, Redis] = {}
         self._refreshing: asyncio.Future[None] | None = None
@@ -119,16 +129,56 @@ class Cluster:
             client = RedisCluster.from_url(url, **kwargs)
         except (ValueError, rex.RedisClusterException) as exc:
             raise ConfigurationError(f"bad Redis Cluster URL {url!r}: {exc}") from exc
-        return cls(client, options=opts)
+        return cls(client, options=opts, url=url)
 
     @property
     def client(self) -> RedisCluster:
         return self._client
 
     async def open(self) -> None:
-        """Learn the slot map from the startup node (redis-py would do it lazily)."""
+        """Check the startup node, learn the slot map, and check every primary.
+
+        `SetupError` (naming the URL and the fix) when the startup node cannot be
+        reached or used (credentials, ACL, TLS), is not cluster-enabled, or a
+        primary does not answer. redis-py would load the slot map lazily.
+        """
+        timeout = self._options.socket_timeout
+        startup = list(self._client.nodes_manager.startup_nodes)
+        for name in startup[:1]:
+            url = self._url or f"redis://{name}"
+            info = await probe(self._lane_at(name), url, waited=timeout)
+            if info.cluster_enabled is False:
+                raise SetupError(
+                    "is not a Redis Cluster node (cluster_enabled:0); drop cluster=True and "
+                    "list every independent primary's URL instead, in one fixed order",
+                    url=redact(url),
+                    problem="not-cluster",
+                )
+        await self._load_slots()
+        primaries = self.shard_names
+        found = await asyncio.gather(
+            *(probe(self._lane_at(n), self._node_url(n), waited=timeout) for n in primaries),
+            return_exceptions=True,
+        )
+        for result in found:
+            if isinstance(result, BaseException):
+                raise result
+        for name in [n for n in self._lanes if n not in primaries]:
+            await self._lanes.pop(name).aclose()  # the startup node under another name
+
+    def _node_url(self, name: str) -> str:
+        """A URL for the node `name`, in the startup URL's scheme and credentials."""
+        if self._url is None or "://" not in self._url:
+            return f"redis://{name}"
+        scheme, rest = self._url.split("://", 1)
+        authority = rest.split("/", 1)[0]
+        user = authority.rsplit("@", 1)[0] + "@" if "@" in authority else ""
+        return f"{scheme}://{user}{name}"
+
+    async def _load_slots(self) -> None:
         try:
             await self._client.initialize()
+            await self._release_idle()
         except _ERRORS as exc:
             nodes = ", ".join(self._client.nodes_manager.startup_nodes) or "?"
             raise ShardUnavailable(
@@ -240,8 +290,22 @@ class Cluster:
         """Reload the slot map once, however many callers met MOVED meanwhile."""
         task = self._refreshing
         if task is None or task.done():
-            task = self._refreshing = asyncio.ensure_future(self._client.nodes_manager.initialize())
+            task = self._refreshing = asyncio.ensure_future(self._reload())
         await asyncio.shield(task)
+
+    async def _reload(self) -> None:
+        await self._client.nodes_manager.initialize()
+        await self._release_idle()
+
+    async def _release_idle(self) -> None:
+        """Close the idle connections redis-py's cluster client opened to learn the
+        slot map: stampede's commands go through the lanes, and `max_connections`
+        bounds the lanes' connections to each node."""
+        nodes = list(self._client.nodes_manager.nodes_cache.values())
+        nodes += list(self._client.nodes_manager.startup_nodes.values())
+        await asyncio.gather(
+            *(n.disconnect_free_connections() for n in nodes), return_exceptions=True
+        )
 
     def _coalescers(self, node: str) -> tuple[Coalescer[Any, Any], Coalescer[Any, Any]]:
         pair = self._batchers.get(node)
@@ -255,6 +319,10 @@ class Cluster:
 
     async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
         plan = self._by_slots([keyslot(k) for k in keys])
+        watch = READ_WATCH.get()
+        if watch is not None:
+            named = [(n, self._coalescers(n)[0], pos) for n, pos in plan.items()]
+            return await fetch_watched(keys, named, watch)
         parts = [(self._coalescers(n)[0], pos) for n, pos in plan.items()]
         return await fetch_parts(keys, parts)
 
@@ -458,6 +526,16 @@ class Cluster:
         except _ERRORS as exc:
             raise translate(exc, shard) from exc
 
+    def misrouted(self, shard: str, keys: Sequence[bytes]) -> list[bytes]:
+        """The keys of `keys`, found on the primary `shard`, whose slot it does not own.
+
+        On a settled cluster there are none (the server refuses such writes); keys
+        of a slot being migrated show up until the migration ends.
+        """
+        if shard not in self.shard_names:
+            raise ConfigurationError(f"no cluster primary named {shard!r}")
+        return [k for k in keys if self._safe_shard(k) != shard]
+
     def _single(self, keys: Sequence[bytes], what: str) -> str:
         slots = {keyslot(k) for k in keys}
         if len(slots) != 1:
@@ -530,6 +608,7 @@ class Cluster:
             opts = self._options
             lane = self._lanes[name] = Lane(
                 self._client_at(name),
+                limit=opts.max_connections,
                 name=name,
                 retries=opts.connection_retries,
                 retry_base=opts.retry_base,
@@ -542,7 +621,14 @@ class Cluster:
         client = self._node_clients.get(name)
         if client is None:
             host, port = name.rsplit(":", 1)
-            client = Redis(host=host, port=int(port), **redis_kwargs(self._options))
+            kwargs = redis_kwargs(self._options)
+            # The startup URL's credentials, TLS settings and client name hold for
+            # every node (redis-py's cluster client keeps them in connection_kwargs).
+            given = getattr(self._client, "connection_kwargs", {})
+            kwargs.update({k: v for k, v in given.items() if k in _NODE_KWARGS and v is not None})
+            if given.get("connection_class") is SSLConnection:
+                kwargs["ssl"] = True
+            client = Redis(host=host, port=int(port), **kwargs)
             self._node_clients[name] = client
         return client
 

@@ -16,7 +16,10 @@ settings), sends packed commands, and reads raw replies:
   failure to connect (nothing sent) is retried for every command;
 - a free connection the server closed meanwhile is replaced before anything is
   sent on it;
-- at most `limit` connections are open; callers beyond wait for a free one.
+- at most `limit` connections are open (`ConnectOptions.max_connections`);
+  callers beyond wait for a free one;
+- an authentication error (`NOAUTH`, `WRONGPASS`) is a refusal, not a lost
+  reply: it is raised at once and never retried.
 
 Commands are written straight to the connection's stream (redis-py's own send
 path costs a task per call; see `send`) and packed by hiredis's C encoder
@@ -143,11 +146,30 @@ class Lane:
         self._base = retry_base
         self._cap = retry_cap
 
+    @property
+    def limit(self) -> int:
+        """The most connections this lane opens at once (`max_connections`)."""
+        return self._limit
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open (or being opened) now, in use or free."""
+        return self._open
+
     async def _take(self) -> Any:
         while not self._free and self._open >= self._limit:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
-            await waiter
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                # Woken and cancelled at once (a deadline): pass the wake-up on, or
+                # the connection given back would wait for the next release.
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()
+                elif waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                raise
         if self._free:
             return self._free.pop()
         self._open += 1
@@ -159,6 +181,10 @@ class Lane:
             self._open -= 1
         else:
             self._free.append(conn)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Let the longest waiter try for a connection."""
         while self._waiters:
             waiter = self._waiters.pop(0)
             if not waiter.done():
@@ -175,6 +201,9 @@ class Lane:
                     await conn.disconnect(nowait=True)
                     await conn.connect()
                 return conn
+            except rex.AuthenticationError:
+                await self._drop(conn)  # a refusal: trying again cannot help
+                raise
             except rex.ConnectionError:
                 await self._drop(conn)
                 if attempt >= self.retries:
@@ -223,6 +252,10 @@ class Lane:
                         replies.append(await conn.read_response())
                     except rex.ResponseError as exc:
                         replies.append(exc)
+            except rex.AuthenticationError:
+                # NOAUTH: the server refused the command unrun; not a lost reply.
+                await self._drop(conn)
+                raise
             except LOST as exc:
                 await self._drop(conn)
                 if not safe:

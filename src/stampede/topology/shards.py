@@ -16,11 +16,23 @@ from typing import Any
 
 from redis import exceptions as rex
 from redis.asyncio import Redis
+from ulid import ULID
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, SetupError
 from ..keys import HashPolicy, SlotMap, keyslot
 from ..options import ConnectOptions, redis_kwargs
-from .base import Updater, WriteOutcome, guarded, translate
+from .base import READ_WATCH, Updater, WriteOutcome, fetch_watched, guarded, translate
+from .checks import (
+    IDENTITY_KEY,
+    Identity,
+    ServerInfo,
+    check_identities,
+    layout_digest,
+    probe,
+    redact,
+    refusal,
+    same_servers,
+)
 from .coalesce import Coalescer
 from .guard import GUARD_SCRIPT, GUARD_SHA, WriteRequest, joined, split_codes
 from .lane import Lane
@@ -53,6 +65,7 @@ class Shards:
         slot_map: SlotMap | None = None,
         policy: HashPolicy | None = None,
         options: ConnectOptions | None = None,
+        urls: Sequence[str] | None = None,
     ) -> None:
         if not clients:
             raise ConfigurationError("Shards needs at least one Redis primary")
@@ -68,9 +81,12 @@ class Shards:
             )
         self._policy = policy
         opts = options or ConnectOptions()
+        self._options = opts
+        self._urls = list(urls) if urls is not None else list(self._names)
         self._lanes = [
             Lane(
                 c,
+                limit=opts.max_connections,
                 name=name,
                 retries=opts.connection_retries,
                 retry_base=opts.retry_base,
@@ -114,7 +130,125 @@ class Shards:
             slot_map=slot_map,
             policy=policy,
             options=opts,
+            urls=urls,
         )
+
+    async def open(self) -> None:
+        """Check every primary before anything is written; `SetupError` if one is unfit.
+
+        Each server must answer (credentials, ACL permissions and TLS included), be
+        a plain primary rather than a cluster node, and be listed once (by its
+        `run_id`, whatever the URL). Then, unless `check_identity` is off, each
+        server's identity record must agree with its place in the list (written
+        on first use; see docs/wire-formats.md).
+        """
+        timeout = self._options.socket_timeout
+        found = await asyncio.gather(
+            *(
+                probe(lane, url, waited=timeout)
+                for lane, url in zip(self._lanes, self._urls, strict=True)
+            ),
+            return_exceptions=True,
+        )
+        for result in found:
+            if isinstance(result, BaseException):
+                raise result
+        infos = [r for r in found if isinstance(r, ServerInfo)]
+        for info in infos:
+            if info.cluster_enabled:
+                raise SetupError(
+                    "is a Redis Cluster node; connect with cluster=True and one node's URL "
+                    "(stampede.connect(url, cluster=True)). Listed as independent primaries, "
+                    "cluster nodes answer MOVED for the slots they do not own.",
+                    url=redact(info.url),
+                    problem="cluster-node",
+                )
+        same_servers(infos)
+        if self._options.check_identity:
+            await self._check_identity()
+
+    def _layout(self) -> str:
+        patterns = () if self._policy is None else self._policy.patterns
+        return layout_digest(repr(sorted(self._map.ranges().items())).encode(), patterns)
+
+    async def _identities(self) -> list[Identity | None]:
+        async def one(i: int) -> Identity | None:
+            try:
+                raw = await self._lanes[i].call("GET", IDENTITY_KEY)
+            except (rex.RedisError, OSError, TimeoutError) as exc:
+                raise refusal(exc, self._urls[i]) from exc
+            return None if raw is None else Identity.decode(raw, self._urls[i])
+
+        return list(await asyncio.gather(*(one(i) for i in range(len(self._lanes)))))
+
+    async def _claim(self, i: int, record: Identity) -> Identity | None:
+        """SET the record NX on shard `i`; the record already there, if any."""
+        try:
+            old = await self._lanes[i].pipeline(
+                [("SET", IDENTITY_KEY, record.encode(), "NX", "GET")], resend=True
+            )
+        except (rex.RedisError, OSError, TimeoutError) as exc:
+            raise refusal(exc, self._urls[i]) from exc
+        reply = old[0]
+        if isinstance(reply, BaseException):
+            raise refusal(reply, self._urls[i]) from reply
+        if reply is None or reply == record.encode():
+            return None
+        return Identity.decode(reply, self._urls[i])
+
+    async def _check_identity(self) -> None:
+        """Refuse URLs that disagree with the identity records; write the missing ones.
+
+        Concurrent first opens agree: the deployment id is whatever shard #1 holds
+        after a `SET NX` (a resend finds its own record, so it is safe to resend).
+        """
+        n, layout = len(self._lanes), self._layout()
+        records = await self._identities()
+        topology = check_identities(self._urls, records, layout)
+        if topology is None:
+            mine = Identity.fresh(0, n, str(ULID()), layout)
+            theirs = await self._claim(0, mine)
+            records[0] = theirs or mine
+            topology = check_identities(self._urls, records, layout)
+            assert topology is not None
+        missing = [i for i, rec in enumerate(records) if rec is None]
+        claimed = await asyncio.gather(
+            *(self._claim(i, Identity.fresh(i, n, topology, layout)) for i in missing)
+        )
+        for i, theirs in zip(missing, claimed, strict=True):
+            records[i] = theirs
+        check_identities(self._urls, records, layout)
+
+    async def write_identity(self) -> None:
+        """Overwrite every primary's identity record with this list's order and layout.
+
+        For re-sharding: once the keys sit where this `Shards` routes them, connect
+        with `ConnectOptions(check_identity=False)` and call this once; later opens
+        check against the new records.
+        """
+        n, layout, topology = len(self._lanes), self._layout(), str(ULID())
+
+        async def one(i: int) -> None:
+            record = Identity.fresh(i, n, topology, layout).encode()
+            try:
+                await self._lanes[i].pipeline([("SET", IDENTITY_KEY, record)], resend=True)
+            except (rex.RedisError, OSError, TimeoutError) as exc:
+                raise refusal(exc, self._urls[i]) from exc
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+
+    def misrouted(self, shard: str, keys: Sequence[bytes]) -> list[bytes]:
+        """The keys of `keys`, found on `shard`, that route to another shard.
+
+        For a scan: such a key was written under another URL order or slot map (or
+        by another program), and reads never look for it where it is. Stampede's
+        own per-server keys (the identity record) are never misrouted.
+        """
+        if shard not in self._names:
+            raise ConfigurationError(f"no shard named {shard!r}; shards: {self._names}")
+        here = self._names.index(shard)
+        index = self._index
+        return [k for k in keys if k != IDENTITY_KEY and index(k) != here]
 
     @property
     def shard_names(self) -> list[str]:
@@ -148,7 +282,12 @@ class Shards:
         return parts
 
     async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        parts = [(self._readers[s], pos) for s, pos in self._partition(keys).items()]
+        plan = self._partition(keys).items()
+        watch = READ_WATCH.get()
+        if watch is not None:
+            named = [(self._names[s], self._readers[s], pos) for s, pos in plan]
+            return await fetch_watched(keys, named, watch)
+        parts = [(self._readers[s], pos) for s, pos in plan]
         return await fetch_parts(keys, parts)
 
     async def write_guarded(

@@ -1,0 +1,259 @@
+"""`open()` checks the servers; `max_connections` caps every shard; a read's deadline holds.
+
+Each set-up mistake fails at `open()` with a `SetupError` of its own, naming the
+URL and the fix, before anything is written. Real servers throughout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+import stampede
+from stampede import ConnectOptions, RetryPolicy, SetupError, Shards
+from stampede.testing import LocalCluster, LocalPrimaries, RedisNode
+from stampede.topology.checks import IDENTITY_KEY
+
+from .support import FAST, open_stampede, spread_keys
+
+
+@pytest.fixture
+def primaries(redis_primaries: LocalPrimaries) -> Iterator[LocalPrimaries]:
+    """The shared primaries, emptied before and after (identity records included)."""
+    redis_primaries.heal()
+    redis_primaries.flushall()
+    yield redis_primaries
+    redis_primaries.heal()
+    redis_primaries.flushall()
+
+
+@pytest.fixture
+def secured() -> Iterator[RedisNode]:
+    """A server of its own with a password and a limited ACL user."""
+    with RedisNode() as node:
+        node.client().config_set("requirepass", "s3cret")  # the harness pings unauthenticated
+        admin = node.client(password="s3cret")
+        admin.acl_setuser("blind", enabled=True, passwords=["+pw"], keys=["*"], commands=["+ping"])
+        try:
+            yield node
+        finally:
+            admin.config_set("requirepass", "")
+
+
+async def refused(urls: str | list[str], **kwargs: Any) -> SetupError:
+    """The `SetupError` that opening `urls` raises (the client is closed either way)."""
+    kwargs.setdefault("connection", FAST)
+    st = stampede.connect(urls, **kwargs)
+    try:
+        with pytest.raises(SetupError) as info:
+            await st.open()
+    finally:
+        await st.aclose()
+    return info.value
+
+
+async def test_a_wrong_password_is_refused_at_open(secured: RedisNode) -> None:
+    """Bad or missing credentials name the URL (password hidden) and say to put them in it."""
+    err = await refused(f"redis://:wrong@{secured.address}")
+    assert err.problem == "auth" and err.url == f"redis://:***@{secured.address}"
+    assert "put user:password in the URL" in str(err) and "wrong" not in str(err)
+    assert "reachable" not in str(err)
+    err = await refused(secured.url)
+    assert err.problem == "auth" and "authentication required" in str(err)
+    async with stampede.connect(f"redis://:s3cret@{secured.address}", connection=FAST) as st:
+        await st.write("g", {"g:a": b"1"})
+        assert (await st.read("g", ["g:a"])).consistent
+
+
+async def test_an_acl_user_without_info_is_refused(secured: RedisNode) -> None:
+    """An ACL user that may not run what open() asks is told what to grant."""
+    err = await refused(f"redis://blind:pw@{secured.address}")
+    assert err.problem == "permission" and "ACL SETUSER" in str(err)
+    assert err.url == f"redis://blind:***@{secured.address}"
+
+
+async def test_a_down_shard_is_refused_at_open(primaries: LocalPrimaries) -> None:
+    """A shard nobody listens on is named by its URL, before anything is written."""
+    node = RedisNode()
+    node.start()
+    dead = node.url
+    node.stop()
+    err = await refused([*primaries.urls, dead])
+    assert err.problem == "unreachable" and err.url == dead and "is the server up" in str(err)
+    for live in primaries.nodes:  # nothing written anywhere, identity records included
+        assert live.client().dbsize() == 0
+
+
+async def test_a_cluster_node_without_cluster_true_is_refused(redis_cluster: LocalCluster) -> None:
+    """A cluster node listed as a primary would answer MOVED; open() says cluster=True."""
+    err = await refused([redis_cluster.url])
+    assert err.problem == "cluster-node" and "cluster=True" in str(err)
+    assert err.url == redis_cluster.url
+
+
+async def test_cluster_true_against_a_plain_server_is_refused(primaries: LocalPrimaries) -> None:
+    """cluster=True against a plain primary says to list the primaries instead."""
+    err = await refused(primaries.urls[0], cluster=True)
+    assert err.problem == "not-cluster" and "drop cluster=True" in str(err)
+    assert err.url == primaries.urls[0]
+
+
+async def test_two_urls_that_reach_one_server_are_refused(primaries: LocalPrimaries) -> None:
+    """The same server under two URLs (here: two databases) is found by its run_id."""
+    first = primaries.nodes[0]
+    twice = [f"redis://{first.address}/0", primaries.urls[1], f"redis://{first.address}/1"]
+    err = await refused(twice)
+    assert err.problem == "same-server" and err.url == twice[2]
+    assert twice[0] in str(err) and "list each primary once" in str(err)
+
+
+async def test_rediss_to_a_plain_port_is_refused(primaries: LocalPrimaries) -> None:
+    """TLS against a plain port: use redis://, or the server's tls-port."""
+    url = f"rediss://{primaries.nodes[0].address}"
+    err = await refused(url, connection=ConnectOptions(connect_timeout=0.5, socket_timeout=0.5))
+    assert err.problem == "tls" and err.url == url and "use redis://" in str(err)
+
+
+async def test_urls_in_another_order_are_refused(primaries: LocalPrimaries) -> None:
+    """The identity records written by the first open() refuse a reordered or shortened list."""
+    urls = primaries.urls
+    async with stampede.connect(urls, connection=FAST) as st:
+        await st.write("user:{1}", {"user:{1}:a": b"x"})
+    for node in primaries.nodes:
+        assert node.client().exists(IDENTITY_KEY) == 1
+    swapped = [urls[1], urls[0], urls[2]]
+    err = await refused(swapped)
+    assert err.problem == "order" and err.url == urls[1]
+    assert f"List them as: {', '.join(urls)}." in str(err) and "check_identity=False" in str(err)
+    err = await refused(urls[:2])
+    assert err.problem == "count" and "of 3" in str(err)
+    # the same order opens again, any number of times
+    async with stampede.connect(urls, connection=FAST) as st:
+        assert (await st.read("user:{1}", ["user:{1}:a"])).consistent
+
+
+async def test_reshard_accepts_a_new_order_explicitly(primaries: LocalPrimaries) -> None:
+    """check_identity=False opens anyway; write_identity() makes the new order the one checked."""
+    urls = primaries.urls
+    async with stampede.connect(urls, connection=FAST):
+        pass
+    moved = [urls[2], urls[0], urls[1]]
+    loose = FAST.model_copy(update={"check_identity": False})
+    async with stampede.connect(moved, connection=loose) as st:
+        assert isinstance(st.topology, Shards)
+        await st.topology.write_identity()
+    async with stampede.connect(moved, connection=FAST):
+        pass
+    assert (await refused(urls)).problem == "order"
+
+
+async def test_a_different_slot_map_is_refused(primaries: LocalPrimaries) -> None:
+    """The same servers under another hash pattern would route keys elsewhere."""
+    async with stampede.connect(primaries.urls, connection=FAST):
+        pass
+    err = await refused(primaries.urls, hash_pattern=r"^(?P<tag>[^:]+)")
+    assert err.problem == "layout" and "hash_pattern" in str(err)
+
+
+async def test_concurrent_first_opens_agree(primaries: LocalPrimaries) -> None:
+    """Two processes opening fresh servers at once write one identity, not two."""
+    clients = [stampede.connect(primaries.urls, connection=FAST) for _ in range(4)]
+    try:
+        await asyncio.gather(*(c.open() for c in clients))
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+    ids = {node.client().get(IDENTITY_KEY) for node in primaries.nodes}
+    assert len(ids) == 3  # one record per shard (they differ by index), all of one topology
+    async with stampede.connect(primaries.urls, connection=FAST):
+        pass
+
+
+async def test_misrouted_keys_are_found(primaries: LocalPrimaries) -> None:
+    """`Shards.misrouted` names keys a server holds but does not route to (for `scan`)."""
+    async with stampede.connect(primaries.urls, connection=FAST) as st:
+        topology = st.topology
+        assert isinstance(topology, Shards)
+        key = b"user:{5}:profile"
+        home = topology.shard_of(key)
+        stray = next(n for n in primaries.nodes if n.address != home)
+        stray.client().set(key, b"x")
+        for node in primaries.nodes:
+            found = [bytes(k) for k in node.client().scan_iter()]
+            expected = [key] if node is stray else []
+            assert topology.misrouted(node.address, found) == expected
+
+
+# -- max_connections -------------------------------------------------------------------
+
+
+def _named(node: RedisNode, name: str) -> int:
+    return sum(1 for c in node.client().client_list() if c.get("name") == name)
+
+
+@pytest.fixture
+async def capped(topology_env: tuple[str, Any]) -> AsyncIterator[tuple[Any, list[RedisNode], str]]:
+    kind, env = topology_env
+    yield env, list(env.nodes), kind
+
+
+async def test_max_connections_caps_every_shard(
+    capped: tuple[Any, list[RedisNode], str],
+) -> None:
+    """Under 200 concurrent operations, CLIENT LIST never shows more than the cap per shard."""
+    env, nodes, kind = capped
+    name = f"capped-{kind}"
+    cap = 4
+    options = ConnectOptions(max_connections=cap, coalesce=False, socket_timeout=10)
+    if kind == "cluster":
+        st = stampede.connect(f"{env.url}?client_name={name}", cluster=True, connection=options)
+    else:
+        st = stampede.connect([f"{u}?client_name={name}" for u in env.urls], connection=options)
+    peak: dict[str, int] = {}
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        while not done.is_set():
+            for node in nodes:
+                seen = await asyncio.to_thread(_named, node, name)
+                peak[node.address] = max(peak.get(node.address, 0), seen)
+
+    async with st:
+        groups = [f"order:{{{i % 9}}}" for i in range(100)]
+        sampler = asyncio.create_task(sample())
+        await asyncio.gather(*(st.write(g, {f"{g}:{i}": b"v"}) for i, g in enumerate(groups)))
+        await asyncio.gather(*(st.read(g, [f"{g}:{i}"]) for i, g in enumerate(groups)))
+        done.set()
+        await sampler
+        after = {node.address: _named(node, name) for node in nodes}
+    assert max(after.values()) <= cap, after
+    assert max(peak.values()) <= cap, peak
+
+
+# -- a read's deadline -----------------------------------------------------------------
+
+
+async def test_a_read_deadline_bounds_a_paused_shard(primaries: LocalPrimaries) -> None:
+    """A read against a paused shard raises ReadTimeout naming it at its deadline,
+    not after the (here very long) socket timeout."""
+    slow = ConnectOptions(socket_timeout=30, connect_timeout=1, connection_retries=0)
+    async with open_stampede(primaries, "shards", connection=slow) as st:
+        keys = spread_keys(st, "user:7")
+        await st.write("user:7", dict.fromkeys(keys, b"v"))
+        home = st.topology.shard_of(keys[0].encode())
+        paused = next(n for n in primaries.nodes if n.address == home)
+        paused.pause()
+        try:
+            started = time.monotonic()
+            with pytest.raises(stampede.ReadTimeout) as info:
+                await st.read("user:7", keys, retry=RetryPolicy(deadline=0.5))
+            elapsed = time.monotonic() - started
+        finally:
+            paused.resume()
+    assert info.value.shard == paused.address and info.value.deadline == 0.5
+    assert isinstance(info.value, stampede.ShardTimeout) and isinstance(info.value, TimeoutError)
+    assert "deadline of 0.5 s" in str(info.value) and paused.address in str(info.value)
+    assert elapsed < 15  # the socket timeout is 30 s
