@@ -50,12 +50,10 @@ async def check_repaired(st: Stampede, expected: dict[str, tuple[int, str]]) -> 
 
 
 def events(stderr: bytes) -> list[dict[str, Any]]:
-    out = []
-    for line in stderr.decode().splitlines():
-        start = line.find("{")
-        if start >= 0 and '"event"' in line:
-            out.append(json.loads(line[start:]))
-    return out
+    """The worker's log: one JSON object per line (the default `--log-format json`)."""
+    out = [json.loads(line) for line in stderr.decode().splitlines() if line.strip()]
+    assert all(isinstance(e, dict) for e in out)
+    return [e for e in out if "event" in e]
 
 
 async def test_killed_worker_jobs_are_finished_by_another(redis_primaries: LocalPrimaries) -> None:
@@ -200,24 +198,37 @@ async def test_worker_survives_an_unreachable_shard() -> None:
     assert failures and f"127.0.0.1:{port}" in failures[0]["error"]
 
 
+async def get(port: int, path: str) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+    body = await reader.read()
+    writer.close()
+    return body
+
+
 async def test_metrics_endpoint_serves_prometheus_text(st: Stampede) -> None:
-    """The optional metrics port answers with the worker's counters as Prometheus text."""
+    """The optional metrics port answers with the worker's counters as Prometheus text
+    (prometheus_client's exposition: HELP and TYPE lines, labels), and /healthz is 200."""
     queue = RepairQueue(st.topology)
     await queue.clear()
     worker = Worker(st.topology, queue, NewestWins())
-    worker.stats.done = 7
-    server = await serve_metrics(worker.stats, 0)
+    worker.stats.repaired = 7
+    worker.stats.error("claim")
+    server = await serve_metrics(worker, 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        body = await reader.read()
-        writer.close()
+        body = await get(port, "/metrics")
+        health = await get(port, "/healthz")
     finally:
         server.close()
     assert body.startswith(b"HTTP/1.1 200 OK")
-    assert b"stampede_worker_jobs_done_total 7" in body
-    assert b"stampede_repair_queue_lag" in body
+    assert b"# HELP stampede_worker_jobs_total Jobs this worker finished" in body
+    assert b"# TYPE stampede_worker_jobs_total counter" in body
+    assert b'stampede_worker_jobs_total{outcome="repaired"} 7.0' in body
+    assert b'stampede_worker_errors_total{kind="claim"} 1.0' in body
+    assert b"stampede_repair_queue_lag" in body and b"stampede_repair_queue_delayed" in body
+    assert health.startswith(b"HTTP/1.1 200 OK")
+    assert all(shard.encode() + b" ok" in health for shard in st.topology.shard_names)
 
 
 async def test_worker_cli_serves_metrics_on_the_chosen_address(
@@ -252,4 +263,6 @@ async def test_worker_cli_serves_metrics_on_the_chosen_address(
         _, err = await asyncio.wait_for(worker.communicate(), timeout=30)
     assert worker.returncode == 0, err.decode()[-2000:]
     assert body.startswith(b"HTTP/1.1 200 OK")
-    assert b"stampede_worker_jobs_done_total 0" in body
+    assert b'stampede_worker_jobs_total{outcome="repaired"} 0.0' in body
+    assert b"process_cpu_seconds_total" in body  # process metrics
+    assert b"# HELP stampede_repairs_total" in body  # the library's own metrics

@@ -12,6 +12,13 @@ per batch) and judged. A group that looks in flight is read again after a short
 pause, so only groups that stay torn are reported. In commit mode a group's
 record adds the keys it names, so a deleted key shows up as missing; in stamp mode
 scan can only see the keys that exist.
+
+The mode is detected by default (`mode=None`): when any group the pattern finds
+has a commit record (`<group>:stampede:commit`), every group is judged in commit
+mode, so a group whose record was lost or is stale reads as torn instead of
+clean; otherwise stamp mode. `mode=Mode.STAMP` over groups that have records is
+refused (`ConfigurationError`): judged that way their records would be ignored.
+Scan one entity type at a time (its own `match` and pattern) if types differ in mode.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ from .verdict import Mode, Observation, Reason, Status, commit_key, judge
 
 __all__ = ["ScanReport", "TornGroup", "compile_pattern", "scan_groups"]
 
-_INTERNAL = (b":stampede:commit", b":stampede:version")
+_COMMIT = b":stampede:commit"
+_INTERNAL = (_COMMIT, b":stampede:version")
 
 Progress = Callable[[str, int], None]
 
@@ -44,6 +52,9 @@ class TornGroup:
 
 @dataclass
 class ScanReport:
+    """What a scan found. `mode` is the mode the groups were judged in, and
+    `committed` how many groups had a commit record."""
+
     keys_scanned: int = 0
     groups: int = 0
     consistent: int = 0
@@ -51,6 +62,8 @@ class ScanReport:
     torn: list[TornGroup] = field(default_factory=list)
     ignored_keys: int = 0
     seconds: float = 0.0
+    mode: Mode = Mode.STAMP
+    committed: int = 0
 
 
 def compile_pattern(pattern: str | bytes) -> re.Pattern[bytes]:
@@ -91,23 +104,29 @@ async def scan_groups(
     pattern: str | bytes | re.Pattern[bytes],
     *,
     match: str = "*",
-    mode: Mode = Mode.STAMP,
+    mode: Mode | None = None,
     count: int = 1000,
     batch: int = 500,
     recheck_delay: float = 0.2,
     progress: Progress | None = None,
 ) -> ScanReport:
-    """Walk every shard and judge every group the pattern finds."""
+    """Walk every shard and judge every group the pattern finds.
+
+    `mode=None` detects the mode from the commit records (see the module doc).
+    """
     regex = pattern if isinstance(pattern, re.Pattern) else compile_pattern(pattern)
     loop = asyncio.get_running_loop()
     started = loop.time()
     report = ScanReport()
     groups: dict[bytes, set[bytes]] = {}
+    records: set[bytes] = set()
 
     def on_keys(keys: list[bytes]) -> None:
         report.keys_scanned += len(keys)
         for key in keys:
             if key.endswith(_INTERNAL):
+                if key.endswith(_COMMIT):
+                    records.add(key[: -len(_COMMIT)])
                 continue
             found = regex.fullmatch(key)
             if found is None or not found.group("group"):
@@ -122,6 +141,10 @@ async def scan_groups(
     )
     report.groups = len(groups)
     names = sorted(groups)
+    committed = sorted(g for g in records if g in groups)
+    report.committed = len(committed)
+    mode = _effective_mode(mode, committed, len(names))
+    report.mode = mode
     suspects: list[bytes] = []
     for start in range(0, len(names), batch):
         chunk = names[start : start + batch]
@@ -135,6 +158,20 @@ async def scan_groups(
         _tally(report, await _observe_many(topology, chunk, groups, mode), final=True)
     report.seconds = loop.time() - started
     return report
+
+
+def _effective_mode(mode: Mode | None, committed: Sequence[bytes], groups: int) -> Mode:
+    if mode is None:
+        return Mode.COMMIT if committed else Mode.STAMP
+    if mode is Mode.STAMP and committed:
+        example = committed[0].decode("utf-8", "backslashreplace")
+        raise ConfigurationError(
+            f"{len(committed)} of the {groups} groups have commit records (e.g. {example!r}): "
+            "they are written in commit mode, and judged in stamp mode a lost or stale "
+            "record would not be seen. Scan in commit mode (or let scan detect the mode); "
+            "if entity types differ in mode, scan each with its own match and pattern"
+        )
+    return mode
 
 
 def _tally(report: ScanReport, observations: list[Observation], *, final: bool) -> list[bytes]:

@@ -12,6 +12,7 @@ import click
 
 from .demo import demo_command
 from .keyspace import keyslot_command, lint_command, slots_command
+from .queue import queue_command
 from .repair import scan_command, worker_command
 
 __all__ = ["main"]
@@ -26,7 +27,8 @@ def main() -> None:
 
     Key design: `keyslot` (where keys land), `lint` (hash tag mistakes),
     `slots` (how a key sample spreads over slots and shards).
-    Repair: `scan` (find torn groups in live data), `worker` (drain the repair stream).
+    Repair: `scan` (find torn groups in live data), `worker` (drain the repair stream),
+    `queue` (counts, dead letters, requeue).
     Demo: `demo` (local servers, injected faults, repairs, a summary).
     """
 
@@ -36,4 +38,5 @@ main.add_command(lint_command)
 main.add_command(slots_command)
 main.add_command(scan_command)
 main.add_command(worker_command)
+main.add_command(queue_command)
 main.add_command(demo_command)

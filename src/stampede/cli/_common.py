@@ -1,4 +1,6 @@
-"""Helpers shared by the commands: reading keys, showing them, JSON output."""
+"""Helpers shared by the commands: reading keys, showing them, JSON output, and the
+connection options of the commands that talk to Redis (flags or `STAMPEDE_*`
+environment variables)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ from typing import IO, Any
 import click
 from rich.console import Console
 
-from ..errors import ConfigurationError
+from ..client import Stampede, connect
+from ..errors import ConfigurationError, StampedeError
 from ..keys import HashPolicy
+from ..options import ConnectOptions
 
 __all__ = [
+    "connect_from",
     "console",
     "echo_json",
     "input_keys",
@@ -23,6 +28,7 @@ __all__ = [
     "pattern_option",
     "policy_from",
     "show",
+    "with_connection",
 ]
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -103,3 +109,76 @@ pattern_option = click.option(
     "'(?P<tag>...)' or PCRE '(?<tag>...)'), matched at the start of the key. "
     "Repeat for ordered rules; keys no rule matches use the standard hash tag rule.",
 )
+
+
+def _urls(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """`STAMPEDE_URLS` may list URLs separated by commas or whitespace."""
+    return tuple(u.strip() for item in value for u in item.split(",") if u.strip())
+
+
+_CONNECTION = [
+    click.option(
+        "--url",
+        "urls",
+        multiple=True,
+        metavar="URL",
+        callback=_urls,
+        envvar="STAMPEDE_URLS",
+        show_envvar=True,
+        help="A Redis URL: one per primary (in the application's order), or one startup "
+        "node with --cluster. The variable takes several, comma-separated.",
+    ),
+    click.option(
+        "--cluster",
+        is_flag=True,
+        envvar="STAMPEDE_CLUSTER",
+        show_envvar=True,
+        help="The URL is a Redis Cluster node.",
+    ),
+    click.option(
+        "--socket-timeout",
+        type=click.FloatRange(min=0.01),
+        default=5.0,
+        show_default=True,
+        envvar="STAMPEDE_SOCKET_TIMEOUT",
+        show_envvar=True,
+        help="Seconds before a silent shard counts as down.",
+    ),
+    click.option(
+        "--partitions",
+        type=click.IntRange(1, 1024),
+        default=None,
+        envvar="STAMPEDE_PARTITIONS",
+        show_envvar=True,
+        help="Repair stream partitions [default: 1, or 8 on a cluster].",
+    ),
+    click.option(
+        "--stream",
+        default="stampede:repairs",
+        show_default=True,
+        envvar="STAMPEDE_STREAM",
+        show_envvar=True,
+        help="Name of the repair stream (its partitions, markers and dead letters derive from it).",
+    ),
+]
+
+
+def with_connection(fn: Any) -> Any:
+    """Add --url, --cluster, --socket-timeout, --partitions and --stream to a command."""
+    for option in reversed(_CONNECTION):
+        fn = option(fn)
+    return fn
+
+
+def connect_from(urls: Sequence[str], cluster: bool, socket_timeout: float) -> Stampede:
+    """A `Stampede` for the connection options; a usage error if they do not make one."""
+    if not urls:
+        raise click.UsageError(
+            "give at least one --url (several for independent primaries), or set STAMPEDE_URLS"
+        )
+    try:
+        return connect(
+            list(urls), cluster=cluster, connection=ConnectOptions(socket_timeout=socket_timeout)
+        )
+    except StampedeError as exc:
+        raise click.UsageError(str(exc)) from None

@@ -5,74 +5,71 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any
 
 import click
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..client import Stampede, connect
-from ..errors import StampedeError
-from ..options import ConnectOptions
-from ..repair.loading import load_strategy
+from .. import metrics
+from ..client import Stampede
+from ..errors import ConfigurationError, ShardError, StampedeError
+from ..repair.loading import BUILTIN, open_strategy, resolve_strategy
 from ..repair.queue import RepairQueue
-from ..repair.worker import Worker, serve_metrics
+from ..repair.worker import RetryBackoff, Worker, event, serve_metrics
 from ..scan import ScanReport, compile_pattern, scan_groups
 from ..verdict import Mode
-from ._common import console, show
+from ._common import connect_from, console, show, with_connection
+from .logs import log_options, setup_logging
 
-__all__ = ["scan_command", "worker_command"]
+__all__ = ["EXIT_ERROR", "EXIT_TORN", "scan_command", "worker_command"]
+
+EXIT_TORN = 1
+"""`stampede scan`: torn groups found."""
+EXIT_ERROR = 3
+"""`stampede scan`: the scan did not complete (a shard unreachable, timing out or erroring)."""
 
 
-def _connect(urls: tuple[str, ...], cluster: bool, socket_timeout: float) -> Stampede:
-    if not urls:
-        raise click.UsageError("give at least one --url (several for independent primaries)")
+def _env(name: str) -> dict[str, Any]:
+    return {"envvar": f"STAMPEDE_{name}", "show_envvar": True}
+
+
+async def _plain_server(url: str, socket_timeout: float) -> bool:
+    """Whether `url` answers as a server with cluster mode off (INFO cluster)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(
+        url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
+    )
     try:
-        return connect(
-            list(urls), cluster=cluster, connection=ConnectOptions(socket_timeout=socket_timeout)
-        )
-    except StampedeError as exc:
-        raise click.UsageError(str(exc)) from None
+        info = await client.info("cluster")
+        return not int(info.get("cluster_enabled", 0))
+    except Exception:
+        return False
+    finally:
+        await client.aclose()
 
 
-connection_options = [
-    click.option(
-        "--url",
-        "urls",
-        multiple=True,
-        metavar="URL",
-        help="A Redis URL: one per primary, or one startup node with --cluster.",
-    ),
-    click.option("--cluster", is_flag=True, help="The URL is a Redis Cluster node."),
-    click.option(
-        "--socket-timeout",
-        type=click.FloatRange(min=0.01),
-        default=5.0,
-        show_default=True,
-        help="Seconds before a silent shard counts as down.",
-    ),
-    click.option(
-        "--mode",
-        type=click.Choice(["stamp", "commit"]),
-        default="stamp",
-        show_default=True,
-        help="How groups are judged (jobs carry their own).",
-    ),
-    click.option(
-        "--partitions",
-        type=click.IntRange(1, 1024),
-        default=None,
-        help="Repair stream partitions [default: 1, or 8 on a cluster].",
-    ),
-]
-
-
-def with_connection(fn: Any) -> Any:
-    for option in reversed(connection_options):
-        fn = option(fn)
-    return fn
+async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeout: float) -> None:
+    """Open the connection; misconfiguration is fatal, an unreachable server is not (the
+    worker keeps trying, as it does when a shard goes down later)."""
+    try:
+        await st.open()
+    except ConfigurationError as exc:  # e.g. SetupError: the URLs do not fit the servers
+        if getattr(exc, "problem", None) not in ("unreachable", "timeout"):
+            raise
+        event("worker.connect_failed", logging.WARNING, error=str(exc))
+    except ShardError as exc:
+        if cluster and await _plain_server(urls[0], socket_timeout):
+            raise ConfigurationError(
+                f"{urls[0]} is a plain Redis server (cluster_enabled:0), not a cluster node: "
+                "drop --cluster and give one --url per primary"
+            ) from None
+        event("worker.connect_failed", logging.WARNING, error=str(exc))
 
 
 @click.command("worker")
@@ -81,28 +78,88 @@ def with_connection(fn: Any) -> Any:
     "--strategy",
     required=True,
     metavar="SPEC",
-    help="'newest-wins' or 'module:factory' returning a RepairStrategy.",
+    **_env("STRATEGY"),
+    help="'newest-wins', or 'module:name': a strategy instance, or a factory (possibly "
+    "async, or returning an async context manager) run in the worker's event loop. The "
+    "current directory is on the import path.",
 )
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True)
-@click.option("--consumer", default=None, help="Consumer name [default: host-pid].")
-@click.option("--max-attempts", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["stamp", "commit"]),
+    default="stamp",
+    show_default=True,
+    **_env("MODE"),
+    help="How groups are judged when a job does not say (jobs carry their own).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=4,
+    show_default=True,
+    **_env("CONCURRENCY"),
+)
+@click.option(
+    "--consumer", default=None, **_env("CONSUMER"), help="Consumer name [default: host-pid]."
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, 100),
+    default=5,
+    show_default=True,
+    **_env("MAX_ATTEMPTS"),
+)
+@click.option(
+    "--retry-delay",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    **_env("RETRY_DELAY"),
+    help="Seconds before the first retry of a failed job; each retry doubles it, less "
+    "up to half at random (0: retry at once).",
+)
+@click.option(
+    "--retry-max-delay",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    **_env("RETRY_MAX_DELAY"),
+    help="The longest delay between two attempts of a job.",
+)
 @click.option(
     "--min-idle",
     type=click.FloatRange(min=0.01),
     default=30.0,
     show_default=True,
+    **_env("MIN_IDLE"),
     help="Seconds before a job of a dead worker is taken over.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    **_env("GRACE"),
+    help="Seconds the jobs in hand get to finish on SIGTERM before they are handed back.",
+)
+@click.option(
+    "--burst",
+    is_flag=True,
+    **_env("BURST"),
+    help="Drain the queue and exit: stop once nothing is left to claim, in hand or "
+    "waiting for a retry.",
 )
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="Serve Prometheus text on this port.",
+    **_env("METRICS_PORT"),
+    help="Serve /metrics (Prometheus) and /healthz on this port.",
 )
 @click.option(
     "--metrics-host",
     default="127.0.0.1",
     show_default=True,
+    **_env("METRICS_HOST"),
     help="Address the metrics port binds; 0.0.0.0 lets a scraper outside the host "
     "or container reach it.",
 )
@@ -111,71 +168,103 @@ def with_connection(fn: Any) -> Any:
     type=click.FloatRange(min=0.1),
     default=15.0,
     show_default=True,
+    **_env("HEALTH_INTERVAL"),
     help="Seconds between health lines in the log.",
 )
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info")
+@log_options("info")
 def worker_command(
     urls: tuple[str, ...],
     cluster: bool,
     socket_timeout: float,
-    mode: str,
     partitions: int | None,
+    stream: str,
     strategy: str,
+    mode: str,
     concurrency: int,
     consumer: str | None,
     max_attempts: int,
+    retry_delay: float,
+    retry_max_delay: float,
     min_idle: float,
+    grace: float,
+    burst: bool,
     metrics_port: int | None,
     metrics_host: str,
     health_interval: float,
     log_level: str,
+    log_format: str,
 ) -> None:
-    """Drain the repair stream: re-read, repair, ack; dead-letter what keeps failing.
+    """Drain the repair stream: re-read, repair, ack; retry failures after a growing
+    delay, dead-letter what keeps failing.
 
-    SIGTERM or SIGINT stops taking jobs and lets the jobs in hand finish.
+    SIGTERM or SIGINT stops taking jobs, lets the jobs in hand finish (--grace), runs
+    the strategy's shutdown and exits 0. Every option can also be set by the
+    environment variable shown in its help.
     """
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    setup_logging(log_level, log_format)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
-        repair = asyncio.run(load_strategy(strategy))
-    except StampedeError as exc:
+        if strategy not in BUILTIN:
+            resolve_strategy(strategy)  # import errors are usage errors, before connecting
+        backoff = RetryBackoff(base=retry_delay, max_delay=retry_max_delay)
+    except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
-    st = _connect(urls, cluster, socket_timeout)
+    st = connect_from(urls, cluster, socket_timeout)
 
     async def run() -> None:
-        async with st:
+        try:
+            await _open(st, urls, cluster, socket_timeout)
             queue = RepairQueue(
-                st.topology, partitions=partitions, max_attempts=max_attempts, min_idle=min_idle
-            )
-            worker = Worker(
                 st.topology,
-                queue,
-                repair,
-                concurrency=concurrency,
-                consumer=consumer,
-                mode=Mode(mode),
-                versions=st.versions,
-                health_interval=health_interval,
-                block_ms=int(min(1.0, socket_timeout / 2) * 1000),
+                name=stream,
+                partitions=partitions,
+                max_attempts=max_attempts,
+                min_idle=min_idle,
             )
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, worker.stop)
-            server = (
-                await serve_metrics(worker.stats, metrics_port, metrics_host)
-                if metrics_port
-                else None
-            )
-            try:
-                await worker.run()
-            finally:
-                if server is not None:
-                    server.close()
+            async with open_strategy(strategy) as repair:
+                registry = CollectorRegistry()
+                for collector in (ProcessCollector, PlatformCollector, GCCollector):
+                    collector(registry=registry)
+                metrics.mount(registry)
+                worker = Worker(
+                    st.topology,
+                    queue,
+                    repair,
+                    concurrency=concurrency,
+                    consumer=consumer,
+                    mode=Mode(mode),
+                    versions=st.versions,
+                    health_interval=health_interval,
+                    block_ms=int(min(1.0, socket_timeout / 2) * 1000),
+                    grace=grace,
+                    backoff=backoff,
+                    burst=burst,
+                    registry=registry,
+                )
+                loop = asyncio.get_running_loop()
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, worker.stop)
+                server = (
+                    await serve_metrics(worker, metrics_port, metrics_host)
+                    if metrics_port is not None
+                    else None
+                )
+                try:
+                    await worker.run()
+                finally:
+                    if server is not None:
+                        server.close()
+                        await server.wait_closed()
+        finally:
+            await st.aclose()
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+    except StampedeError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @click.command("scan")
@@ -185,6 +274,15 @@ def worker_command(
     required=True,
     metavar="REGEX",
     help=r"Regex over whole keys with a named group 'group', e.g. '(?P<group>user:\{\d+\}):.*'.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "stamp", "commit"]),
+    default="auto",
+    show_default=True,
+    **_env("SCAN_MODE"),
+    help="How groups are judged. auto: commit mode when the groups have commit records, "
+    "else stamp. stamp refuses groups that have records.",
 )
 @click.option("--match", default="*", show_default=True, help="SCAN MATCH glob to narrow the walk.")
 @click.option(
@@ -196,24 +294,34 @@ def worker_command(
 )
 @click.option("--enqueue", is_flag=True, help="Put every torn group on the repair stream.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@log_options("warning")
 def scan_command(
     urls: tuple[str, ...],
     cluster: bool,
     socket_timeout: float,
-    mode: str,
     partitions: int | None,
+    stream: str,
+    mode: str,
     pattern: str,
     match: str,
     count: int,
     enqueue: bool,
     as_json: bool,
+    log_level: str,
+    log_format: str,
 ) -> None:
-    """Walk every shard with SCAN and report the groups that stay torn (exit 1 if any)."""
+    """Walk every shard with SCAN and report the groups that stay torn.
+
+    Exit status: 0 none torn, 1 torn groups found, 2 bad usage (or --mode stamp over
+    groups with commit records), 3 the scan did not complete (a shard unreachable,
+    timing out or erroring).
+    """
+    setup_logging(log_level, log_format)
     try:
         regex = compile_pattern(pattern)
     except StampedeError as exc:
         raise click.UsageError(str(exc)) from None
-    st = _connect(urls, cluster, socket_timeout)
+    st = connect_from(urls, cluster, socket_timeout)
 
     async def run() -> tuple[ScanReport, int]:
         async with st:
@@ -236,13 +344,13 @@ def scan_command(
                     st.topology,
                     regex,
                     match=match,
-                    mode=Mode(mode),
+                    mode=None if mode == "auto" else Mode(mode),
                     count=count,
                     progress=progress,
                 )
             queued = 0
             if enqueue and report.torn:
-                queue = RepairQueue(st.topology, partitions=partitions)
+                queue = RepairQueue(st.topology, name=stream, partitions=partitions)
                 for torn in report.torn:
                     job = await queue.enqueue(
                         torn.group,
@@ -256,26 +364,33 @@ def scan_command(
 
     try:
         report, queued = asyncio.run(run())
-    except StampedeError as exc:
-        raise click.ClickException(str(exc)) from None
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+    except (StampedeError, OSError) as exc:
+        click.echo(f"Error: the scan did not complete: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
     if as_json:
         click.echo(json.dumps(_as_json(report, queued), indent=2))
     else:
         _print(report, queued, enqueue)
-    sys.exit(1 if report.torn else 0)
+    sys.exit(EXIT_TORN if report.torn else 0)
 
 
 def _as_json(report: ScanReport, queued: int) -> dict[str, Any]:
     return {
+        "mode": report.mode.value,
         "keys_scanned": report.keys_scanned,
         "groups": report.groups,
+        "committed": report.committed,
         "consistent": report.consistent,
         "not_found": report.not_found,
+        "torn_count": len(report.torn),
         "ignored_keys": report.ignored_keys,
         "seconds": round(report.seconds, 3),
         "enqueued": queued,
         "torn": [
-            {"group": show(t.group), "reason": t.reason.value, "seen": t.seen} for t in report.torn
+            {"group": show(t.group), "reason": t.reason.value, "mode": t.mode.value, "seen": t.seen}
+            for t in report.torn
         ],
     }
 
@@ -294,8 +409,10 @@ def _print(report: ScanReport, queued: int, enqueue: bool) -> None:
     rate = report.keys_scanned / report.seconds if report.seconds else 0.0
     out.print(
         f"{report.keys_scanned} keys in {report.groups} groups scanned in "
-        f"{report.seconds:.2f}s ({rate:,.0f} keys/s): {report.consistent} consistent, "
-        f"{len(report.torn)} torn, {report.ignored_keys} keys outside the pattern"
+        f"{report.seconds:.2f}s ({rate:,.0f} keys/s), judged in {report.mode.value} mode "
+        f"({report.committed} with commit records): {report.consistent} consistent, "
+        f"{report.not_found} not found, {len(report.torn)} torn, "
+        f"{report.ignored_keys} keys outside the pattern"
     )
     if enqueue:
         out.print(f"{queued} repair job(s) enqueued ({len(report.torn) - queued} already pending)")

@@ -8,6 +8,10 @@ entry fields  group, keys (JSON), seen (JSON), reason, enqueued_at, plus stamped
               own mode ("stamp"/"commit"), attempts and, after a failure, last_error
 pending       {stampede:repairs}:pending / stampede:repairs:{<n>}:pending
               (hash: group -> marker, see below)
+delayed       {stampede:repairs}:delayed / stampede:repairs:{<n>}:delayed
+              (sorted set: group -> the instant, in ms, its retry becomes claimable)
+              {stampede:repairs}:retries / stampede:repairs:{<n>}:retries
+              (hash: group -> the retry's entry fields, JSON)
 dead letters  stampede:repairs:dead       (entry fields plus last_error, failed_at)
 ```
 
@@ -17,6 +21,13 @@ is checked and recorded in the same Lua call as the XADD. A job whose worker
 died stays pending in the consumer group and is taken over with XAUTOCLAIM once
 idle long enough; a job that fails (or whose worker died) `max_attempts` times
 goes to the dead-letter stream with its last error.
+
+A failed job is retried after a delay (`fail(job, error, delay=...)`; the worker
+computes it with exponential backoff and jitter): until then its fields wait in
+the partition's delayed set, and no worker can claim it. `claim` first promotes
+the retries that are due back onto the stream. While a retry waits, the group's
+marker is `0-<due_ms>:<ms>`: an id no XADD ever makes, which an enqueue reads as
+"a repair that reads the group later is coming", like an undelivered job.
 
 The marker is `<id>:<enqueued_ms>` while nobody asked again since a worker took
 the job, and `<id>:<enqueued_ms>:<n>:<fields>` once `n` enqueues found the job
@@ -49,14 +60,21 @@ CONSUMER_GROUP = b"stampede-repair"
 BASE = b"stampede:repairs"
 DEAD = b"stampede:repairs:dead"
 
-# enqueue: KEYS stream, marker hash; ARGV group, now_ms, marker_ttl_ms, consumer group,
-# entry fields...
+# enqueue: KEYS stream, marker hash, delayed set; ARGV group, now_ms, marker_ttl_ms,
+# consumer group, entry fields...
 # Returns the new entry's id, or false when the group's pending job covers this call.
 _ENQUEUE = Script(b"""
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur then
   local id, at, rest = string.match(cur, '^([^:]+):(%d+)(.*)$')
   at = tonumber(at)
+  if id and at and (tonumber(ARGV[2]) - at) < tonumber(ARGV[3]) then
+    if string.sub(id, 1, 2) == '0-' then
+      -- a retry waiting in the delayed set reads the group later: it covers this call
+      if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return false end
+      id = nil
+    end
+  end
   if id and at and (tonumber(ARGV[2]) - at) < tonumber(ARGV[3]) then
     local fields = {}
     for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
@@ -94,16 +112,49 @@ redis.call('HSET', KEYS[2], ARGV[3], id .. ':' .. ARGV[4])
 return id
 """)
 
-# retry: replace the entry by a new one (attempts + 1, last_error) and re-point the
-# marker, in its plain form: the new entry is undelivered, its worker reads afresh.
+# retry: KEYS stream, marker hash, delayed set, retries hash; ARGV consumer group, id,
+# group, now_ms, due_ms, entry fields... Ack and delete the entry; when due_ms is past,
+# add the new one (attempts + 1, last_error) at once, else park its fields in the
+# delayed set until due_ms. The marker is re-pointed in its plain form either way: the
+# retry is undelivered (or not yet claimable), so its worker reads afresh.
 _RETRY = Script(b"""
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 local fields = {}
-for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
-local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
-redis.call('HSET', KEYS[2], ARGV[3], id .. ':' .. ARGV[4])
-return id
+for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+if tonumber(ARGV[5]) <= tonumber(ARGV[4]) then
+  local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
+  redis.call('HSET', KEYS[2], ARGV[3], id .. ':' .. ARGV[4])
+  return id
+end
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[3])
+redis.call('HSET', KEYS[4], ARGV[3], cjson.encode(fields))
+redis.call('HSET', KEYS[2], ARGV[3], '0-' .. ARGV[5] .. ':' .. ARGV[4])
+return false
+""")
+
+# promote: KEYS stream, marker hash, delayed set, retries hash; ARGV now_ms, count.
+# Move the retries that are due onto the stream. A retry whose marker names another
+# job that still exists (an enqueue replaced a stale marker) is dropped: that job
+# reads the group later anyway. Returns how many were added.
+_PROMOTE = Script(b"""
+local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local added = 0
+for _, group in ipairs(due) do
+  local job = redis.call('HGET', KEYS[4], group)
+  redis.call('ZREM', KEYS[3], group)
+  redis.call('HDEL', KEYS[4], group)
+  local cur = redis.call('HGET', KEYS[2], group)
+  local other = cur and string.match(cur, '^([^:]+):')
+  local live = other and string.sub(other, 1, 2) ~= '0-'
+    and #redis.call('XRANGE', KEYS[1], other, other) > 0
+  if job and not live then
+    local id = redis.call('XADD', KEYS[1], '*', unpack(cjson.decode(job)))
+    redis.call('HSET', KEYS[2], group, id .. ':' .. ARGV[1])
+    added = added + 1
+  end
+end
+return added
 """)
 
 
@@ -126,6 +177,8 @@ class Job:
     deliveries: int = 1
     last_error: str | None = None
     mode: str | None = None
+    delays: tuple[float, ...] = ()
+    """The delay (seconds) before each retry so far, oldest first."""
 
     def fields(self) -> dict[bytes, bytes]:
         return _fields(
@@ -136,6 +189,7 @@ class Job:
             self.enqueued_at,
             self.attempts,
             self.mode,
+            self.delays,
         )
 
 
@@ -147,6 +201,7 @@ def _fields(
     enqueued_at: float,
     attempts: int,
     mode: str | None = None,
+    delays: Sequence[float] = (),
 ) -> dict[bytes, bytes]:
     fields = {
         b"group": group,
@@ -158,6 +213,8 @@ def _fields(
     }
     if mode is not None:
         fields[b"mode"] = mode.encode()
+    if delays:
+        fields[b"delays"] = json.dumps([round(d, 3) for d in delays]).encode()
     return fields
 
 
@@ -167,6 +224,15 @@ def _flat(fields: Mapping[bytes, bytes]) -> list[bytes]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _delays(raw: bytes | None) -> tuple[float, ...]:
+    if raw is None:
+        return ()
+    values = json.loads(raw)
+    if not isinstance(values, list):
+        raise ValueError("delays is not a JSON list")
+    return tuple(float(v) for v in values)
 
 
 class RepairQueue:
@@ -212,7 +278,32 @@ class RepairQueue:
     @staticmethod
     def pending_key(stream: bytes) -> bytes:
         """The hash of pending groups for `stream`, in the stream's slot."""
-        return b"{%s}:pending" % stream if hash_tag(stream) is None else stream + b":pending"
+        return RepairQueue._beside(stream, b"pending")
+
+    @staticmethod
+    def delayed_key(stream: bytes) -> bytes:
+        """The sorted set of retries waiting for their delay (group -> due ms)."""
+        return RepairQueue._beside(stream, b"delayed")
+
+    @staticmethod
+    def retries_key(stream: bytes) -> bytes:
+        """The hash of the waiting retries' entry fields (group -> JSON)."""
+        return RepairQueue._beside(stream, b"retries")
+
+    @staticmethod
+    def _beside(stream: bytes, suffix: bytes) -> bytes:
+        if hash_tag(stream) is None:
+            return b"{%s}:%s" % (stream, suffix)
+        return b"%s:%s" % (stream, suffix)
+
+    def _side_keys(self, stream: bytes) -> list[bytes]:
+        """stream, marker hash, delayed set, retries hash: one slot, in script order."""
+        return [
+            stream,
+            self.pending_key(stream),
+            self.delayed_key(stream),
+            self.retries_key(stream),
+        ]
 
     def stream_for(self, group: bytes) -> bytes:
         return self.streams[keyslot(group) % self.partitions]
@@ -264,7 +355,7 @@ class RepairQueue:
         args = [gkey, int(now * 1000), self.marker_ttl_ms, CONSUMER_GROUP, *_flat(fields)]
         job_id = await self._call(
             stream,
-            lambda: self.topology.script(_ENQUEUE, [stream, self.pending_key(stream)], args),
+            lambda: self.topology.script(_ENQUEUE, self._side_keys(stream)[:3], args),
         )
         return None if job_id is None else _text(job_id)
 
@@ -275,6 +366,7 @@ class RepairQueue:
         socket timeout); partitioned queues are polled, the caller sleeping between.
         """
         jobs: list[Job] = []
+        await self.promote()
         for stream in self.streams:
             want = count - len(jobs)
             if want <= 0:
@@ -301,6 +393,16 @@ class RepairQueue:
         if len(jobs) < count:
             jobs.extend(await self.reclaim(consumer, count - len(jobs)))
         return jobs
+
+    async def promote(self, limit: int = 1000) -> int:
+        """Put the retries whose delay is over back on the stream; how many."""
+        now_ms = int(time.time() * 1000)
+        added = 0
+        for stream in self.streams:
+            added += int(
+                await self.topology.script(_PROMOTE, self._side_keys(stream), [now_ms, limit])
+            )
+        return added
 
     async def reclaim(self, consumer: str, count: int) -> list[Job]:
         """XAUTOCLAIM jobs idle past `min_idle` (their worker died) for `consumer`."""
@@ -355,6 +457,7 @@ class RepairQueue:
                 deliveries=deliveries,
                 last_error=_text(fields[b"last_error"]) if b"last_error" in fields else None,
                 mode=_text(fields[b"mode"]) if b"mode" in fields else None,
+                delays=_delays(fields.get(b"delays")),
             )
         except (
             KeyError,
@@ -409,21 +512,33 @@ class RepairQueue:
         )
         return None if follow_up is None else _text(follow_up)
 
-    async def fail(self, job: Job, error: str) -> bool:
-        """Record a failed attempt; returns True when the job went to the dead letters."""
+    async def fail(self, job: Job, error: str, *, delay: float = 0.0) -> bool:
+        """Record a failed attempt; returns True when the job went to the dead letters.
+
+        Otherwise the job is retried: at once when `delay` is 0, else it waits
+        `delay` seconds in the delayed set, claimable by no worker until then. The
+        retry's fields add `delays` (every delay so far, seconds) and `retry_at`
+        (when it becomes claimable, epoch seconds).
+        """
         attempts = job.attempts + 1
         if attempts >= self.max_attempts or not job.keys:
             await self.dead_letter(job, error, attempts)
             return True
+        delay = max(0.0, delay)
+        delays = (*job.delays, delay) if delay > 0 else job.delays
         fields = _fields(
-            job.group, job.keys, job.seen, job.reason, job.enqueued_at, attempts, job.mode
+            job.group, job.keys, job.seen, job.reason, job.enqueued_at, attempts, job.mode, delays
         )
         fields[b"last_error"] = error[:500].encode()
-        now_ms = int(time.time() * 1000)
+        now = time.time()
+        now_ms = int(now * 1000)
+        due_ms = now_ms + int(delay * 1000)
+        if delay > 0:
+            fields[b"retry_at"] = repr(due_ms / 1000).encode()
         await self.topology.script(
             _RETRY,
-            [job.stream, self.pending_key(job.stream)],
-            [CONSUMER_GROUP, job.id, job.group, now_ms, *_flat(fields)],
+            self._side_keys(job.stream),
+            [CONSUMER_GROUP, job.id, job.group, now_ms, due_ms, *_flat(fields)],
         )
         return False
 
@@ -453,10 +568,86 @@ class RepairQueue:
             out.append(item)
         return out
 
-    async def stats(self) -> dict[str, int]:
-        """Queue length, pending (claimed, not acked), lag (not yet delivered) and dead letters."""
-        length = pending = lag = 0
+    async def requeue_dead(
+        self, ids: Sequence[str] | None = None, *, count: int = 1000
+    ) -> list[dict[str, str]]:
+        """Put dead letters back on the queue as new jobs (attempts 0) and delete them.
+
+        `ids` picks dead letters by id; None takes the oldest `count`. Each result
+        has `id`, `group` and `outcome`: `queued` (with the new `job` id),
+        `pending` (the group already has a job, which covers it), `malformed` (no
+        keys to repair: kept) or `missing` (no dead letter with that id).
+        """
+        if ids is None:
+            reply = await self.topology.execute(
+                self.dead, "XRANGE", self.dead, "-", "+", "COUNT", count
+            )
+            entries = list(reply)
+        else:
+            entries = []
+            for eid in ids:
+                found = await self.topology.execute(self.dead, "XRANGE", self.dead, eid, eid)
+                entries.extend(found or [(eid.encode(), None)])
+        out: list[dict[str, str]] = []
+        for eid, raw in entries:
+            if raw is None:
+                out.append({"id": _text(eid), "group": "", "outcome": "missing"})
+                continue
+            fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
+            group = fields.get(b"group", b"")
+            item = {"id": _text(eid), "group": group.decode("utf-8", "backslashreplace")}
+            try:
+                keys = json.loads(fields[b"keys"])
+                seen = json.loads(fields.get(b"seen", b"{}"))
+                if not isinstance(keys, list) or not keys or not isinstance(seen, dict):
+                    raise ValueError("no keys")
+            except (KeyError, ValueError, TypeError):
+                out.append({**item, "outcome": "malformed"})
+                continue
+            mode = _text(fields[b"mode"]) if b"mode" in fields else None
+            job = await self.enqueue(
+                group,
+                [k.encode("utf-8", "surrogateescape") for k in keys],
+                seen,
+                _text(fields.get(b"reason", b"torn")),
+                mode=mode,
+            )
+            await self.topology.execute(self.dead, "XDEL", self.dead, eid)
+            if job is None:
+                out.append({**item, "outcome": "pending"})
+            else:
+                out.append({**item, "outcome": "queued", "job": job})
+        return out
+
+    async def delayed(self, count: int = 100) -> list[dict[str, Any]]:
+        """Retries waiting for their delay, soonest first: their fields as text, plus
+        `stream` and `due_at` (epoch seconds)."""
+        out: list[dict[str, Any]] = []
         for stream in self.streams:
+            zkey, hkey = self.delayed_key(stream), self.retries_key(stream)
+            due = await self.topology.execute(zkey, "ZRANGE", zkey, 0, count - 1, "WITHSCORES")
+            for group, score in zip(due[::2], due[1::2], strict=True):
+                raw = await self.topology.execute(hkey, "HGET", hkey, group)
+                try:
+                    flat = json.loads(raw) if raw is not None else []
+                except ValueError:
+                    flat = []
+                item: dict[str, Any] = dict(zip(flat[::2], flat[1::2], strict=False))
+                item.setdefault("group", _text(group))
+                item["stream"] = _text(stream)
+                item["due_at"] = float(score) / 1000
+                out.append(item)
+        out.sort(key=lambda item: float(item["due_at"]))
+        return out[:count]
+
+    async def stats(self, *, detailed: bool = False) -> dict[str, int]:
+        """Jobs queued (`length`: stream entries plus retries waiting for their delay),
+        `pending` (claimed, not acked), `lag` (not yet delivered) and `dead` letters;
+        `detailed` adds `delayed` (the retries waiting, counted in `length`)."""
+        length = pending = lag = delayed = 0
+        for stream in self.streams:
+            zkey = self.delayed_key(stream)
+            delayed += int(await self.topology.execute(zkey, "ZCARD", zkey))
             try:
                 length += int(await self.topology.execute(stream, "XLEN", stream))
                 groups = await self.topology.execute(stream, "XINFO", "GROUPS", stream)
@@ -472,10 +663,13 @@ class RepairQueue:
                     pending += int(fields.get(b"pending", 0) or 0)
                     lag += int(fields.get(b"lag", 0) or 0)
         dead = int(await self.topology.execute(self.dead, "XLEN", self.dead))
-        return {"length": length, "pending": pending, "lag": lag, "dead": dead}
+        out = {"length": length + delayed, "pending": pending, "lag": lag, "dead": dead}
+        if detailed:
+            out["delayed"] = delayed
+        return out
 
     async def clear(self) -> None:
         """Delete every stream, marker and dead letter of this queue (tests, demos)."""
-        keys = [*self.streams, *(self.pending_key(s) for s in self.streams), self.dead]
+        keys = [k for s in self.streams for k in self._side_keys(s)] + [self.dead]
         await asyncio.gather(*(self.topology.execute(k, "DEL", k) for k in keys))
         self._ready.clear()
