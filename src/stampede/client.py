@@ -64,7 +64,11 @@ class Stampede:
         await self.topology.aclose()
 
     async def __aenter__(self) -> Self:
-        return await self.open()
+        try:
+            return await self.open()
+        except BaseException:
+            await self.aclose()  # `async with` will not call __aexit__ for a failed enter
+            raise
 
     async def __aexit__(
         self,

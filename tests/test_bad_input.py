@@ -1,0 +1,203 @@
+"""Bad input gets a clear `StampedeError` naming what was wrong and what to do.
+
+Never a bare builtin `TypeError`/`ValueError` or an `AttributeError` from deep
+inside: each message below is pinned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import stampede
+from stampede import (
+    ConfigurationError,
+    InvalidKeyError,
+    InvalidValueError,
+    RetryPolicy,
+    Stampede,
+    StampedeError,
+    TornReadError,
+    TypedGroup,
+)
+from stampede.repair import NewestWins
+from stampede.testing import RedisNode
+
+from .support import FAST, write_newer
+
+
+def _raises(kind: type[StampedeError], match: str) -> Any:
+    return pytest.raises(kind, match=match)
+
+
+# -- connect() -------------------------------------------------------------------------
+
+
+def test_a_strategy_class_instead_of_an_instance() -> None:
+    """repair=NewestWins (the class) is refused at connect(), with the fix."""
+    with _raises(ConfigurationError, r"got the class NewestWins; pass an instance of it"):
+        stampede.connect(["redis://127.0.0.1:1"], repair=NewestWins)
+
+
+def test_a_version_source_class_instead_of_an_instance() -> None:
+    """versions=HybridClock (the class) is refused, with the fix."""
+    with _raises(ConfigurationError, r"got the class HybridClock; pass an instance: versions="):
+        stampede.connect(["redis://127.0.0.1:1"], versions=stampede.HybridClock)
+
+
+def test_urls_that_are_not_urls() -> None:
+    """A number, or a host:port without a scheme, is not a URL; the message shows the form."""
+    with _raises(ConfigurationError, r"takes a URL or a list of URLs, got a value of type int"):
+        stampede.connect(6379)  # type: ignore[arg-type]
+    with _raises(ConfigurationError, r"localhost:6379 is not a Redis URL; write redis://host"):
+        stampede.connect(["localhost:6379"])
+
+
+def test_a_misspelt_mode_at_connect() -> None:
+    """A misspelt mode option names the accepted values."""
+    with _raises(ConfigurationError, r"mode: Input should be 'stamp' or 'commit'"):
+        stampede.connect(["redis://127.0.0.1:1"], mode="comit")
+
+
+# -- per call ----------------------------------------------------------------------------
+
+
+async def test_a_misspelt_per_call_mode(st: Stampede) -> None:
+    """A per-call mode is checked before anything is sent, with a suggestion."""
+    with _raises(ConfigurationError, r"mode must be 'stamp' or 'commit'.*did you mean 'commit'"):
+        await st.write("g", {"g:a": b"1"}, mode="comit")  # type: ignore[arg-type]
+    with _raises(ConfigurationError, r"mode must be 'stamp' or 'commit'"):
+        await st.read("g", ["g:a"], mode=3)  # type: ignore[arg-type]
+
+
+async def test_a_per_call_strategy_or_policy_class(st: Stampede) -> None:
+    """read(repair=NewestWins) and read(retry=RetryPolicy) say to pass an instance."""
+    with _raises(ConfigurationError, r"got the class NewestWins; pass an instance of it"):
+        await st.read("g", ["g:a"], repair=NewestWins)  # type: ignore[arg-type]
+    with _raises(ConfigurationError, r"retry must be a RetryPolicy instance, got the class"):
+        await st.read("g", ["g:a"], retry=RetryPolicy)  # type: ignore[arg-type]
+
+
+async def test_a_str_as_the_keys(st: Stampede) -> None:
+    """A single str where a list of keys belongs: read, update and delete all refuse it."""
+    fix = r"must be a list of key names, not one str; write \['g:a'\]"
+    with _raises(InvalidKeyError, fix):
+        await st.read("g", "g:a")
+    with _raises(InvalidKeyError, fix):
+        await st.delete("g", "g:a")
+    with _raises(InvalidKeyError, fix):
+        await st.update("g", "g:a", lambda cur: {k: b"1" for k in cur})
+
+
+async def test_update_needs_a_function(st: Stampede) -> None:
+    """update() given a mapping instead of a function says what fn is."""
+    with _raises(InvalidValueError, r"needs fn, a function current -> new values, got a value"):
+        await st.update("g:{1}", ["g:{1}:a"], {"g:{1}:a": b"1"})  # type: ignore[arg-type]
+
+
+async def test_a_group_name_that_is_not_text(st: Stampede) -> None:
+    """A group named by a number is refused with an example."""
+    with _raises(InvalidKeyError, r"group name must be str or bytes, got a value of type int"):
+        await st.write(42, {"g:a": b"1"})  # type: ignore[arg-type]
+
+
+async def test_values_that_are_not_bytes(st: Stampede) -> None:
+    """A value that is not bytes or str names its key and says to serialise it."""
+    with _raises(InvalidValueError, r"value for key b'g:a' must be bytes or str, got int"):
+        await st.write("g", {"g:a": 1})  # type: ignore[dict-item]
+    with _raises(InvalidValueError, r"must be a mapping of key -> bytes, got list"):
+        await st.write("g", [b"1"])  # type: ignore[arg-type]
+
+
+async def test_newest_wins_on_a_group_with_a_missing_key(st: Stampede) -> None:
+    """NewestWins cannot re-stamp a key that is missing; the message says what to use."""
+    keys = ["p:{1}:a", "p:{1}:b"]
+    await st.write("p:{1}", {keys[0]: b"1"})
+    await write_newer(st, [keys[0].encode()], b"2")
+    await st.topology.execute(keys[1].encode(), "SET", keys[1], b"")
+    await st.topology.execute(keys[1].encode(), "DEL", keys[1])
+    with _raises(TornReadError, r"NewestWins without rebuild cannot repair it.*Refetch\(loader\)"):
+        await st.read(
+            "p:{1}", keys, retry=RetryPolicy(attempts=2, deadline=0.5), repair=NewestWins()
+        )
+
+
+# -- typed groups ------------------------------------------------------------------------
+
+
+class Profile(BaseModel):
+    name: str
+
+
+def test_typed_group_given_a_str_or_an_instance() -> None:
+    """TypedGroup takes model classes; a str or a model instance is refused with the fix."""
+    with _raises(ConfigurationError, r"TypedGroup takes a TypedDict of pydantic models or a"):
+        TypedGroup("profile")  # type: ignore[call-overload]
+    with _raises(ConfigurationError, r"maps to an instance of Profile; give the model class"):
+        TypedGroup({"profile": Profile(name="x")})  # type: ignore[dict-item]
+
+
+async def test_typed_write_given_a_str(st: Stampede) -> None:
+    """A typed write given a str for its parts says to give a mapping."""
+    users = TypedGroup({"profile": Profile})
+    with _raises(InvalidValueError, r"takes the parts as a mapping part -> model, got str"):
+        await users.write(st, "user:{1}", "Ada")  # type: ignore[arg-type]
+    with _raises(InvalidValueError, r"a typed group's name must be text, got int"):
+        await users.read(st, 1)  # type: ignore[arg-type]
+
+
+# -- credentials, ACL and TLS --------------------------------------------------------------
+
+
+@pytest.fixture
+def secured() -> Iterator[RedisNode]:
+    with RedisNode() as node:
+        node.client().config_set("requirepass", "s3cret")
+        admin = node.client(password="s3cret")
+        admin.acl_setuser(
+            "pinger", enabled=True, passwords=["+pw"], keys=["*"], commands=["+ping", "+info"]
+        )
+        try:
+            yield node
+        finally:
+            admin.config_set("requirepass", "")
+
+
+async def test_missing_credentials_on_the_data_path(secured: RedisNode) -> None:
+    """Without open(), a call to a server that needs a password says so, and no more."""
+    st = stampede.connect(secured.url, connection=FAST)
+    try:
+        with _raises(
+            stampede.ShardUnavailable, r"authentication required; put user:password"
+        ) as info:
+            await st.read("g", ["g:a"])
+    finally:
+        await st.aclose()
+    assert "reachable" not in str(info.value)
+
+
+async def test_an_acl_user_without_a_permission(secured: RedisNode) -> None:
+    """An ACL user allowed to connect but not to read is told what to grant: at open(),
+    and on the data path when open() was skipped."""
+    url = f"redis://pinger:pw@{secured.address}"
+    with _raises(stampede.SetupError, r"the ACL user may not run what stampede needs.*ACL SETUSER"):
+        async with stampede.connect(url, connection=FAST):
+            pass
+    st = stampede.connect(url, connection=FAST)
+    try:
+        with _raises(stampede.ShardResponseError, r"the ACL user may not do this.*ACL SETUSER"):
+            await st.read("g", ["g:a"])
+    finally:
+        await st.aclose()
+
+
+async def test_rediss_to_a_plain_port(secured: RedisNode) -> None:
+    """TLS against a plain port: the fix is redis:// or the tls-port."""
+    url = f"rediss://:s3cret@{secured.address}"
+    quick = stampede.ConnectOptions(connect_timeout=0.5, socket_timeout=0.5)
+    with _raises(stampede.SetupError, r"does not seem to speak TLS: use redis:// for a plain"):
+        async with stampede.connect(url, connection=quick):
+            pass
