@@ -6,6 +6,8 @@ inside: each message below is pinned.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -201,3 +203,28 @@ async def test_rediss_to_a_plain_port(secured: RedisNode) -> None:
     with _raises(stampede.SetupError, r"does not seem to speak TLS: use redis:// for a plain"):
         async with stampede.connect(url, connection=quick):
             pass
+
+
+# -- the command line without its extra ----------------------------------------------------
+
+
+def test_the_cli_without_its_extra_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without click (the `cli` extra), the console script names the extra to install."""
+    from stampede import _console
+
+    monkeypatch.setitem(sys.modules, "click", None)
+    with pytest.raises(SystemExit) as info:
+        _console.main()
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert "needs the 'cli' extra (click is not installed)" in err
+    assert "pip install 'stampede-redis[cli]'" in err
+
+
+def test_importing_the_library_needs_neither_click_nor_rich() -> None:
+    """`import stampede` works without the command line's dependencies."""
+    code = "import sys, stampede; print(sorted({'click', 'rich'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

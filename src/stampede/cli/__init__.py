@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 
+from .. import __version__
 from .demo import demo_command
 from .keyspace import keyslot_command, lint_command, slots_command
 from .queue import queue_command
@@ -21,7 +22,7 @@ __all__ = ["main"]
 @click.group(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.version_option(package_name="stampede", prog_name="stampede")
+@click.version_option(__version__, prog_name="stampede")  # the distribution is stampede-redis
 def main() -> None:
     """Keep related Redis keys consistent across shards.
 
