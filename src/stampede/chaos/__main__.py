@@ -50,6 +50,21 @@ from .scenarios import FAST, LONG, SCENARIOS
     default=None,
     help="Where histories (JSON lines) and worker logs go [default: a new temporary dir].",
 )
+@click.option(
+    "--export-ramp",
+    "export_from",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Instead of running: turn a ramp history (JSON lines) into the text format, "
+    "one r(key,value,session,txn) / w(...) per line, check it, and exit 1 on a violation.",
+)
+@click.option(
+    "--to",
+    "export_to",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --export-ramp: the file to write [default: stdout].",
+)
 def main(
     long_run: bool,
     names: tuple[str, ...],
@@ -57,8 +72,12 @@ def main(
     fuzz_cases: int,
     runs: int,
     workdir: Path | None,
+    export_from: Path | None,
+    export_to: Path | None,
 ) -> None:
     """Fault injection and an independent consistency check; exit 1 on any violation."""
+    if export_from is not None:
+        sys.exit(_export(export_from, export_to))
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
     chosen = [s for s in SCENARIOS if not names or s.name in names]
     where = workdir or Path(tempfile.mkdtemp(prefix="stampede-chaos-"))
@@ -83,6 +102,23 @@ def main(
         f"{time.monotonic() - started:.0f} s; histories in {where}"
     )
     sys.exit(0 if outcome.ok else 1)
+
+
+def _export(source: Path, target: Path | None) -> int:
+    from .history import load_events
+    from .ramp_checker import check_lines, export_lines
+
+    lines = export_lines(load_events(source))
+    text = "".join(line + "\n" for line in lines)
+    if target is None:
+        sys.stdout.write(text)
+    else:
+        target.write_text(text, encoding="utf-8")
+    violations = check_lines(lines)
+    for violation in violations[:20]:
+        print(f"{violation.kind}: {violation.message}", file=sys.stderr)
+    print(f"{len(lines)} operations, {len(violations)} violations", file=sys.stderr)
+    return 1 if violations else 0
 
 
 if __name__ == "__main__":

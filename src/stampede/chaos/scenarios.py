@@ -10,6 +10,9 @@
 | `worker`     | readers queue repairs; the worker process is SIGKILLed with   | shards, cluster |
 |              | jobs in hand and another one finishes the queue               |                 |
 | `skew`       | writers' hybrid clocks are offset by up to 1.5 s              | shards, cluster |
+| `ramp`       | read-atomic transactions; writers cancelled and writer        | shards, cluster |
+|              | processes SIGKILLed at every step of both rounds, a primary   |                 |
+|              | paused, slots migrated (cluster); judged by `check_ramp`      |                 |
 
 Each run ends with `settle` (every group repaired, then read once more) and
 `check` over the whole history, the worker subprocesses' included.
@@ -28,8 +31,10 @@ from ..keys import keyslot
 from .checker import CheckReport, check
 from .env import FAST, LONG, Env, Run, Timing
 from .faults import EveryNth, FaultyTopology, kill_and_restart, migrate_slot, pause_and_resume
-from .history import History
+from .history import Event, History
 from .race_scenarios import delete, refetch, refetch_newest, refetch_worker
+from .ramp_checker import check_ramp
+from .ramp_scenario import ramp_scenario
 from .recording import CHAOS_REPAIR
 from .reply_scenarios import clock, lost_reply
 from .worker_scenario import worker_scenario
@@ -63,6 +68,7 @@ class Scenario:
     topologies: tuple[str, ...]
     body: Body
     groups_factor: int = 1  # times `Timing.groups`
+    checker: Callable[[list[Event]], CheckReport] = check  # judges the run's history
 
 
 async def _crash(run: Run) -> None:
@@ -212,6 +218,14 @@ RACE_SCENARIOS: tuple[Scenario, ...] = (
     Scenario("delete", "deletes and expiry vs late older writes", BOTH, delete),
     Scenario("lost-reply", "replies lost after the server executed", ("shards",), lost_reply),
     Scenario("clock", "clock skew, a clock a year ahead, poisoned versions", BOTH, clock),
+    Scenario(
+        "ramp",
+        "read-atomic transactions: writers cancelled and SIGKILLed at every step, a primary "
+        "paused, slots migrated",
+        BOTH,
+        ramp_scenario,
+        checker=check_ramp,
+    ),
 )
 """The race scenarios (`race_scenarios`, `reply_scenarios`): not in the default run's
 first six, but run by `python -m stampede.chaos` like the others."""
@@ -271,6 +285,6 @@ async def run_scenario(
         history.close()
     seconds = time.monotonic() - started
     history.dump(history_path)
-    report = check(history.events)
+    report = scenario.checker(history.events)
     assert run is not None
     return ScenarioRun(scenario.name, env.kind, report, seconds, history_path, run.notes, torn)
