@@ -24,6 +24,7 @@ from stampede import (
     Status,
 )
 from stampede.errors import ConfigurationError, RepairError
+from stampede.kept import drop_kept
 from stampede.repair import Loaded, NewestWins, Refetch, RepairAction
 from stampede.verdict import commit_key
 from stampede.writer import new_token
@@ -57,6 +58,7 @@ async def land(
         expire_at_ms=expire_at_ms,
     )
     assert out.ok
+    await drop_kept(st.topology, raw)  # as if it happened longer ago than the grace window
     return [out.results[k] for k in raw]
 
 

@@ -20,6 +20,7 @@ from stampede import (
     Status,
     TornReadError,
 )
+from stampede.kept import drop_kept
 from stampede.topology.guard import KEPT, SAME, WRITTEN
 from stampede.writer import new_token
 
@@ -105,8 +106,10 @@ async def test_unstamped_or_malformed_value_is_torn_at_once(st: Stampede, stored
     assert info.value.observation.errors[keys[1].encode()].key == keys[1].encode()
 
 
-async def test_partial_write_reads_in_flight_then_torn(st: Stampede) -> None:
-    """A write that reached only some shards is retried as in flight, then reported torn."""
+async def test_partial_write_reads_as_the_last_whole_write_then_torn(st: Stampede) -> None:
+    """A write that reached only some shards: within the grace window the group reads
+    as the newest write every key still has (its kept versions); once they are gone,
+    it is retried as in flight, then reported torn."""
     keys = spread_keys(st, "half")
     await st.write("half", dict.fromkeys(keys, b"old"))
     # A second writer stamps only the keys of one shard, as if it died between shards.
@@ -119,6 +122,10 @@ async def test_partial_write_reads_in_flight_then_torn(st: Stampede) -> None:
         token=new_token(),
     )
     assert out.ok
+    whole = await st.read("half", keys, retry=QUICK)
+    assert whole.consistent and whole.values == dict.fromkeys(keys, b"old")
+    assert whole.attempts == 1
+    await drop_kept(st.topology, some)
     with pytest.raises(TornReadError) as info:
         await st.read("half", keys, retry=QUICK)
     assert info.value.reason == "torn"

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from .errors import TornReadError
+from .kept import newest_whole
 from .observe import observe_group
 from .options import RetryPolicy
 from .repair.base import (
@@ -42,7 +43,10 @@ async def read_group(
 ) -> ReadResult[K]:
     """Read until the group is consistent, not found, or stays torn.
 
-    A torn group goes to `repair` when given, else raises `TornReadError`. A
+    A group whose newest write is still in flight reads as the newest write every
+    key still has among its kept versions (`stampede.kept`), with one more round
+    trip; only when there is none does the read retry with backoff. A group that
+    stays torn goes to `repair` when given, else raises `TornReadError`. A
     strategy with `fills_missing` set also gets not-found groups (read-through).
     """
     started = time.monotonic()
@@ -60,6 +64,13 @@ async def read_group(
             if repair is not None and getattr(repair, "fills_missing", False):
                 break
             return result_of(names, obs, verdict, attempt)
+        if verdict.status is Status.IN_FLIGHT:
+            whole = await newest_whole(topology, obs)
+            if whole is not None:  # the newest write every key still has
+                found = judge(whole)
+                if versions is not None and found.envelope is not None:
+                    versions.observe(found.envelope.version)
+                return result_of(names, whole, found, attempt)
         if verdict.status is Status.TORN or attempt >= retry.attempts:
             break
         pause = retry.delay(attempt - 1)

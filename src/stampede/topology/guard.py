@@ -11,8 +11,9 @@ One call carries the keys of many writes (the writes of one loop turn that go to
 the same shard, or slot on a cluster), each key with its own stamp:
 
 KEYS   the keys to write
-ARGV   five per key: version, token, expire-at in unix ms ("0": no expiry), value,
-       limit (the newest clock version this writer accepts as real; "0": none)
+ARGV   six per key: version, token, expire-at in unix ms ("0": no expiry), value,
+       limit (the newest clock version this writer accepts as real; "0": none),
+       keep (ms to keep the value a write replaces; "0": do not keep it)
 reply  one integer per key:
         1  written over an older value (or none, or a value that is no envelope)
         2  the same stamp is stored: an idempotent resend, nothing changed
@@ -24,6 +25,14 @@ reply  one integer per key:
            (stamped by a clock far ahead of this writer's)
        -4  not written: the stored value looks like an envelope but its version
            cannot be ordered (2**63 or more, or leading zeros)
+
+Kept versions: a write that replaces an envelope pushes it onto the key's kept
+list, `<key>:stampede:p` for a key with a hash tag or `{<key>}:stampede:p` for one
+without braces (same slot either way; a key with braces but no tag keeps none):
+newest first, at most four, and the list expires `keep` ms after the last push
+(best effort: a slot that is migrating away keeps nothing). A group read that
+finds the newest write still in flight returns the newest whole write among the
+kept versions instead of waiting.
 """
 
 from __future__ import annotations
@@ -44,7 +53,10 @@ __all__ = [
     "FUTURE",
     "GUARD_SCRIPT",
     "GUARD_SHA",
+    "KEEP_MS",
     "KEPT",
+    "KEPT_DEPTH",
+    "KEPT_KEY_LUA",
     "MIXED",
     "SAME",
     "WRITTEN",
@@ -61,7 +73,11 @@ WRONGTYPE = -1
 MIXED = -2
 FUTURE = -3
 FOREIGN = -4
-ARGS_PER_KEY = 5
+ARGS_PER_KEY = 6
+KEEP_MS = 5000
+"""How long a replaced value is kept for group reads (`Options.version_grace`)."""
+KEPT_DEPTH = 4
+"""How many replaced values a key keeps."""
 
 # The comparison, inlined in both drivers below and in the transaction commit (a Lua
 # function would be created anew on every call): given `cur` (the stored value or
@@ -94,8 +110,29 @@ COMPARE_LUA = b"""
     end
 """
 
+# The kept list of a key (see the module notes), or nil when none can share its slot.
+KEPT_KEY_LUA = b"""
+local function kept_key(key)
+  local open = string.find(key, '{', 1, true)
+  if open then
+    local close = string.find(key, '}', open + 1, true)
+    if close and close > open + 1 then return key .. ':stampede:p' end
+    return nil
+  end
+  if string.find(key, '}', 1, true) then return nil end
+  return '{' .. key .. '}:stampede:p'
+end
+"""
+
 _PUT = b"""
     if state == 1 then
+      if cur and keep ~= '0' and string.match(cur, '^%d+:[0-9A-Z]+') then
+        local kk = kept_key(key)
+        if kk and type(redis.pcall('LPUSH', kk, cur)) == 'number' then
+          redis.call('LTRIM', kk, 0, 3)
+          redis.call('PEXPIRE', kk, keep)
+        end
+      end
       if at ~= '0' then redis.call('SET', key, value, 'PXAT', at)
       else redis.call('SET', key, value) end
     end
@@ -103,11 +140,13 @@ _PUT = b"""
 """
 
 GUARD_SCRIPT = (
-    b"""
+    KEPT_KEY_LUA
+    + b"""
 local out = {}
 for i, key in ipairs(KEYS) do
-  local b = (i - 1) * 5
+  local b = (i - 1) * 6
   local v, t, at, value, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+  local keep = ARGV[b + 6]
   local cur = redis.pcall('GET', key)
   if type(cur) == 'table' and cur.err then
     out[i] = -1
@@ -124,6 +163,7 @@ return out
 
 CROSS_SLOT_GUARD_SCRIPT = (
     b"#!lua flags=allow-cross-slot-keys\n"
+    + KEPT_KEY_LUA
     + b"""
 local n = tonumber(ARGV[1])
 local seen = {}
@@ -133,8 +173,9 @@ for i = 1, n do
   local key = ARGV[1 + i]
   local cur = latest[key]
   if cur == nil then cur = seen[i] end
-  local b = 1 + n + (i - 1) * 5
+  local b = 1 + n + (i - 1) * 6
   local v, t, at, value, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+  local keep = ARGV[b + 6]
 """
     + COMPARE_LUA
     + _PUT
@@ -163,7 +204,7 @@ CROSS_SLOT_GUARD_SHA = hashlib.sha1(CROSS_SLOT_GUARD_SCRIPT).hexdigest()
 class WriteRequest:
     """The keys one guarded write sends to one shard, with their ARGV ready-made.
 
-    `argv` holds five values per key (version, token, expire-at, value, limit), in the
+    `argv` holds six values per key (version, token, expire-at, value, limit, keep), in the
     order of `keys`, so a batch's call is its requests' keys and argv joined;
     `slots` are the keys' hash slots where the topology routes by them (a cluster
     splits a batch per slot when a node refuses the cross-slot script).
@@ -190,13 +231,14 @@ class WriteRequest:
         token: str,
         expire_at_ms: int | None,
         limit: int = 0,
+        keep_ms: int = KEEP_MS,
         slots: Sequence[int] = (),
     ) -> WriteRequest:
         """The request for `keys[p]`, `values[p]` at each position p, one stamp for all."""
         at = expire_at_ms or 0
         argv: list[object] = []
         for p in positions:
-            argv += (version, token, at, values[p], limit)
+            argv += (version, token, at, values[p], limit, keep_ms)
         return cls(
             [keys[p] for p in positions], argv, [slots[p] for p in positions] if slots else []
         )
