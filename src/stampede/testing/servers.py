@@ -197,10 +197,10 @@ def find_server(choice: str | None = None) -> ServerBinary:
 
 
 @functools.cache
-def _cached(choice: str) -> ServerBinary:
+def _cached(choice: str, search_path: str) -> ServerBinary:
     return find_server(choice)
 
 
 def default_server() -> ServerBinary:
-    """`find_server($STAMPEDE_TEST_SERVER)`, looked up once per distinct value."""
-    return _cached(os.environ.get(SERVER_ENV, ""))
+    """`find_server($STAMPEDE_TEST_SERVER)`, looked up once per value (and PATH)."""
+    return _cached(os.environ.get(SERVER_ENV, ""), os.environ.get("PATH", ""))
