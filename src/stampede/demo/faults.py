@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ..client import Stampede
 from ..envelope import Envelope
+from ..kept import drop_kept
 from ..testing.node import RedisNode
 from ..writer import new_token
 from .keyspace import Database, Entity, payloads
@@ -31,6 +32,12 @@ async def crash_write(
     after the first shard acknowledged. That is exactly the call the writer makes
     for that shard (`Topology.write_guarded` with the write's stamp), minus the
     others, so the keys left behind hold the previous write and the group is torn.
+
+    The guard keeps each replaced value for a grace window (`stampede.kept`), and
+    within it a read returns the group's last whole write rather than seeing it
+    torn. The demo plays a writer that died longer ago than that: the kept
+    versions of the keys it reached are dropped, so readers detect the tear and
+    repair it (and the final scan, which does not look at kept versions, agrees).
     """
     topology = st.topology
     by_shard: dict[str, list[bytes]] = {}
@@ -48,6 +55,7 @@ async def crash_write(
     error = outcome.first_error()
     if error is not None:
         raise error
+    await drop_kept(topology, reached)
     counters.crashes += 1
     counters.note(
         f"crash: {entity.group} reached {len(reached)} of {len(entity.keys)} keys "
