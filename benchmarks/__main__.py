@@ -16,6 +16,7 @@ MODULES = [
     "benchmarks.suite",
     "benchmarks.fanout",
     "benchmarks.repair",
+    "benchmarks.ramp",
 ]
 
 
