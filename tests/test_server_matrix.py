@@ -92,7 +92,7 @@ def test_redis_without_redis_server_says_how_to_get_one(
     """STAMPEDE_TEST_SERVER=redis with no redis-server: an error naming the ways out."""
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv(SERVER_ENV, "redis")
-    with pytest.raises(ServerNotFoundError, match=r"stampede\[server\]") as caught:
+    with pytest.raises(ServerNotFoundError, match=r"stampede-redis\[server\]") as caught:
         RedisNode().start()
     assert isinstance(caught.value, ServerStartError)
     assert "apt-get install redis-server" in str(caught.value)

