@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 from typing import Any
 
 import pytest
 
-from stampede import Envelope, HybridClock, Mode, Stampede
+from stampede import ConfigurationError, Envelope, HybridClock, Mode, Stampede
 from stampede.repair import NewestWins, RepairQueue
 from stampede.repair.worker import Worker
 from stampede.scan import scan_groups
@@ -25,11 +26,11 @@ def keys_of(i: int) -> list[str]:
     return [f"acct:{i}:a", f"acct:{i}:b", f"acct:{i}:c"]
 
 
-async def populate(st: Stampede, mode: Mode) -> set[bytes]:
-    """Write GROUPS groups, then tear a random few in several ways; return the torn names."""
+async def populate(st: Stampede, mode: Mode, groups: int = GROUPS, torn_n: int = 40) -> set[bytes]:
+    """Write `groups` groups, then tear a random few in several ways; return the torn names."""
     # Bulk load: each chunk of 500 groups is one guarded write (one stamp per chunk).
-    for start in range(0, GROUPS, 500):
-        chunk = range(start, min(start + 500, GROUPS))
+    for start in range(0, groups, 500):
+        chunk = range(start, min(start + 500, groups))
         version, token = HybridClock().now(), new_token()
         keys = [k.encode() for i in chunk for k in keys_of(i)]
         values = [Envelope(version, token, b"p").encode()] * len(keys)
@@ -42,7 +43,7 @@ async def populate(st: Stampede, mode: Mode) -> set[bytes]:
         assert out.ok
     rng = random.Random(42)
     torn: set[bytes] = set()
-    for n, i in enumerate(rng.sample(range(GROUPS), 40)):
+    for n, i in enumerate(rng.sample(range(groups), torn_n)):
         names = keys_of(i)
         first = names[0].encode()
         if n % 3 == 0:  # a newer write that reached one key only
@@ -125,3 +126,62 @@ async def test_scan_cli_enqueue_then_worker_cli(redis_primaries: Any) -> None:
     final = await asyncio.to_thread(run_cli, *scan, "--json")
     assert final.returncode == 0, final.stdout.decode()[-2000:]
     assert json.loads(final.stdout)["torn"] == []
+
+
+async def test_scan_detects_commit_mode(topology_env: tuple[str, Any]) -> None:
+    """Over a commit-mode keyspace, scan's default judges in commit mode, so groups whose
+    record was lost are reported (stamp mode would call them clean)."""
+    kind, env = topology_env
+    async with open_stampede(env, kind) as st:
+        torn = await populate(st, Mode.COMMIT, groups=600, torn_n=12)
+        report = await scan_groups(st.topology, PATTERN, match="acct:*")
+        lost = sum(n % 3 == 2 for n in range(12))  # groups whose record was deleted
+        assert report.mode is Mode.COMMIT and report.committed == 600 - lost
+        assert {t.group for t in report.torn} == torn
+        assert all(t.mode is Mode.COMMIT for t in report.torn)
+        with pytest.raises(ConfigurationError, match="have commit records"):
+            await scan_groups(st.topology, PATTERN, match="acct:*", mode=Mode.STAMP)
+
+
+async def test_scan_cli_modes_counts_and_exit_codes(redis_primaries: Any) -> None:
+    """The CLI: commit mode detected (JSON says so), --mode stamp refused (exit 2), the text
+    summary shows every count, and an unreachable server is exit 3, not 1."""
+    redis_primaries.flushall()
+    async with open_stampede(redis_primaries, "shards") as st:
+        torn = await populate(st, Mode.COMMIT, groups=300, torn_n=9)
+        gone = keys_of(299)  # a deleted group reads not_found
+        await st.delete("acct:299", gone, mode="commit")
+    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
+    scan = ["scan", *urls, "--pattern", PATTERN, "--match", "acct:*"]
+    result = await asyncio.to_thread(run_cli, *scan, "--json")
+    assert result.returncode == 1, result.stderr.decode()[-2000:]
+    report = json.loads(result.stdout)
+    assert report["mode"] == "commit" and report["committed"] == 300 - 3  # 3 records lost
+    assert {t["group"] for t in report["torn"]} == {g.decode() for g in torn} - {"acct:299"}
+    assert report["not_found"] == 1 and report["torn_count"] == len(report["torn"])
+
+    text = await asyncio.to_thread(run_cli, *scan)
+    assert text.returncode == 1
+    summary = " ".join(text.stdout.decode().split())
+    for count in (
+        f"{report['keys_scanned']} keys",
+        f"{report['groups']} groups",
+        f"judged in commit mode ({report['committed']} with commit records)",
+        f"{report['consistent']} consistent",
+        "1 not found",
+        f"{report['torn_count']} torn",
+        f"{report['ignored_keys']} keys outside the pattern",
+    ):
+        assert count in summary, (count, summary)
+
+    refused = await asyncio.to_thread(run_cli, *scan, "--mode", "stamp")
+    assert refused.returncode == 2 and b"have commit records" in refused.stderr
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    down = await asyncio.to_thread(
+        run_cli, "scan", "--url", f"redis://127.0.0.1:{port}", "--pattern", PATTERN
+    )
+    assert down.returncode == 3, down.stderr.decode()
+    assert b"did not complete" in down.stderr and b"Traceback" not in down.stderr

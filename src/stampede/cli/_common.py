@@ -28,6 +28,7 @@ __all__ = [
     "pattern_option",
     "policy_from",
     "show",
+    "unreachable",
     "with_connection",
 ]
 
@@ -182,3 +183,13 @@ def connect_from(urls: Sequence[str], cluster: bool, socket_timeout: float) -> S
         )
     except StampedeError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether `exc` says a server could not be reached (as opposed to misconfigured):
+    `open()`'s `SetupError` with problem `unreachable`/`timeout`, or a shard error."""
+    from ..errors import ShardError
+
+    if getattr(exc, "problem", None) in ("unreachable", "timeout"):
+        return True
+    return isinstance(exc, ShardError | OSError)

@@ -20,7 +20,7 @@ from rich.table import Table
 from ..client import Stampede
 from ..errors import ConfigurationError, StampedeError
 from ..repair.queue import RepairQueue
-from ._common import connect_from, console, with_connection
+from ._common import connect_from, console, unreachable, with_connection
 
 __all__ = ["queue_command"]
 
@@ -46,9 +46,9 @@ def _run(
 
     try:
         return asyncio.run(run())
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
     except (StampedeError, OSError) as exc:
+        if isinstance(exc, ConfigurationError) and not unreachable(exc):
+            raise click.UsageError(str(exc)) from None
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_UNREACHABLE)
 

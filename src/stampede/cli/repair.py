@@ -23,7 +23,7 @@ from ..repair.queue import RepairQueue
 from ..repair.worker import RetryBackoff, Worker, event, serve_metrics
 from ..scan import ScanReport, compile_pattern, scan_groups
 from ..verdict import Mode
-from ._common import connect_from, console, show, with_connection
+from ._common import connect_from, console, show, unreachable, with_connection
 from .logs import log_options, setup_logging
 
 __all__ = ["EXIT_ERROR", "EXIT_TORN", "scan_command", "worker_command"]
@@ -60,7 +60,7 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     try:
         await st.open()
     except ConfigurationError as exc:  # e.g. SetupError: the URLs do not fit the servers
-        if getattr(exc, "problem", None) not in ("unreachable", "timeout"):
+        if not unreachable(exc):
             raise
         event("worker.connect_failed", logging.WARNING, error=str(exc))
     except ShardError as exc:
@@ -364,9 +364,9 @@ def scan_command(
 
     try:
         report, queued = asyncio.run(run())
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
     except (StampedeError, OSError) as exc:
+        if isinstance(exc, ConfigurationError) and not unreachable(exc):
+            raise click.UsageError(str(exc)) from None
         click.echo(f"Error: the scan did not complete: {exc}", err=True)
         sys.exit(EXIT_ERROR)
     if as_json:

@@ -341,8 +341,10 @@ class Worker:
         try:
             while not self.stopping.is_set():
                 free = self.concurrency - len(self._in_hand)
-                if free <= 0:
-                    await asyncio.wait(self._in_hand, return_when=asyncio.FIRST_COMPLETED)
+                if free <= 0:  # full: wait for a job to finish, or for stop()
+                    stop = asyncio.ensure_future(self.stopping.wait())
+                    await asyncio.wait({*self._in_hand, stop}, return_when=asyncio.FIRST_COMPLETED)
+                    stop.cancel()
                     continue
                 jobs = await self._claim(free)
                 if not jobs:
@@ -587,6 +589,7 @@ class Worker:
             "lost_races": s.lost_races,
             "failed": s.failed,
             "dead_lettered": s.dead_lettered,
+            "released": s.released,
             "queue_lag": s.queue_lag,
             "queue_pending": s.queue_pending,
             "queue_delayed": s.queue_delayed,

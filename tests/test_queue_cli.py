@@ -1,0 +1,70 @@
+"""`stampede queue stats | dead | delayed | requeue`, JSON output, over real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from typing import Any
+
+from stampede.repair import RepairQueue
+from stampede.testing import LocalPrimaries
+
+from .support import open_stampede, run_cli
+from .test_worker import plant
+
+
+async def cli(*args: str) -> Any:
+    result = await asyncio.to_thread(run_cli, "queue", *args, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    return json.loads(result.stdout)
+
+
+async def test_stats_dead_and_requeue(redis_primaries: LocalPrimaries) -> None:
+    """Dead letters are listed with their error, requeued as fresh jobs and deleted;
+    the counts follow, and a malformed dead letter is kept."""
+    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
+    async with open_stampede(redis_primaries, "shards") as st:
+        queue = RepairQueue(st.topology, max_attempts=1)
+        await queue.clear()
+        await plant(st, queue, 3)
+        for job in await queue.claim("w", 10):
+            assert await queue.fail(job, "the database is unreachable")  # dead at once
+        await st.topology.execute(queue.dead, "XADD", queue.dead, "*", "group", "junk")
+
+        stats = await cli("stats", *urls, "--json")
+        assert stats["dead"] == 4 and stats["length"] == 0 and stats["delayed"] == 0
+        assert stats["streams"] == ["stampede:repairs"]
+
+        dead = await cli("dead", *urls, "--json")
+        assert len(dead) == 4
+        assert sum(d.get("last_error") == "the database is unreachable" for d in dead) == 3
+
+        results = await cli("requeue", *urls, "--all", "--json")
+        outcomes = sorted(r["outcome"] for r in results)
+        assert outcomes == ["malformed", "queued", "queued", "queued"]
+        stats = await cli("stats", *urls, "--json")
+        assert stats["dead"] == 1 and stats["length"] == 3
+        jobs = await RepairQueue(st.topology).claim("w", 10)
+        assert sorted(j.group for j in jobs) == [b"w:0", b"w:1", b"w:2"]
+        assert all(j.attempts == 0 and j.last_error is None for j in jobs)
+
+        (junk,) = await cli("dead", *urls, "--json")
+        again = await cli("requeue", *urls, "--id", junk["id"], "--id", "1-1", "--json")
+        assert [r["outcome"] for r in again] == ["malformed", "missing"]
+
+
+async def test_usage_and_unreachable(redis_primaries: LocalPrimaries) -> None:
+    """requeue needs --id or --all (exit 2); an unreachable server is exit 3 with a message."""
+    result = await asyncio.to_thread(
+        run_cli, "queue", "requeue", "--url", redis_primaries.urls[0], timeout=60
+    )
+    assert result.returncode == 2 and b"--all" in result.stderr
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = await asyncio.to_thread(
+        run_cli, "queue", "stats", "--url", f"redis://127.0.0.1:{port}", timeout=60
+    )
+    assert result.returncode == 3, result.stderr.decode()
+    assert f"127.0.0.1:{port}".encode() in result.stderr and b"Traceback" not in result.stderr
