@@ -30,6 +30,7 @@ from typing import Any
 
 from ..client import Stampede, connect
 from ..errors import ConfigurationError, PartialWriteError, StampedeError
+from ..kept import drop_kept
 from ..options import ConnectOptions, RetryPolicy
 from ..repair.base import RepairStrategy
 from ..repair.queue import RepairQueue
@@ -270,6 +271,10 @@ class Demo:
                     else:
                         await self._write(entity, rng)
                 except PartialWriteError as exc:
+                    # Like a crash (faults.crash_write): the writer gave up longer ago
+                    # than the grace window, so readers see the tear, not the kept write.
+                    with contextlib.suppress(StampedeError):
+                        await drop_kept(self.st.topology, list(exc.landed))
                     self.counters.writes_failed += 1
                     self.counters.note(
                         f"partial write: {entity.group} landed {len(exc.landed)} of "
