@@ -19,6 +19,11 @@ metrics.add_hook(lambda name, value, labels: statsd.incr(name, value, tags=label
   writes, end to end
 - `stampede_worker_retries_total`: repair jobs put back with a backoff delay
 
+`log_event(logger, name, level, **fields)` is the library's structured logging:
+the message is `name key=value ...`, and each field is also an `extra` attribute
+of the record (`record.event`, `record.group`, ...; `record.stampede_fields`
+names them), which `stampede ... --log-format json` prints as one JSON object.
+
 The recording functions below are cheap and never raise: the library calls them
 where the event happens. A hook gets `(name, value, labels)` for every event
 (the metric name without `_total`), for applications with another metrics
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -39,6 +45,7 @@ __all__ = [
     "REGISTRY",
     "Hook",
     "add_hook",
+    "log_event",
     "lost_race",
     "mount",
     "read_retry",
@@ -93,6 +100,45 @@ _WORKER_RETRIES = Counter(
     "Repair jobs put back on the queue with a backoff delay after a failed attempt.",
     registry=REGISTRY,
 )
+
+
+# LogRecord attributes an `extra` field must not overwrite (logging raises KeyError).
+_RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message",
+    "asctime",
+    "event",
+    "stampede_fields",
+}
+
+
+class _Message:
+    """A log message rendered only if a handler formats it: `event key=value ...`."""
+
+    __slots__ = ("fields", "name")
+
+    def __init__(self, name: str, fields: dict[str, Any]) -> None:
+        self.name = name
+        self.fields = fields
+
+    def __str__(self) -> str:
+        return " ".join([self.name, *(f"{k}={v}" for k, v in self.fields.items())])
+
+
+def log_event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields: Any) -> None:
+    """Log one structured event: names and counts only, never payloads.
+
+    A field named like a LogRecord attribute gets a trailing underscore on the record.
+    """
+    if not logger.isEnabledFor(level):
+        return
+    extra: dict[str, Any] = {"event": name}
+    names = []
+    for key, value in fields.items():
+        safe = key + "_" if key in _RESERVED else key
+        extra[safe] = value
+        names.append(safe)
+    extra["stampede_fields"] = tuple(names)
+    logger.log(level, "%s", _Message(name, fields), extra=extra)
 
 
 def add_hook(hook: Hook) -> None:

@@ -50,12 +50,6 @@ __all__ = ["RetryBackoff", "StrategyLifecycle", "Worker", "WorkerStats", "serve_
 
 log = logging.getLogger("stampede.worker")
 
-# LogRecord attributes an `extra` field must not overwrite (logging raises KeyError).
-_RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
-    "message",
-    "asctime",
-}
-
 
 @runtime_checkable
 class StrategyLifecycle(Protocol):
@@ -198,38 +192,9 @@ class WorkerCollector(Collector):
         yield uptime
 
 
-class _Fields:
-    """A log message rendered only if a handler formats it: `event key=value ...`."""
-
-    __slots__ = ("fields", "name")
-
-    def __init__(self, name: str, fields: dict[str, Any]) -> None:
-        self.name = name
-        self.fields = fields
-
-    def __str__(self) -> str:
-        parts = [self.name]
-        parts += [f"{k}={v}" for k, v in self.fields.items()]
-        return " ".join(parts)
-
-
 def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
-    """Log one structured event: names and counts only, never payloads.
-
-    The fields ride on the record as `extra` attributes (a field named like a
-    LogRecord attribute gets a trailing underscore), plus `event` and
-    `stampede_fields` (the names of the fields, for formatters).
-    """
-    if not log.isEnabledFor(level):
-        return
-    extra: dict[str, Any] = {"event": name}
-    names = []
-    for key, value in fields.items():
-        safe = key + "_" if key in _RESERVED or key == "event" else key
-        extra[safe] = value
-        names.append(safe)
-    extra["stampede_fields"] = tuple(names)
-    log.log(level, "%s", _Fields(name, fields), extra=extra)
+    """Log one structured event on `stampede.worker` (see `stampede.metrics.log_event`)."""
+    metrics.log_event(log, name, level, **fields)
 
 
 def _follow_up(job_id: str | None) -> dict[str, Any]:
