@@ -27,6 +27,7 @@ from stampede.chaos import (
 from stampede.chaos.history import Event
 from stampede.chaos.scenarios import SCENARIOS, Env, Timing, run_scenario
 from stampede.chaos.workload import make_layout
+from stampede.kept import drop_kept
 from stampede.repair import RepairAction, RepairContext, RepairOutcome
 from stampede.testing import LocalCluster, LocalPrimaries
 from stampede.topology.shards import Shards
@@ -356,6 +357,7 @@ async def test_repairs_are_recorded_with_the_read_that_ran_them(shards: Shards) 
     faulty.arm(Crash(CrashPoint.BETWEEN_SHARDS))
     with pytest.raises(InjectedCrash):
         await st.write(group, {k: payload_of("w", 2, k) for k in keys})
+    await drop_kept(shards, keys)  # the crash is older than the grace window
     reader = RecordingStampede(Stampede(faulty), history, process="r")
     result = await reader.read(group, keys, mode="commit", repair=CHAOS_REPAIR, final=True)
     assert result.repaired and set(result.values.values()) == {payload_of("w", 2, k) for k in keys}
@@ -393,6 +395,7 @@ async def test_checker_catches_a_repair_that_restores_old_data(shards: Shards) -
     faulty.arm(Crash(CrashPoint.BETWEEN_SHARDS))
     with pytest.raises(InjectedCrash):
         await st.write(group, {k: payload_of("w", 3, k) for k in keys}, mode="stamp")
+    await drop_kept(shards, keys)  # the crash is older than the grace window
     reader = RecordingStampede(Stampede(faulty), history, process="r")
     await reader.read(group, keys, repair=StaleRepair())
     await reader.read(group, keys, final=True)

@@ -124,6 +124,7 @@ class Stampede:
             versions=self._versions_for(versions),
             ttl=self.options.ttl if ttl is None else ttl,
             version=None if version is None else check_version(version),
+            keep_ms=self._keep_ms,
         )
 
     async def delete(
@@ -156,7 +157,13 @@ class Stampede:
             versions=self._versions_for(versions),
             ttl=self.options.tombstone_grace if grace is None else grace,
             version=None if version is None else check_version(version),
+            keep_ms=self._keep_ms,
         )
+
+    @property
+    def _keep_ms(self) -> int:
+        """How long a write keeps each value it replaces (`version_grace`), in ms."""
+        return max(1, round(self.options.version_grace * 1000))
 
     def _mode(self, mode: ModeName | None) -> Mode:
         if mode is None:

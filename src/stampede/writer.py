@@ -34,7 +34,7 @@ from .errors import (
 from .keys import to_bytes
 from .results import Receipt
 from .topology.base import Topology, WriteOutcome
-from .topology.guard import FOREIGN, FUTURE, KEPT, MIXED, WRONGTYPE
+from .topology.guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
 from .verdict import Mode, commit_key
 from .versions import HybridClock, VersionSource
 
@@ -177,12 +177,14 @@ async def write_group(
     versions: VersionSource,
     ttl: float | None,
     version: int | None = None,
+    keep_ms: int = KEEP_MS,
 ) -> Receipt:
     """Stamp and write every key of a group; raise `PartialWriteError` if a shard failed.
 
     A payload of None writes a tombstone (the key is deleted, and stays deleted
     against older writes until `ttl`, the grace period, runs out). `version`
-    fixes the version (the application's own) instead of drawing one.
+    fixes the version (the application's own) instead of drawing one; `keep_ms`
+    how long each replaced value is kept for group reads.
     """
     at = expire_at(ttl)
     if version is None:
@@ -194,7 +196,9 @@ async def write_group(
     head = b"%d:%s" % (version, token.encode())
     encoded = [head if p is None else head + b":" + p for p in payloads]
     slots = {topology.slot_of(k) for k in keys}
-    put = partial(topology.write_guarded, version=version, token=token, expire_at_ms=at)
+    put = partial(
+        topology.write_guarded, version=version, token=token, expire_at_ms=at, keep_ms=keep_ms
+    )
     if mode is Mode.STAMP:
         atomic = len(slots) == 1
         outcome = await put(keys, encoded, limit=limit)

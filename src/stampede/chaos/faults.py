@@ -41,6 +41,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from ..topology.base import Topology, Updater, WriteOutcome
+from ..topology.guard import KEEP_MS
 from ..verdict import Mode, commit_key
 from .history import CURRENT_OP, History, OpContext, text
 from .late import Late
@@ -200,6 +201,7 @@ class FaultyTopology:
         token: str,
         expire_at_ms: int | None = None,
         limit: int = 0,
+        keep_ms: int = KEEP_MS,
     ) -> WriteOutcome:
         ctx = CURRENT_OP.get()
         if ctx is not None and ctx.f == "delete":
@@ -207,7 +209,13 @@ class FaultyTopology:
             ctx.sent.update(keys)
         if ctx is None or ctx.f != "write":
             return await self.inner.write_guarded(
-                keys, values, version=version, token=token, expire_at_ms=expire_at_ms, limit=limit
+                keys,
+                values,
+                version=version,
+                token=token,
+                expire_at_ms=expire_at_ms,
+                limit=limit,
+                keep_ms=keep_ms,
             )
         ctx.version, ctx.token = version, token
         ckey = commit_key(ctx.group)
@@ -229,6 +237,7 @@ class FaultyTopology:
                 token=token,
                 expire_at_ms=expire_at_ms,
                 limit=limit,
+                keep_ms=keep_ms,
             )
 
         everything = range(len(keys))

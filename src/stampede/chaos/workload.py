@@ -43,6 +43,10 @@ __all__ = [
     "settle",
 ]
 
+CHAOS_GRACE = 0.1
+"""Kept versions answer reads of groups torn less than this long ago: short in the
+chaos runs, so crashed writes reach the repair strategies within a short run too."""
+
 CHAOS_CONNECTION = ConnectOptions(
     socket_timeout=0.5, connect_timeout=0.5, connection_retries=1, retry_cap=0.1
 )
@@ -128,6 +132,7 @@ class WorkloadConfig:
     clock_offsets_ms: Sequence[int] = ()  # one per writer (clock skew); default all 0
     cold_after: float | None = None  # seconds; then writers leave the layout's cold groups
     seed: int = 7
+    version_grace: float = 0.1  # see CHAOS_GRACE
 
 
 @dataclass
@@ -145,7 +150,10 @@ class Workload:
 
     def _stampede(self, offset_ms: int = 0) -> Stampede:
         clock = HybridClock(offset_ms=offset_ms)
-        return Stampede(self.topology, options=Options(versions=clock, retry=self.config.retry))
+        options = Options(
+            versions=clock, retry=self.config.retry, version_grace=self.config.version_grace
+        )
+        return Stampede(self.topology, options=options)
 
     async def run(self, duration: float, fault: Awaitable[object] | None = None) -> None:
         """Run writers and readers for `duration` seconds, and `fault` alongside them.
@@ -235,7 +243,7 @@ async def settle(
     attempts: int = 20,
 ) -> list[str]:
     """Repair every group, then read each once more (`final`); returns groups still torn."""
-    st = Stampede(topology, options=Options(retry=SETTLE_RETRY))
+    st = Stampede(topology, options=Options(retry=SETTLE_RETRY, version_grace=CHAOS_GRACE))
     rst = RecordingStampede(st, history, process="settle")
     for group, keys in layout.groups.items():
         mode = layout.modes[group]
@@ -273,7 +281,8 @@ async def plant_torn(
 
     With `record`, commit-mode groups' writes die before the commit record instead.
     """
-    st = RecordingStampede(Stampede(topology), history, process="planter")
+    planter = Stampede(topology, options=Options(version_grace=CHAOS_GRACE))
+    st = RecordingStampede(planter, history, process="planter")
     planted = 0
     for seq, group in enumerate(groups):
         late = record and layout.modes[group] is Mode.COMMIT

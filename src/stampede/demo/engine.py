@@ -376,7 +376,11 @@ async def run_demo(
     """
     config = config or DemoConfig()
     connection = LOCAL_CONNECTION if local else ConnectOptions()
-    async with connect(list(urls), cluster=cluster, mode=config.mode, connection=connection) as st:
+    # A short grace window: a write torn by an injected fault reads as the last whole
+    # write only briefly, then as torn, so the demo shows detection and repair.
+    async with connect(
+        list(urls), cluster=cluster, mode=config.mode, connection=connection, version_grace=0.2
+    ) as st:
         demo = Demo(st, config, nodes=nodes, local=local)
         if watch is None:
             return await demo.run()

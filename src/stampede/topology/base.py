@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from redis import exceptions as rex
 
 from ..errors import ShardError, ShardResponseError, ShardTimeout, ShardUnavailable
+from .guard import KEEP_MS
 
 if TYPE_CHECKING:
     from .coalesce import Coalescer
@@ -176,11 +177,13 @@ class Topology(Protocol):
         token: str,
         expire_at_ms: int | None = None,
         limit: int = 0,
+        keep_ms: int = KEEP_MS,
     ) -> WriteOutcome:
         """Write each key through the guard; a shard that fails does not stop the others.
 
         `limit` is the newest clock version the writer accepts as real (0: no
         check); a key holding a newer one is not written (`guard.FUTURE`).
+        `keep_ms` is how long a replaced value is kept for group reads (0: not).
         """
         ...
 

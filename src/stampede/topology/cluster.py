@@ -29,9 +29,11 @@ from .guard import (
     CROSS_SLOT_GUARD_SHA,
     GUARD_SCRIPT,
     GUARD_SHA,
+    KEEP_MS,
     WriteRequest,
     joined,
     split_codes,
+    without_keeping,
 )
 from .lane import Lane
 from .node_ops import (
@@ -275,6 +277,8 @@ class Cluster:
         yet: an EVALSHA of a known script that meets NOSCRIPT is sent again as EVAL.
         """
         lane = self._lane_at(target)
+        if asking:  # the importing node: keep no versions there (`without_keeping`)
+            cmd = without_keeping(cmd)
         for command in (cmd, _as_eval(cmd)):
             if command is None:
                 break
@@ -370,6 +374,7 @@ class Cluster:
         token: str,
         expire_at_ms: int | None = None,
         limit: int = 0,
+        keep_ms: int = KEEP_MS,
     ) -> WriteOutcome:
         slots = [keyslot(k) for k in keys]
         parts = [(self._coalescers(n)[1], pos) for n, pos in self._by_slots(slots).items()]
@@ -381,6 +386,7 @@ class Cluster:
             token=token,
             expire_at_ms=expire_at_ms,
             limit=limit,
+            keep_ms=keep_ms,
             slots=slots,
         )
 

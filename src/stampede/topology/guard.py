@@ -64,6 +64,7 @@ __all__ = [
     "WriteRequest",
     "joined",
     "split_codes",
+    "without_keeping",
 ]
 
 KEPT = 0
@@ -127,7 +128,6 @@ end
 _PUT = b"""
     if state == 1 then
       if cur and keep ~= '0' and string.match(cur, '^%d+:[0-9A-Z]+') then
-        local kk = kept_key(key)
         if kk and type(redis.pcall('LPUSH', kk, cur)) == 'number' then
           redis.call('LTRIM', kk, 0, 3)
           redis.call('PEXPIRE', kk, keep)
@@ -147,6 +147,7 @@ for i, key in ipairs(KEYS) do
   local b = (i - 1) * 6
   local v, t, at, value, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
   local keep = ARGV[b + 6]
+  local kk = kept_key(key)
   local cur = redis.pcall('GET', key)
   if type(cur) == 'table' and cur.err then
     out[i] = -1
@@ -176,6 +177,7 @@ for i = 1, n do
   local b = 1 + n + (i - 1) * 6
   local v, t, at, value, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
   local keep = ARGV[b + 6]
+  local kk = kept_key(key)
 """
     + COMPARE_LUA
     + _PUT
@@ -198,6 +200,27 @@ so the older of the two never lands over the newer.
 """
 
 GUARD_SHA = hashlib.sha1(GUARD_SCRIPT).hexdigest()
+
+
+def without_keeping(command: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A per-slot guard call with every key's keep set to 0; any other command as is.
+
+    A call that follows ASK runs on the node importing the slot, while the source
+    may still hold the key's kept list: creating a second one there would make the
+    migration's MIGRATE of the first fail with BUSYKEY. So a redirected write
+    keeps nothing (keeping is best effort).
+    """
+    if len(command) < 3 or command[0] not in ("EVALSHA", "EVAL"):
+        return command
+    if command[1] not in (GUARD_SHA, GUARD_SCRIPT):
+        return command
+    n = int(command[2])
+    head, argv = list(command[: 3 + n]), list(command[3 + n :])
+    for i in range(ARGS_PER_KEY - 1, len(argv), ARGS_PER_KEY):
+        argv[i] = 0
+    return (*head, *argv)
+
+
 CROSS_SLOT_GUARD_SHA = hashlib.sha1(CROSS_SLOT_GUARD_SCRIPT).hexdigest()
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import ShardError
 from .base import WriteOutcome
 from .coalesce import Coalescer
-from .guard import WriteRequest
+from .guard import KEEP_MS, WriteRequest
 
 __all__ = ["Part", "fetch_parts", "write_parts"]
 
@@ -43,6 +43,7 @@ async def write_parts(
     token: str,
     expire_at_ms: int | None,
     limit: int = 0,
+    keep_ms: int = KEEP_MS,
     slots: Sequence[int] = (),
 ) -> WriteOutcome:
     """Guarded-write every key through its shard's coalescer; per-shard failures kept."""
@@ -55,6 +56,7 @@ async def write_parts(
             token=token,
             expire_at_ms=expire_at_ms,
             limit=limit,
+            keep_ms=keep_ms,
             slots=slots,
         )
         for _, positions in parts

@@ -34,7 +34,7 @@ from .checks import (
     same_servers,
 )
 from .coalesce import Coalescer
-from .guard import GUARD_SCRIPT, GUARD_SHA, WriteRequest, joined, split_codes
+from .guard import GUARD_SCRIPT, GUARD_SHA, KEEP_MS, WriteRequest, joined, split_codes
 from .lane import Lane
 from .node_ops import (
     Body,
@@ -299,6 +299,7 @@ class Shards:
         token: str,
         expire_at_ms: int | None = None,
         limit: int = 0,
+        keep_ms: int = KEEP_MS,
     ) -> WriteOutcome:
         parts = [(self._writers[s], pos) for s, pos in self._partition(keys).items()]
         return await write_parts(
@@ -309,6 +310,7 @@ class Shards:
             token=token,
             expire_at_ms=expire_at_ms,
             limit=limit,
+            keep_ms=keep_ms,
         )
 
     async def _mget_batch(self, shard: int, requests: list[list[bytes]]) -> list[Any]:
