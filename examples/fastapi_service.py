@@ -44,6 +44,7 @@ from pydantic import BaseModel, Field
 
 import stampede
 from stampede import Envelope, RetryPolicy, ShardError, Stampede, TypedGroup, WriteError
+from stampede.kept import drop_kept
 from stampede.repair import Enqueue, NewestWins, RepairQueue
 from stampede.repair.worker import Worker
 from stampede.writer import new_token
@@ -214,7 +215,8 @@ app = create_app()
 
 
 async def tear_profile(st: Stampede, user_id: int, name: str) -> None:
-    """Play a writer that died half-way: a newer profile reaches its shard, settings do not."""
+    """Play a writer that died half-way, longer ago than the grace window: a newer
+    profile reaches its shard, settings do not, and no whole write is kept."""
     key = f"users:{user_id}:profile".encode()
     stored = Envelope.decode(await st.topology.execute(key, "GET", key))
     version, token = stored.version + 1, new_token()
@@ -223,6 +225,7 @@ async def tear_profile(st: Stampede, user_id: int, name: str) -> None:
         [key], [Envelope(version, token, body).encode()], version=version, token=token
     )
     assert out.ok
+    await drop_kept(st.topology, [key])
 
 
 async def drain(st: Stampede) -> None:

@@ -6,9 +6,11 @@ stampede refuses to try, before sending anything. The transfer is one stamped
 write over both keys (`st.write`, commit mode): every value carries one token,
 the commit record comes last, and a read trusts the pair only when both halves
 and the record agree. A writer that dies half-way leaves a pair that reads as
+the last whole transfer while its keys keep it (the grace window), then as
 torn, never as a plausible-looking balance. What stays torn is the repair
 layer's job (a repair strategy on `read`, or the repair worker); here the
-transfer is simply written again.
+transfer is simply written again. Last, the same transfer as a read-atomic
+transaction, which any set of keys can use.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import _run
 
 import stampede
 from stampede import Envelope, atomic, eventlog
+from stampede.kept import drop_kept
 
 ALICE, BOB = "bank:accounts:{alice}:balance", "bank:accounts:{bob}:balance"
 GROUP = "bank:transfers:alice-bob"
@@ -54,6 +57,10 @@ async def main(urls: Sequence[str], *, cluster: bool = False) -> None:
             version=version,
             token=token,
         )
+        last = await st.read(GROUP, [ALICE, BOB], mode="commit", retry=QUICK)
+        assert last.consistent and last.values == {ALICE: b"90", BOB: b"60"}
+        print("half-written transfer: reads as the last whole transfer, 90 and 60")
+        await drop_kept(st.topology, [ALICE, BOB, f"{GROUP}:stampede:commit"])  # time passed
         try:
             await st.read(GROUP, [ALICE, BOB], mode="commit", retry=QUICK)
         except stampede.TornReadError as exc:
@@ -67,6 +74,15 @@ async def main(urls: Sequence[str], *, cluster: bool = False) -> None:
         assert read.consistent and read.token == again.token
         assert sum(int(v or 0) for v in read.values.values()) == 150, "money is conserved"
         print("rewritten whole: balances 80 and 70; total still 150")
+
+        # The same kind of transfer as a read-atomic transaction: no group, any keys;
+        # read_atomic never sees Alice debited without Bob credited.
+        async with st.transaction() as tx:
+            tx.set(ALICE, "60")
+            tx.set(BOB, "90")
+        both = await st.read_atomic([ALICE, BOB])
+        assert both.values == {ALICE: b"60", BOB: b"90"}, both.values
+        print(f"transaction: balances 60 and 90 in {both.rounds} round(s)")
 
 
 if __name__ == "__main__":

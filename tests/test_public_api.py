@@ -7,16 +7,17 @@ import stampede.repair
 import stampede.testing
 
 EXPECTED = [
-    "ClockSkewError", "Cluster", "ConfigurationError", "ConnectOptions", "Counter",
-    "CrossSlotError", "Envelope", "HashPolicy", "HybridClock", "InvalidKeyError",
+    "AtomicRead", "ClockSkewError", "Cluster", "ConfigurationError", "ConnectOptions",
+    "Counter", "CrossSlotError", "Envelope", "HashPolicy", "HybridClock", "InvalidKeyError",
     "InvalidValueError", "KeySpace", "MalformedEntry", "MalformedEnvelope", "Mode",
     "ModelValidationError", "Options", "OrderingError", "OutcomeUnknownError",
     "PartialWriteError", "ReadError", "ReadResult", "ReadTimeout", "Reason", "Receipt",
     "RepairError", "RepliesLostError", "RetryPolicy", "SetupError", "ShardError",
     "ShardResponseError", "ShardTimeout", "ShardUnavailable", "Shards", "SlotMap", "Stampede",
-    "StampedeError", "Status", "Topology", "TornReadError", "TypedGroup", "TypedRead",
-    "VersionSource", "WriteConflict", "WriteError", "WriteTimeout", "analyze", "atomic",
-    "connect", "eventlog", "fanout", "hash_tag", "keyslot", "lint", "repair",
+    "StampedeError", "Status", "Topology", "TornReadError", "Transaction",
+    "TransactionAborted", "TransactionReceipt", "TypedGroup", "TypedRead", "VersionSource",
+    "WriteConflict", "WriteError", "WriteTimeout", "analyze", "atomic", "connect", "eventlog",
+    "fanout", "hash_tag", "keyslot", "lint", "repair",
 ]  # fmt: skip
 
 

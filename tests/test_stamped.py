@@ -271,19 +271,24 @@ def test_connect_rejects_bad_configuration() -> None:
 
 
 async def test_unreachable_shard_is_named() -> None:
-    """A shard nobody listens on gives ShardUnavailable naming it."""
+    """A shard nobody listens on: `open()` refuses it (naming the URL), and a client
+    used without `open()` gives ShardUnavailable naming it on the data path."""
     from stampede.testing import RedisNode
 
     node = RedisNode()
     node.start()
     port = node.port
     node.stop()
-    async with stampede.connect(
-        [f"redis://127.0.0.1:{port}"],
-        connection=stampede.ConnectOptions(connect_timeout=0.5, connection_retries=0),
-    ) as st:
+    options = stampede.ConnectOptions(connect_timeout=0.5, connection_retries=0)
+    with pytest.raises(stampede.ConfigurationError, match=f"127.0.0.1:{port}"):
+        async with stampede.connect([f"redis://127.0.0.1:{port}"], connection=options):
+            pass
+    st = stampede.connect([f"redis://127.0.0.1:{port}"], connection=options)
+    try:
         with pytest.raises(stampede.ShardUnavailable) as info:
             await st.read("g", ["g:a"])
+    finally:
+        await st.aclose()
     assert info.value.shard == f"127.0.0.1:{port}"
 
 

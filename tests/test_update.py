@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from stampede import CrossSlotError, Envelope, Stampede
+from stampede import CrossSlotError, Envelope, HybridClock, InvalidKeyError, Stampede
 
 KEYS = ["wallet:{7}:balance", "wallet:{7}:pending"]
 
@@ -39,8 +39,10 @@ async def test_concurrent_updates_lose_nothing(st: Stampede) -> None:
 
 
 async def test_update_orders_after_stored_versions(st: Stampede) -> None:
-    """An update's version is newer than what it replaced, so the guard still orders it."""
-    old = await st.write("wallet:{7}", dict.fromkeys(KEYS, b"1"), versions="counter")
+    """An update's version is newer than what it replaced, so the guard still orders it
+    (here the stored write's clock ran half a second ahead of the updater's)."""
+    ahead = HybridClock(offset_ms=500)
+    old = await st.write("wallet:{7}", dict.fromkeys(KEYS, b"1"), versions=ahead)
     receipt = await st.update("wallet:{7}", KEYS, lambda cur: dict.fromkeys(cur, b"2"))
     assert receipt.version > old.version and receipt.atomic
     raw = await st.topology.execute(KEYS[0].encode(), "GET", KEYS[0])
@@ -64,6 +66,6 @@ async def test_update_of_untagged_group_in_commit_mode_is_cross_slot(st: Stamped
 
 async def test_update_function_must_cover_every_key(st: Stampede) -> None:
     """An update function that drops a key is an error, and nothing is written."""
-    with pytest.raises(ValueError, match="no value"):
+    with pytest.raises(InvalidKeyError, match="no value"):
         await st.update("wallet:{7}", KEYS, lambda cur: {KEYS[0]: b"1"})
     assert await st.topology.execute(KEYS[0].encode(), "EXISTS", KEYS[0]) == 0

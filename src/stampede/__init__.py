@@ -43,11 +43,14 @@ from .keys import lint as lint
 from .options import ConnectOptions as ConnectOptions
 from .options import Options as Options
 from .options import RetryPolicy as RetryPolicy
+from .results import AtomicRead as AtomicRead
 from .results import ReadResult as ReadResult
 from .results import Receipt as Receipt
+from .results import TransactionReceipt as TransactionReceipt
 from .topology import Cluster as Cluster
 from .topology import Shards as Shards
 from .topology import Topology as Topology
+from .txn import Transaction as Transaction
 from .typed import TypedGroup as TypedGroup
 from .typed import TypedRead as TypedRead
 from .verdict import Mode as Mode
@@ -60,6 +63,7 @@ from .versions import VersionSource as VersionSource
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AtomicRead",
     "ClockSkewError",
     "Cluster",
     "ConfigurationError",
@@ -100,7 +104,9 @@ __all__ = [
     "Status",
     "Topology",
     "TornReadError",
+    "Transaction",
     "TransactionAborted",
+    "TransactionReceipt",
     "TypedGroup",
     "TypedRead",
     "VersionSource",

@@ -329,14 +329,15 @@ async def update_group(
             for key, raw in zip(keys, current[: len(keys)], strict=True)
         ]
         newest = max((e.version for e in stored if e is not None), default=-1)
-        new = fn(
-            {n: (None if e is None else e.value) for n, e in zip(names, stored, strict=True)}
-        )
+        new = fn({n: (None if e is None else e.value) for n, e in zip(names, stored, strict=True)})
         if inspect.isawaitable(new):
             new = await new
         missing = [n for n in names if n not in new]
         if missing:
-            raise InvalidValueError(f"update function returned no value for {missing!r}")
+            raise InvalidKeyError(
+                f"update function returned no value for {missing!r}; it must return the new "
+                "payload of every key it was given (nothing was written)"
+            )
         fresh = await versions.next_version(group, topology)
         _check_orderable(group, keys, stored, fresh, limit_for(versions, fresh))
         version = max(fresh, newest + 1)
