@@ -76,7 +76,8 @@ class UserOut(BaseModel):
     version: int | None = None
 
 
-USERS = TypedGroup({"profile": Profile, "settings": Settings})
+PARTS: dict[str, type[BaseModel]] = {"profile": Profile, "settings": Settings}
+USERS = TypedGroup(PARTS)
 
 
 def group_of(user_id: int) -> str:

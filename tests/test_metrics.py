@@ -10,11 +10,13 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, generate_latest
 
 import stampede
-from stampede import Stampede, metrics
+from stampede import Envelope, RetryPolicy, Stampede, metrics
+from stampede.kept import drop_kept
 from stampede.repair import NewestWins, RepairQueue
 from stampede.repair.worker import Worker, serve_metrics
+from stampede.writer import new_token
 
-from .support import FAST
+from .support import FAST, spread_keys
 from .test_worker import get, plant
 
 
@@ -109,3 +111,37 @@ async def test_healthz_fails_when_redis_does() -> None:
     assert f"127.0.0.1:{port}".encode() in health
     assert body.startswith(b"HTTP/1.1 200 OK") and b"stampede_worker_jobs_total" in body
     assert missing.startswith(b"HTTP/1.1 404")
+
+
+async def test_reads_and_writes_report_to_the_library_metrics(st: Stampede) -> None:
+    """Writes report their latency; a read of an in-flight group reports a kept read; a
+    torn read reports its reason and the repair its action, through the hooks."""
+    seen: list[tuple[str, dict[str, str]]] = []
+
+    def hook(name: str, value: float, labels: Mapping[str, str]) -> None:
+        seen.append((name, dict(labels)))
+
+    metrics.add_hook(hook)
+    try:
+        keys = spread_keys(st, "m", 2)
+        await st.write("m", dict.fromkeys(keys, b"old"))
+        await land_newer(st, keys[:1])  # a newer write reached one key: in flight
+        await st.read("m", keys)
+        await drop_kept(st.topology, keys)
+        await st.read("m", keys, retry=RetryPolicy(attempts=1), repair=NewestWins())
+    finally:
+        metrics.remove_hook(hook)
+    names = [n for n, _ in seen]
+    assert ("stampede_write_seconds", {"outcome": "ok"}) in seen
+    assert "stampede_kept_reads" in names
+    assert ("stampede_torn_reads", {"reason": "torn"}) in seen
+    assert ("stampede_repairs", {"action": "rewritten", "source": "read"}) in seen
+
+
+async def land_newer(st: Stampede, keys: list[str]) -> None:
+    raw = [k.encode() for k in keys]
+    stored = Envelope.decode(await st.topology.execute(raw[0], "GET", raw[0]))
+    version, token = stored.version + 1, new_token()
+    value = Envelope(version, token, b"new").encode()
+    out = await st.topology.write_guarded(raw, [value] * len(raw), version=version, token=token)
+    assert out.ok

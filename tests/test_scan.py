@@ -185,3 +185,15 @@ async def test_scan_cli_modes_counts_and_exit_codes(redis_primaries: Any) -> Non
     )
     assert down.returncode == 3, down.stderr.decode()
     assert b"did not complete" in down.stderr and b"Traceback" not in down.stderr
+
+
+async def test_scan_reports_keys_on_a_server_they_do_not_route_to(redis_primaries: Any) -> None:
+    """A key written under another URL order sits where reads never look: scan names it."""
+    async with open_stampede(redis_primaries, "shards") as st:
+        await st.write("acct:1", {k: b"x" for k in keys_of(1)})
+        home = st.topology.shard_of(b"acct:1:a")
+        elsewhere = next(s for s in st.topology.shard_names if s != home)
+        await st.topology.execute_on(elsewhere, "SET", "acct:1:a", b"stray")
+        report = await scan_groups(st.topology, PATTERN, match="acct:*")
+        assert report.misrouted == [b"acct:1:a"]
+        assert report.consistent == 1  # the group itself, where it routes, is whole

@@ -10,6 +10,8 @@ import pytest
 
 from stampede import Envelope, InvalidKeyError, Stampede
 from stampede.errors import ConfigurationError
+from stampede.repair import NewestWins, RepairQueue
+from stampede.repair.worker import Worker
 from stampede.results import AtomicRead
 from stampede.txn.layout import encode_meta, side_key
 from stampede.txn.read import required_versions
@@ -18,7 +20,7 @@ from stampede.txn.sweep import sweep
 from stampede.txn.write import run_units
 from stampede.writer import new_token
 
-from .support import open_stampede, spread_keys
+from .support import eventually, open_stampede, spread_keys
 
 
 async def test_a_transaction_over_shards_reads_whole_in_one_round(st: Stampede) -> None:
@@ -231,3 +233,41 @@ async def test_prepare_failure_aborts_and_nothing_is_visible(st: Stampede) -> No
             tx.set(keys[0], b"a")
             tx.set(keys[1], b"b")
     assert (await st.read_atomic(keys[:1])).values == {keys[0]: None}
+
+
+async def test_the_worker_sweeps_version_hashes(topology_env: tuple[str, Any]) -> None:
+    """The repair worker's periodic sweep collects versions kept past the grace window
+    for keys that are no longer written."""
+    kind, env = topology_env
+    async with open_stampede(env, kind, version_grace=0.05) as st:
+        keys = spread_keys(st, "swept", 2)
+        for i in range(3):
+            async with st.transaction() as tx:
+                for key in keys:
+                    tx.set(key, b"%d" % i)
+        worker = Worker(
+            st.topology,
+            RepairQueue(st.topology),
+            NewestWins(),
+            sweep_interval=0.05,
+            version_grace=0.05,
+            poll_interval=0.01,
+            block_ms=50,
+        )
+        running = asyncio.create_task(worker.run())
+
+        async def collected() -> bool:
+            for key in keys:
+                side = side_key(key.encode(), st.topology.slot_of)
+                fields = await st.topology.execute(side, "HKEYS", side)
+                if [f for f in fields if f != b"k"] != [f for f in fields if f.startswith(b"m:")]:
+                    return False
+                if len([f for f in fields if f.startswith(b"m:")]) != 1:
+                    return False
+            return True
+
+        try:
+            await eventually(collected, within=10)
+        finally:
+            worker.stop()
+            await running

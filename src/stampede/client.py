@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import time
 from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
-from .errors import ConfigurationError, InvalidKeyError, InvalidValueError, ReadTimeout
+from . import metrics
+from .errors import (
+    ConfigurationError,
+    InvalidKeyError,
+    InvalidValueError,
+    PartialWriteError,
+    ReadTimeout,
+)
 from .keys import HashPolicy, SlotMap, to_bytes
 from .options import Options, RetryPolicy, check_strategy, load_options, resolve_versions
 from .reader import read_group
@@ -115,17 +123,30 @@ class Stampede:
         payloads: list[bytes | None] = [
             as_payload(k, v) for k, v in zip(keys, values.values(), strict=True)
         ]
-        return await write_group(
-            self.topology,
-            gkey,
-            keys,
-            payloads,
-            mode=self._mode(mode),
-            versions=self._versions_for(versions),
-            ttl=self.options.ttl if ttl is None else ttl,
-            version=None if version is None else check_version(version),
-            keep_ms=self._keep_ms,
-        )
+        mode_, versions_ = self._mode(mode), self._versions_for(versions)
+        ttl_ = self.options.ttl if ttl is None else ttl
+        fixed = None if version is None else check_version(version)
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            receipt = await write_group(
+                self.topology,
+                gkey,
+                keys,
+                payloads,
+                mode=mode_,
+                versions=versions_,
+                ttl=ttl_,
+                version=fixed,
+                keep_ms=self._keep_ms,
+            )
+            outcome = "ok"
+            return receipt
+        except PartialWriteError:
+            outcome = "partial"
+            raise
+        finally:
+            metrics.write_latency(time.perf_counter() - started, outcome)
 
     async def delete(
         self,

@@ -45,6 +45,7 @@ __all__ = [
     "REGISTRY",
     "Hook",
     "add_hook",
+    "kept_read",
     "log_event",
     "lost_race",
     "mount",
@@ -80,6 +81,12 @@ _REPAIRS = Counter(
     "Repairs by what they did (rewritten, rolled_forward, deleted, already_consistent, "
     "lost_race, queued) and where they ran (read, worker).",
     ["action", "source"],
+    registry=REGISTRY,
+)
+_KEPT = Counter(
+    "stampede_kept_reads",
+    "Reads of a group whose newest write was in flight, answered by the newest whole "
+    "write its keys kept.",
     registry=REGISTRY,
 )
 _LOST = Counter(
@@ -170,6 +177,12 @@ def read_retry() -> None:
     """A read re-read a group that looked in flight."""
     _RETRIES.inc()
     _emit("stampede_read_retries", 1, {})
+
+
+def kept_read() -> None:
+    """A read answered an in-flight group with the newest whole write its keys kept."""
+    _KEPT.inc()
+    _emit("stampede_kept_reads", 1, {})
 
 
 def repair(action: str, source: str = "read") -> None:

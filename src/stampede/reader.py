@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from . import metrics
 from .errors import TornReadError
 from .kept import newest_whole
 from .observe import observe_group
@@ -26,6 +28,7 @@ from .versions import HybridClock, VersionSource
 __all__ = ["read_group"]
 
 K = TypeVar("K", bytes, str)
+_log = logging.getLogger("stampede.reader")
 
 
 async def read_group(
@@ -57,9 +60,7 @@ async def read_group(
         obs = await observe_group(topology, group, keys, mode)
         verdict = judge(obs)
         if verdict.status is Status.CONSISTENT:
-            if versions is not None and verdict.envelope is not None:
-                versions.observe(verdict.envelope.version)
-            return result_of(names, obs, verdict, attempt)
+            return _whole(names, obs, verdict, attempt, versions)
         if verdict.status is Status.NOT_FOUND:
             if repair is not None and getattr(repair, "fills_missing", False):
                 break
@@ -67,26 +68,59 @@ async def read_group(
         if verdict.status is Status.IN_FLIGHT:
             whole = await newest_whole(topology, obs)
             if whole is not None:  # the newest write every key still has
-                found = judge(whole)
-                if versions is not None and found.envelope is not None:
-                    versions.observe(found.envelope.version)
-                return result_of(names, whole, found, attempt)
+                metrics.kept_read()
+                return _whole(names, whole, judge(whole), attempt, versions)
         if verdict.status is Status.TORN or attempt >= retry.attempts:
             break
         pause = retry.delay(attempt - 1)
         if deadline is not None and time.monotonic() + pause >= deadline:
             break
+        metrics.read_retry()
         await asyncio.sleep(pause)
     final = verdict.exhausted()
-    if repair is not None:
-        ctx = RepairContext(topology, mode, versions or HybridClock(), ttl, grace)
-        outcome = await repair.repair(ctx, obs, final)
-        return result_of_repair(names, obs, final, outcome, attempt)
-    raise TornReadError(
-        group.decode("utf-8", "backslashreplace"),
-        reason=str(final.reason),
-        observation=obs,
-        attempts=attempt,
+    if repair is None:
+        _report_torn(group, final, attempt)
+        raise TornReadError(
+            group.decode("utf-8", "backslashreplace"),
+            reason=str(final.reason),
+            observation=obs,
+            attempts=attempt,
+        )
+    if final.status is Status.TORN:
+        _report_torn(group, final, attempt)
+    ctx = RepairContext(topology, mode, versions or HybridClock(), ttl, grace)
+    outcome = await repair.repair(ctx, obs, final)
+    metrics.repair(outcome.action.value, "read")
+    if outcome.action is RepairAction.LOST_RACE:
+        metrics.lost_race("read")
+    metrics.log_event(
+        _log, "read.repaired", logging.INFO, group=_name(group), action=outcome.action.value
+    )
+    return result_of_repair(names, obs, final, outcome, attempt)
+
+
+def _name(group: bytes) -> str:
+    return group.decode("utf-8", "backslashreplace")
+
+
+def _whole(
+    names: Sequence[K],
+    obs: Observation,
+    verdict: Verdict,
+    attempt: int,
+    versions: VersionSource | None,
+) -> ReadResult[K]:
+    """A consistent (or not found) result; the version source learns its version."""
+    if versions is not None and verdict.envelope is not None:
+        versions.observe(verdict.envelope.version)
+    return result_of(names, obs, verdict, attempt)
+
+
+def _report_torn(group: bytes, final: Verdict, attempts: int) -> None:
+    reason = str(final.reason or "torn")
+    metrics.torn_read(reason)
+    metrics.log_event(
+        _log, "read.torn", logging.INFO, group=_name(group), reason=reason, attempts=attempts
     )
 
 

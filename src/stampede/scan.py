@@ -64,6 +64,9 @@ class ScanReport:
     seconds: float = 0.0
     mode: Mode = Mode.STAMP
     committed: int = 0
+    misrouted: list[bytes] = field(default_factory=list)
+    """Keys found on a server they do not route to (another URL order or slot map
+    wrote them, or another program): reads never look for them there."""
 
 
 def compile_pattern(pattern: str | bytes) -> re.Pattern[bytes]:
@@ -87,14 +90,23 @@ def compile_pattern(pattern: str | bytes) -> re.Pattern[bytes]:
 
 
 async def _scan_shard(
-    topology: Any, shard: str, match: str, count: int, on_keys: Callable[[list[bytes]], None]
+    topology: Any,
+    shard: str,
+    match: str,
+    count: int,
+    on_keys: Callable[[list[bytes]], None],
+    misrouted: list[bytes],
 ) -> None:
     cursor: Any = 0
+    stray = getattr(topology, "misrouted", None)
     while True:
         cursor, keys = await topology.execute_on(
             shard, "SCAN", cursor, "MATCH", match, "COUNT", count
         )
-        on_keys(list(keys))
+        found = list(keys)
+        if stray is not None:
+            misrouted += stray(shard, found)
+        on_keys(found)
         if int(cursor) == 0:
             return
 
@@ -137,7 +149,10 @@ async def scan_groups(
             progress("scan", len(keys))
 
     await asyncio.gather(
-        *(_scan_shard(topology, s, match, count, on_keys) for s in topology.shard_names)
+        *(
+            _scan_shard(topology, s, match, count, on_keys, report.misrouted)
+            for s in topology.shard_names
+        )
     )
     report.groups = len(groups)
     names = sorted(groups)

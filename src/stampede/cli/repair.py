@@ -126,6 +126,15 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     help="The longest delay between two attempts of a job.",
 )
 @click.option(
+    "--sweep-interval",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    **_env("SWEEP_INTERVAL"),
+    help="Seconds between sweeps that collect read-atomic transactions' old versions "
+    "of keys no longer written (0: never).",
+)
+@click.option(
     "--min-idle",
     type=click.FloatRange(min=0.01),
     default=30.0,
@@ -185,6 +194,7 @@ def worker_command(
     max_attempts: int,
     retry_delay: float,
     retry_max_delay: float,
+    sweep_interval: float,
     min_idle: float,
     grace: float,
     burst: bool,
@@ -241,6 +251,8 @@ def worker_command(
                     backoff=backoff,
                     burst=burst,
                     registry=registry,
+                    sweep_interval=sweep_interval,
+                    version_grace=st.options.version_grace,
                 )
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -386,6 +398,8 @@ def _as_json(report: ScanReport, queued: int) -> dict[str, Any]:
         "not_found": report.not_found,
         "torn_count": len(report.torn),
         "ignored_keys": report.ignored_keys,
+        "misrouted_count": len(report.misrouted),
+        "misrouted": [show(k) for k in report.misrouted[:1000]],
         "seconds": round(report.seconds, 3),
         "enqueued": queued,
         "torn": [
@@ -412,7 +426,14 @@ def _print(report: ScanReport, queued: int, enqueue: bool) -> None:
         f"{report.seconds:.2f}s ({rate:,.0f} keys/s), judged in {report.mode.value} mode "
         f"({report.committed} with commit records): {report.consistent} consistent, "
         f"{report.not_found} not found, {len(report.torn)} torn, "
-        f"{report.ignored_keys} keys outside the pattern"
+        f"{report.ignored_keys} keys outside the pattern, "
+        f"{len(report.misrouted)} on a server they do not route to"
     )
+    if report.misrouted:
+        shown = ", ".join(show(k) for k in report.misrouted[:5])
+        out.print(
+            f"misrouted keys (written under another URL order or slot map?): {shown}"
+            + (" ..." if len(report.misrouted) > 5 else "")
+        )
     if enqueue:
         out.print(f"{queued} repair job(s) enqueued ({len(report.torn) - queued} already pending)")

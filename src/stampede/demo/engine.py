@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import time
@@ -348,15 +347,14 @@ class _WorkerLog(logging.Handler):
         self.counters = counters
 
     def emit(self, record: logging.LogRecord) -> None:
-        try:
-            data = json.loads(record.getMessage())
-        except ValueError:
-            return
-        name, group = data.get("event", ""), data.get("group", "")
-        if name == "job.done" and data.get("action") in ("rewritten", "rolled_forward"):
-            self.counters.note(f"worker: {group} {data['action']} (refetch from the database)")
+        # The worker logs structured events: the fields are attributes of the record.
+        fields = vars(record)
+        name, group = str(fields.get("event", "")), str(fields.get("group", ""))
+        action = fields.get("action")
+        if name == "job.done" and action in ("rewritten", "rolled_forward"):
+            self.counters.note(f"worker: {group} {action} (refetch from the database)")
         elif name in ("job.failed", "job.dead_lettered"):
-            self.counters.note(f"worker: {name} {group}: {data.get('error', '')}"[:120])
+            self.counters.note(f"worker: {name} {group}: {fields.get('error', '')}"[:120])
 
 
 async def run_demo(

@@ -41,6 +41,7 @@ from .. import metrics
 from ..errors import ConfigurationError, StampedeError
 from ..observe import observe_group
 from ..topology.base import Topology
+from ..txn.sweep import sweep
 from ..verdict import Mode, Status, judge
 from ..versions import HybridClock, VersionSource
 from .base import RepairAction, RepairContext, RepairStrategy
@@ -229,6 +230,8 @@ class Worker:
         backoff: RetryBackoff | None = None,
         burst: bool = False,
         registry: CollectorRegistry | None = None,
+        sweep_interval: float = 60.0,
+        version_grace: float = 5.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -246,6 +249,8 @@ class Worker:
         self.grace = grace
         self.backoff = backoff if backoff is not None else RetryBackoff()
         self.burst = burst
+        self.sweep_interval = sweep_interval
+        self.version_grace = version_grace
         self.stats = WorkerStats()
         self.stopping = asyncio.Event()
         self._in_hand: set[asyncio.Task[None]] = set()
@@ -302,6 +307,7 @@ class Worker:
             burst=self.burst,
         )
         health = asyncio.create_task(self._health_loop())
+        sweeping = asyncio.create_task(self._sweep_loop())
         idle = self.poll_interval
         try:
             while not self.stopping.is_set():
@@ -332,6 +338,7 @@ class Worker:
         finally:
             await self._drain()
             health.cancel()
+            sweeping.cancel()
             await self._check_queue()
             event("worker.stop", consumer=self.consumer, **self._counts())
 
@@ -514,6 +521,19 @@ class Worker:
         self.stats.queue_lag = stats["lag"]
         self.stats.queue_delayed = stats["delayed"]
         self.stats.queue_dead = stats["dead"]
+
+    async def _sweep_loop(self) -> None:
+        """Collect transactions' version hashes of keys no longer written, now and then."""
+        if self.sweep_interval <= 0:
+            return
+        while True:
+            await asyncio.sleep(self.sweep_interval)
+            try:
+                visited = await sweep(self.topology, grace=self.version_grace)
+            except StampedeError as exc:  # a shard down: try again next time
+                event("worker.sweep_failed", logging.WARNING, error=str(exc))
+                continue
+            event("worker.sweep", logging.DEBUG, version_hashes=visited)
 
     async def _health_loop(self) -> None:
         while True:
