@@ -9,7 +9,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
-from . import metrics
+from . import metrics, tracing
 from .errors import (
     ConfigurationError,
     InvalidKeyError,
@@ -129,17 +129,26 @@ class Stampede:
         started = time.perf_counter()
         outcome = "error"
         try:
-            receipt = await write_group(
-                self.topology,
-                gkey,
-                keys,
-                payloads,
-                mode=mode_,
-                versions=versions_,
-                ttl=ttl_,
-                version=fixed,
-                keep_ms=self._keep_ms,
-            )
+            with tracing.span(
+                "write", group=_text(gkey), keys=len(keys), mode=mode_.value
+            ) as traced:
+                receipt = await write_group(
+                    self.topology,
+                    gkey,
+                    keys,
+                    payloads,
+                    mode=mode_,
+                    versions=versions_,
+                    ttl=ttl_,
+                    version=fixed,
+                    keep_ms=self._keep_ms,
+                )
+                traced.set(
+                    version=receipt.version,
+                    token=receipt.token,
+                    atomic=receipt.atomic,
+                    superseded=len(receipt.superseded),
+                )
             outcome = "ok"
             return receipt
         except PartialWriteError:
@@ -226,21 +235,32 @@ class Stampede:
         if repair is not None:
             check_strategy(repair, "repair")
         policy = retry or self.options.retry
+        mode_ = self._mode(mode)
         read = read_group(
             self.topology,
             gkey,
             list(keys),
             planned,
-            mode=self._mode(mode),
+            mode=mode_,
             retry=policy,
             repair=repair if repair is not None else self.options.repair,
             versions=self._versions,
             ttl=self.options.ttl,
             grace=self.options.tombstone_grace,
         )
-        if policy.deadline is None:
-            return await read
-        return await self._bounded(read, gkey, planned, policy.deadline)
+        with tracing.span("read", group=_text(gkey), keys=len(planned), mode=mode_.value) as traced:
+            if policy.deadline is None:
+                result = await read
+            else:
+                result = await self._bounded(read, gkey, planned, policy.deadline)
+            traced.set(
+                status=result.status.value,
+                attempts=result.attempts,
+                reason=None if result.reason is None else result.reason.value,
+                repaired=result.repaired,
+                queued=result.queued,
+            )
+        return result
 
     async def _bounded(
         self,
@@ -332,13 +352,20 @@ class Stampede:
     async def read_atomic(self, keys: Sequence[K], *, attempts: int = 3) -> AtomicRead[K]:
         """Read any keys so that no transaction is seen in part: one round trip per
         shard, two when a transaction's sibling was missed (`result.rounds`)."""
-        return await read_atomic(
-            self.topology,
-            keys,
-            attempts=attempts,
-            grace=self.options.version_grace,
-            versions=self._versions,
-        )
+        with tracing.span("read_atomic", keys=len(keys)) as traced:
+            result = await read_atomic(
+                self.topology,
+                keys,
+                attempts=attempts,
+                grace=self.options.version_grace,
+                versions=self._versions,
+            )
+            traced.set(rounds=result.rounds, attempts=result.attempts)
+        return result
+
+
+def _text(name: bytes) -> str:
+    return name.decode("utf-8", "backslashreplace")
 
 
 def _kind(value: object) -> str:

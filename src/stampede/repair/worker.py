@@ -37,7 +37,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from .. import metrics
+from .. import metrics, tracing
 from ..errors import ConfigurationError, StampedeError
 from ..observe import observe_group
 from ..topology.base import Topology
@@ -400,7 +400,9 @@ class Worker:
                 )
                 outcome = "dead_lettered"
                 return
-            outcome = await self._repair(job, group)
+            with tracing.span("repair_job", group=group, job=job.id) as traced:
+                outcome = await self._repair(job, group)
+                traced.set(action=outcome)
         except asyncio.CancelledError:
             outcome = "released"
             await self._release(job)

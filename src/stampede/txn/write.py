@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from .. import tracing
 from ..errors import ConfigurationError, ShardError, TransactionAborted
 from ..results import TransactionReceipt
 from ..topology.base import Topology
@@ -162,6 +163,17 @@ class Transaction:
 
     async def commit(self) -> TransactionReceipt:
         """Prepare and commit every write; the receipt (also kept as `self.receipt`)."""
+        with tracing.span("transaction", keys=len(self._writes)) as traced:
+            receipt = await self._commit()
+            traced.set(
+                version=receipt.version,
+                token=receipt.token,
+                atomic=receipt.atomic,
+                pending=len(receipt.pending),
+            )
+        return receipt
+
+    async def _commit(self) -> TransactionReceipt:
         if self._done:
             raise ConfigurationError("this transaction has ended; start a new one")
         self._done = True

@@ -1,0 +1,66 @@
+"""OpenTelemetry spans for stampede's own operations, when OpenTelemetry is installed.
+
+`pip install 'stampede-redis[otel]'` (the OpenTelemetry API) and configure an SDK
+as usual; stampede then records, on the tracer named `stampede`:
+
+- `stampede.write`: group, keys, mode, version, token, atomic, superseded;
+- `stampede.read`: group, keys, mode, status, attempts, reason, repaired, queued;
+- `stampede.transaction`: keys, version, token, atomic, pending;
+- `stampede.read_atomic`: keys, rounds, attempts;
+- `stampede.repair_job` (the worker): group, job, action.
+
+Each attribute is named `stampede.<name>`. An error ends the span with its
+exception recorded. Attributes carry names and counts, never payloads. Without
+OpenTelemetry every call here is a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["Span", "span"]
+
+_trace: Any
+try:  # an optional dependency: the `otel` extra
+    from opentelemetry import trace as _otel_trace
+
+    _trace = _otel_trace
+except ImportError:  # pragma: no cover - exercised where OpenTelemetry is absent
+    _trace = None
+
+
+_tracer: Any = None
+
+
+class Span:
+    """What a stampede operation sets on its span (a no-op without OpenTelemetry)."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span: Any = None) -> None:
+        self._span = span
+
+    def set(self, **attributes: str | int | float | bool | None) -> None:
+        """Set `stampede.<name>` attributes; None values are left out."""
+        if self._span is None:
+            return
+        for name, value in attributes.items():
+            if value is not None:
+                self._span.set_attribute(f"stampede.{name}", value)
+
+
+@contextmanager
+def span(name: str, **attributes: str | int | float | bool | None) -> Iterator[Span]:
+    """A span named `stampede.<name>` around an operation (see the module table)."""
+    if _trace is None:
+        yield Span()
+        return
+    global _tracer
+    if _tracer is None:  # a proxy: it follows a tracer provider configured later
+        _tracer = _trace.get_tracer("stampede")
+    with _tracer.start_as_current_span(f"stampede.{name}") as current:
+        wrapped = Span(current)
+        wrapped.set(**attributes)
+        yield wrapped
