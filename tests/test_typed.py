@@ -111,3 +111,19 @@ async def test_validation_errors_name_the_failing_fields(st: Stampede) -> None:
         await USERS.read(st, "user:{13}")
     assert info.value.fields == ["name", "age"]
     assert "at 'name', 'age'" in str(info.value) and "7" not in str(info.value)
+
+
+async def test_typed_parts_in_a_read_atomic_transaction(st: Stampede) -> None:
+    """Two users' typed parts change in one transaction and read back atomically."""
+    alice, bob = "user:{alice}", "user:{bob}"
+    async with st.transaction() as tx:
+        USERS.set(tx, alice, profile=Profile(name="Alice", age=36), settings=Settings(theme="dark"))
+        USERS.set(tx, bob, {"profile": Profile(name="Bob", age=41), "settings": Settings()})
+    got = await USERS.read_atomic(st, [alice, bob, "user:{nobody}"])
+    alice_parts, bob_parts = got[alice], got[bob]
+    assert alice_parts is not None and alice_parts["profile"] == Profile(name="Alice", age=36)
+    assert bob_parts is not None and bob_parts["settings"] == Settings()
+    assert got["user:{nobody}"] is None
+    with pytest.raises(ConfigurationError, match="exactly the parts"):
+        async with st.transaction() as tx:
+            USERS.set(tx, alice, profile=Profile(name="Alice", age=36))

@@ -28,7 +28,7 @@ with the default in its place, until they are written again.
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .client import ModeName, Stampede
     from .options import RetryPolicy
     from .repair.base import RepairStrategy
+    from .txn import Transaction
     from .verdict import Observation
 
 __all__ = ["TypedGroup", "TypedRead"]
@@ -191,6 +192,13 @@ class TypedGroup(Generic[T]):
         keywords; `mode`, `ttl` and `version` are per-call options as in
         `Stampede.write` (a part named like one of them goes in the mapping).
         """
+        payloads = self._payloads(group, values, parts)
+        return await st.write(group, payloads, mode=mode, ttl=ttl, version=version)
+
+    def _payloads(
+        self, group: str, values: Mapping[str, Any] | None, parts: Mapping[str, Any]
+    ) -> dict[str, bytes]:
+        """key -> JSON of every part, validated; the parts as a mapping or keywords."""
         if values is not None:
             if not isinstance(values, Mapping):
                 raise InvalidValueError(
@@ -203,7 +211,7 @@ class TypedGroup(Generic[T]):
                 )
             given: dict[str, Any] = dict(values)
         else:
-            given = parts
+            given = dict(parts)
         keys = self.keys(group)
         missing = set(self.parts) - set(given)
         extra = set(given) - set(self.parts)
@@ -218,7 +226,34 @@ class TypedGroup(Generic[T]):
             if not isinstance(value, model):
                 value = self._validate(keys[part], model, value)
             payloads[keys[part]] = value.model_dump_json().encode()
-        return await st.write(group, payloads, mode=mode, ttl=ttl, version=version)
+        return payloads
+
+    def set(self, tx: Transaction, group: str, values: T | None = None, /, **parts: Any) -> None:
+        """Write every part of `group` in the read-atomic transaction `tx`.
+
+        Several groups can change in one transaction (a transfer between two
+        users); `read_atomic` then never sees one changed without the other.
+        """
+        for key, payload in self._payloads(group, values, parts).items():
+            tx.set(key, payload)
+
+    async def read_atomic(self, st: Stampede, groups: Sequence[str]) -> dict[str, T | None]:
+        """Every part of each of `groups`, read atomically (see `Stampede.read_atomic`):
+        group -> its parts as models, or None when none of its keys exists."""
+        keys = {group: self.keys(group) for group in groups}
+        got = await st.read_atomic([k for per in keys.values() for k in per.values()])
+        out: dict[str, T | None] = {}
+        for group, per in keys.items():
+            raw = {part: got.values[key] for part, key in per.items()}
+            if all(v is None for v in raw.values()):
+                out[group] = None
+                continue
+            parts: dict[str, BaseModel | None] = {
+                part: None if value is None else self._validate(per[part], self.parts[part], value)
+                for part, value in raw.items()
+            }
+            out[group] = typing.cast(T, parts)
+        return out
 
     async def read(
         self,
