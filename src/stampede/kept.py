@@ -6,7 +6,9 @@ window). A group read that sees its newest write still in flight (some keys
 have it, others an older write) fetches each key's current value and kept
 versions in one round trip per shard and returns the newest write that every
 key (and, in commit mode, the commit record) still has: the last whole state of
-the group, instead of waiting for the in-flight write to finish.
+the group, instead of waiting for the in-flight write to finish. It never goes
+below the oldest value a key holds now, so it never returns less than a write
+acknowledged before the read began.
 """
 
 from __future__ import annotations
@@ -110,7 +112,9 @@ def _by_stamp(key: bytes, values: Sequence[bytes | None]) -> dict[tuple[int, str
 async def newest_whole(topology: Topology, obs: Observation) -> Observation | None:
     """An observation of the newest write every key still has, or None if none is.
 
-    The returned observation judges consistent (or not found, for a delete)."""
+    Only writes at least as new as the oldest value a key holds now qualify: an
+    older one could predate a write that was acknowledged before this read. The
+    returned observation judges consistent (or not found, for a delete)."""
     keys = list(obs.keys)
     asked = [*keys, commit_key(obs.group)] if obs.mode is Mode.COMMIT else keys
     try:
@@ -118,8 +122,15 @@ async def newest_whole(topology: Topology, obs: Observation) -> Observation | No
     except ShardError:
         return None
     per_key = [_by_stamp(k, [cur, *kept]) for k, (cur, kept) in zip(asked, seen, strict=True)]
+    # Every write acknowledged before this read reached every key (written, or kept
+    # out by a newer one), so each key's current stamp is at least its stamp: a
+    # candidate below the oldest current stamp could be older than such a write.
+    current = [s for k, (cur, _) in zip(asked, seen, strict=True) for s in _by_stamp(k, [cur])]
+    floor = min(current) if current else (0, "")
     candidates = sorted({s for found in per_key[: len(keys)] for s in found}, reverse=True)
     for stamp in candidates:
+        if stamp < floor:
+            break
         if not all(stamp in found for found in per_key):
             continue
         raws = tuple(found[stamp] for found in per_key[: len(keys)])
