@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from ..client import Stampede
 from ..envelope import Envelope
-from ..kept import drop_kept
 from ..testing.node import RedisNode
 from ..writer import new_token
 from .keyspace import Database, Entity, payloads
@@ -35,9 +34,10 @@ async def crash_write(
 
     The guard keeps each replaced value for a grace window (`stampede.kept`), and
     within it a read returns the group's last whole write rather than seeing it
-    torn. The demo plays a writer that died longer ago than that: the kept
-    versions of the keys it reached are dropped, so readers detect the tear and
-    repair it (and the final scan, which does not look at kept versions, agrees).
+    torn. The demo plays a writer that died longer ago than that: its write keeps
+    nothing (`keep_ms=0`, even when a paused primary applies it late), so readers
+    detect the tear and repair it (and the final scan, which does not look at kept
+    versions, agrees).
     """
     topology = st.topology
     by_shard: dict[str, list[bytes]] = {}
@@ -51,11 +51,12 @@ async def crash_write(
     version = await st.versions.next_version(entity.group.encode(), topology)
     token = new_token()
     encoded = [Envelope(version, token, values[k.decode()]).encode() for k in reached]
-    outcome = await topology.write_guarded(reached, encoded, version=version, token=token)
+    outcome = await topology.write_guarded(
+        reached, encoded, version=version, token=token, keep_ms=0
+    )
     error = outcome.first_error()
     if error is not None:
         raise error
-    await drop_kept(topology, reached)
     counters.crashes += 1
     counters.note(
         f"crash: {entity.group} reached {len(reached)} of {len(entity.keys)} keys "
