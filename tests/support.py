@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -42,16 +43,32 @@ def spread_keys(st: Stampede, prefix: str, count: int = 4) -> list[str]:
     return chosen
 
 
-def raw_get(address: str, key: str) -> bytes:
-    """GET through the real redis-cli, bypassing every client library."""
+def raw_get(address: str, key: str) -> bytes | None:
+    """GET over a plain socket in RESP, bypassing every client library (and needing
+    no redis-cli, which a bundled server does not ship); None for a missing key."""
     host, port = address.rsplit(":", 1)
-    out = subprocess.run(
-        ["redis-cli", "-h", host, "-p", port, "--no-raw", "GET", key],
-        capture_output=True,
-        check=True,
-        timeout=10,
-    )
-    return out.stdout.rstrip(b"\n")
+    body = key.encode()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(body), body))
+        reply = b""
+        while b"\r\n" not in reply or not _complete(reply):
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"{address} closed the connection mid-reply")
+            reply += chunk
+    header, _, rest = reply.partition(b"\r\n")
+    if header == b"$-1":
+        return None
+    if not header.startswith(b"$"):
+        raise AssertionError(f"unexpected reply to GET: {header[:80]!r}")
+    return rest[: int(header[1:])]
+
+
+def _complete(reply: bytes) -> bool:
+    header, _, rest = reply.partition(b"\r\n")
+    if not header.startswith(b"$") or header == b"$-1":
+        return True
+    return len(rest) >= int(header[1:]) + 2
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], *, within: float = 30.0) -> None:

@@ -271,3 +271,19 @@ async def test_the_worker_sweeps_version_hashes(topology_env: tuple[str, Any]) -
         finally:
             worker.stop()
             await running
+
+
+async def test_the_sweep_rolls_forward_a_writer_that_died_mid_commit(st: Stampede) -> None:
+    """Committed on one key only and never read since: the sweep commits the others,
+    so plain GETs see the whole transaction too."""
+    keys = spread_keys(st, "roll", 3)
+    async with st.transaction() as tx:
+        for key in keys:
+            tx.set(key, b"old")
+    _, token = await _half_committed(st, keys, b"new")
+    assert await sweep(st.topology) >= len(keys)
+    for key in keys:
+        stored = Envelope.decode(await st.topology.execute(key.encode(), "GET", key))
+        assert stored.token == token and stored.payload == b"new"
+    got = await st.read_atomic(keys)
+    assert got.rounds == 1 and got.values == dict.fromkeys(keys, b"new")

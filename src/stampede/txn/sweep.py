@@ -1,18 +1,27 @@
-"""The sweep: collect version hashes of keys that are no longer written.
+"""The sweep: roll forward transactions whose writer died mid-commit, and collect
+version hashes of keys that are no longer written.
 
 A commit collects its own key's version hash as it goes, so a key written
 again and again keeps only what the grace window asks for. A key written once
 more and then left alone keeps the version it replaced until something collects
 it: `sweep` walks every shard with SCAN for version hashes and collects each, so
-after the grace window every key is back to its current version alone. The
-repair worker runs it periodically; it can also be called directly.
+after the grace window every key is back to its current version alone.
+
+On the way it rolls forward: a version prepared at a key but not current there,
+whose transaction is the current value of one of its sibling keys, was committed
+(a commit starts only once every prepare was acknowledged) by a writer that died
+before reaching this key. The sweep commits it here (idempotent and guarded), as
+a reader that needed it would. The repair worker runs the sweep periodically; it
+can also be called directly.
 """
 
 from __future__ import annotations
 
-from ..errors import ShardResponseError
+from ..envelope import Envelope
+from ..errors import MalformedEnvelope, ShardResponseError
 from ..topology.base import Topology
-from .scripts import COLLECT
+from .layout import Stamp, decode_meta, parse_stamp
+from .scripts import COLLECT, COMMIT
 
 __all__ = ["sweep"]
 
@@ -42,7 +51,38 @@ async def _collect(topology: Topology, side: bytes, grace_ms: int) -> int:
     if key is None:
         return 0
     try:
+        await _roll_forward(topology, key, side, grace_ms)
         await topology.script(COLLECT, [key, side], [grace_ms])
     except ShardResponseError:  # the data key holds another type now: leave it
         return 0
     return 1
+
+
+def _stamp_of(key: bytes, raw: bytes | None) -> Stamp | None:
+    if raw is None:
+        return None
+    try:
+        env = Envelope.decode(raw, key=key)
+    except MalformedEnvelope:
+        return None
+    return env.version, env.token
+
+
+async def _roll_forward(topology: Topology, key: bytes, side: bytes, grace_ms: int) -> None:
+    """Commit here each newer prepared version whose transaction a sibling holds."""
+    current = _stamp_of(key, await topology.execute(key, "GET", key))
+    fields = await topology.execute(side, "HGETALL", side)
+    pairs = dict(zip(fields[::2], fields[1::2], strict=True))
+    for name, meta in pairs.items():
+        if not name.startswith(b"m:") or b"x:" + name[2:] in pairs:
+            continue
+        stamp = parse_stamp(name[2:])
+        if current is not None and stamp <= current:
+            continue
+        siblings = sorted((decode_meta(meta) or frozenset()) - {key})
+        if not siblings:
+            continue
+        held = await topology.fetch(siblings)
+        if any(_stamp_of(k, raw) == stamp for k, raw in zip(siblings, held, strict=True)):
+            args = [grace_ms, stamp[0], stamp[1], "", 0, b"", b""]
+            await topology.script(COMMIT, [key, side], args)
