@@ -106,12 +106,19 @@ def as_payload(key: bytes, value: object) -> bytes:
     )
 
 
-_RESERVED = (b":stampede:commit", b":stampede:version")
+_RESERVED = (
+    b":stampede:commit",  # a group's commit record
+    b":stampede:version",  # a group's Counter
+    b":stampede:p",  # a key's kept versions
+    b":stampede:v",  # a key's version hash (read-atomic transactions)
+    b":stampede:v:u",
+)
+_RESERVED_PREFIXES = (b"stampede:v:{", b"stampede:op:")
 
 
 def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
     """The keys of a write as bytes; `InvalidKeyError` before anything is sent if two
-    names are one key (`"a"` and `b"a"`) or a key is one of stampede's own records."""
+    names are one key (`"a"` and `b"a"`) or a key is named like stampede's own keys."""
     if isinstance(names, str | bytes):
         raise InvalidKeyError(
             f"the keys of group {group!r} must be a list of key names, not one "
@@ -128,10 +135,11 @@ def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
                 "as bytes?); name each key once",
                 key=name,
             )
-        if key.endswith(_RESERVED):
+        if key.endswith(_RESERVED) or key.startswith(_RESERVED_PREFIXES):
             raise InvalidKeyError(
-                f"key {key!r} ends like one of stampede's own records (<group>:stampede:"
-                "commit, <group>:stampede:version) and would collide with one; rename it",
+                f"key {key!r} is named like one of stampede's own keys (<group>:stampede:"
+                "commit, :stampede:version, a key's :stampede:p or :stampede:v, "
+                "stampede:v:{...}, stampede:op:...) and would collide with one; rename it",
                 key=name,
             )
         seen.add(key)
