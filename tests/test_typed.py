@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TypedDict
 
 import pytest
+from mypy import api as mypy_api
 from pydantic import BaseModel
 
 from stampede import ConfigurationError, ModelValidationError, RetryPolicy, Stampede, TypedGroup
@@ -80,6 +82,7 @@ async def test_typed_dict_parts_are_typed_and_take_per_call_options(st: Stampede
     got = await TYPED.read(st, "user:{11}", mode="commit")
     profile: Profile = got.parts["profile"]  # mypy --strict checks this assignment
     assert profile.name == "Ada" and got.consistent and got.result.token == receipt.token
+    assert got["profile"].age == 36  # typed too, by stampede.mypy_plugin
     ttl = await st.topology.execute(b"user:{11}:profile", "PTTL", b"user:{11}:profile")
     assert 0 < int(ttl) <= 60_000
 
@@ -127,3 +130,27 @@ async def test_typed_parts_in_a_read_atomic_transaction(st: Stampede) -> None:
     with pytest.raises(ConfigurationError, match="exactly the parts"):
         async with st.transaction() as tx:
             USERS.set(tx, alice, profile=Profile(name="Alice", age=36))
+
+
+def test_the_mypy_plugin_types_a_part_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    """With stampede.mypy_plugin, mypy --strict knows got["profile"] is a Profile and
+    reports a part the TypedDict does not have."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from typing import TypedDict\n"
+        "from pydantic import BaseModel\n"
+        "from stampede import TypedRead\n"
+        "class Profile(BaseModel):\n    name: str\n"
+        "class Parts(TypedDict):\n    profile: Profile\n"
+        "def f(got: TypedRead[Parts]) -> None:\n"
+        "    reveal_type(got['profile'])\n"
+        "    got['nickname']\n"
+    )
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\nstrict = True\nplugins = stampede.mypy_plugin\n")
+    out, _, status = mypy_api.run(
+        [str(sample), "--config-file", str(config), "--no-incremental", "--cache-dir=/dev/null"]
+    )
+    assert status == 1, out
+    assert 'Revealed type is "sample.Profile"' in out
+    assert 'typed group has no part "nickname"' in out
