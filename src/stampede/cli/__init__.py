@@ -27,7 +27,8 @@ def main() -> None:
     """Keep related Redis keys consistent across shards.
 
     Key design: `keyslot` (where keys land), `lint` (hash tag mistakes),
-    `slots` (how a key sample spreads over slots and shards).
+    `slots` (how a key sample, or a live keyspace with --url, spreads over slots
+    and shards).
     Repair: `scan` (find torn groups in live data), `worker` (drain the repair stream),
     `queue` (counts, dead letters, requeue).
     Demo: `demo` (local servers, injected faults, repairs, a summary).
