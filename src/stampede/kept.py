@@ -19,7 +19,7 @@ from typing import Any
 
 from .envelope import Envelope
 from .errors import MalformedEnvelope, ShardError
-from .topology.base import Topology
+from .topology.base import Topology, call_units
 from .topology.guard import KEPT_KEY_LUA
 from .topology.node_ops import Script
 from .topology.retries import idempotent_script
@@ -58,20 +58,11 @@ _DROP = Script(_DROP_SOURCE)
 idempotent_script(_DROP_SOURCE)
 
 
-def _units(topology: Topology, keys: Sequence[bytes]) -> list[list[int]]:
-    per_shard = getattr(topology, "kind", "") == "shards"
-    groups: dict[object, list[int]] = {}
-    for pos, key in enumerate(keys):
-        where = topology.shard_of(key) if per_shard else topology.slot_of(key)
-        groups.setdefault(where, []).append(pos)
-    return list(groups.values())
-
-
 async def kept_versions(
     topology: Topology, keys: Sequence[bytes]
 ) -> list[tuple[bytes | None, list[bytes]]]:
     """Per key: its current value and its kept versions (newest first)."""
-    groups = _units(topology, keys)
+    groups = call_units(topology, keys)
     replies = await asyncio.gather(
         *(topology.script(KEPT_READ, [keys[p] for p in g], []) for g in groups)
     )
@@ -89,7 +80,7 @@ async def drop_kept(topology: Topology, keys: Sequence[bytes | str]) -> int:
     (and is repaired) at once instead of reading as its last whole write.
     """
     raw = [k.encode() if isinstance(k, str) else k for k in keys]
-    groups = _units(topology, raw)
+    groups = call_units(topology, raw)
     counts = await asyncio.gather(
         *(topology.script(_DROP, [raw[p] for p in g], []) for g in groups)
     )

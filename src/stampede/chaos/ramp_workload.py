@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..client import Stampede
 from ..errors import TransactionAborted
+from ..topology.base import call_units
 from ..txn.scripts import COMMIT, PREPARE
-from ..txn.write import units_of
 from ..versions import HybridClock
 from .faults import FaultyTopology
 from .history import History
@@ -161,7 +161,7 @@ class RampSession:
         raw = [key_name(k) for k in keys]
         if len({self.st.topology.slot_of(k) for k in raw}) == 1:
             return {"prepare": 0, "commit": 1}
-        units = len(units_of(self.st.topology, raw))
+        units = len(call_units(self.st.topology, raw))
         return {"prepare": units, "commit": units}
 
     async def transact(self, keys: Sequence[int], plan: StepPlan | None = None) -> str:

@@ -23,7 +23,15 @@ if TYPE_CHECKING:
     from .coalesce import Coalescer
     from .node_ops import Body, Command, Script
 
-__all__ = ["READ_WATCH", "ReadWatch", "Topology", "WriteOutcome", "fetch_watched", "translate"]
+__all__ = [
+    "READ_WATCH",
+    "ReadWatch",
+    "Topology",
+    "WriteOutcome",
+    "call_units",
+    "fetch_watched",
+    "translate",
+]
 
 T = TypeVar("T")
 
@@ -280,3 +288,14 @@ async def guarded(shard: str, call: Callable[[], Awaitable[T]]) -> T:
         return await call()
     except (rex.RedisError, rex.RedisClusterException, OSError, TimeoutError) as exc:
         raise translate(exc, shard) from exc
+
+
+def call_units(topology: Topology, keys: Sequence[bytes]) -> list[list[int]]:
+    """Positions of `keys` grouped so that each group can go in one server call (one
+    script): per shard over independent primaries, per slot on a cluster."""
+    per_shard = getattr(topology, "kind", "") == "shards"
+    groups: dict[object, list[int]] = {}
+    for pos, key in enumerate(keys):
+        where = topology.shard_of(key) if per_shard else topology.slot_of(key)
+        groups.setdefault(where, []).append(pos)
+    return list(groups.values())

@@ -31,7 +31,7 @@ from typing import Any
 from .. import tracing
 from ..errors import ConfigurationError, ShardError, TransactionAborted
 from ..results import TransactionReceipt
-from ..topology.base import Topology
+from ..topology.base import Topology, call_units
 from ..versions import Counter, VersionSource
 from ..writer import (
     as_payload,
@@ -45,20 +45,9 @@ from ..writer import (
 from .layout import encode_meta, side_key
 from .scripts import COMMIT, PREPARE
 
-__all__ = ["Transaction", "run_units", "units_of"]
+__all__ = ["Transaction", "run_units"]
 
 _LABEL = b"transaction"
-
-
-def units_of(topology: Topology, keys: Sequence[bytes]) -> list[list[int]]:
-    """Positions of `keys` grouped so each group is one server call: per shard over
-    independent primaries, per slot on a cluster."""
-    per_shard = getattr(topology, "kind", "") == "shards"
-    groups: dict[object, list[int]] = {}
-    for pos, key in enumerate(keys):
-        where = topology.shard_of(key) if per_shard else topology.slot_of(key)
-        groups.setdefault(where, []).append(pos)
-    return list(groups.values())
 
 
 async def run_units(
@@ -76,7 +65,7 @@ async def run_units(
     `args[p]` are the per-pair arguments of position p. Returns, per position, its
     reply entry, or the `ShardError` its call met.
     """
-    groups = positions if positions is not None else units_of(topology, keys)
+    groups = positions if positions is not None else call_units(topology, keys)
 
     async def one(group: Sequence[int]) -> Any:
         pairs = [k for p in group for k in (keys[p], sides[p])]
