@@ -33,7 +33,7 @@ from .faults import FaultyTopology
 from .history import History, payload_of, text
 from .race_checker import parse_balance
 from .recording import CHAOS_REPAIR, RecordingStampede
-from .workload import CHAOS_CONNECTION, READ_RETRY, Layout, Workload, WorkloadConfig
+from .workload import CHAOS_CONNECTION, CHAOS_GRACE, READ_RETRY, Layout, Workload, WorkloadConfig
 
 __all__ = ["DROP_ONE_IN", "clock", "deposit", "lost_reply"]
 
@@ -108,7 +108,8 @@ async def lost_reply(run: Run) -> None:
         made = [0]
 
         async def depositor(d: int) -> None:
-            st = Stampede(topology, options=Options(versions=HybridClock()))
+            options = Options(versions=HybridClock(), version_grace=CHAOS_GRACE)
+            st = Stampede(topology, options=options)
             rng = random.Random(700 + d)
             seq = 0
             while not workload.stop.is_set():
@@ -127,7 +128,7 @@ async def lost_reply(run: Run) -> None:
             workload.stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
         dropped = sum(rule.hits for p in proxies for rule in p._rules)
-        direct = Stampede(run.topology)
+        direct = Stampede(run.topology, options=Options(version_grace=CHAOS_GRACE))
         for group in banks:
             await read_balance(direct, run.history, group, f"{group}:balance")
         run.history.fault("lost-reply", count=dropped)
@@ -152,7 +153,7 @@ def _units_per_ms() -> int:
 
 async def _plant_poison(run: Run, group: str, keys: Sequence[str]) -> None:
     """Another program's group: written once, then one key overwritten with version 2**63-1."""
-    st = Stampede(run.topology)
+    st = Stampede(run.topology, options=Options(version_grace=CHAOS_GRACE))
     await st.write(group, {k: payload_of("other", 1, k) for k in keys})
     poison = Envelope(2**63 - 1, new_token(), b"poison").encode()
     await run.topology.execute(keys[0].encode(), "SET", keys[0], poison)
@@ -186,7 +187,8 @@ class _Clocks:
 
     def stampede_at(self, offset_ms: int) -> Stampede:
         clock_ = HybridClock(offset_ms=offset_ms)
-        return Stampede(self.run.topology, options=Options(versions=clock_, retry=READ_RETRY))
+        options = Options(versions=clock_, retry=READ_RETRY, version_grace=CHAOS_GRACE)
+        return Stampede(self.run.topology, options=options)
 
     async def writer(self, w: int) -> None:
         """Writes the normal groups; one op in ten reads, one in ten writes a strange group."""

@@ -242,7 +242,12 @@ async def settle(
     repair: RepairStrategy = CHAOS_REPAIR,
     attempts: int = 20,
 ) -> list[str]:
-    """Repair every group, then read each once more (`final`); returns groups still torn."""
+    """Repair every group, then read each once more (`final`); returns groups still torn.
+
+    It starts once the writers' kept versions have expired (`CHAOS_GRACE`): until
+    then a group a write tore reads as its last whole write and is not repaired.
+    """
+    await asyncio.sleep(CHAOS_GRACE)
     st = Stampede(topology, options=Options(retry=SETTLE_RETRY, version_grace=CHAOS_GRACE))
     rst = RecordingStampede(st, history, process="settle")
     for group, keys in layout.groups.items():
