@@ -38,11 +38,12 @@ local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
 """
 
-# Collect a version hash: drop versions marked replaced more than `grace` ago, and
-# mark prepared versions older than the current one (`curv`, `curt`) as replaced.
+# Collect a version hash: drop versions marked replaced more than `grace` ago, mark
+# prepared versions older than the current one (`curv`, `curt`) as replaced, and keep
+# at most the 8 newest replaced versions (a reader that needs an older one reads again).
 _COLLECT = b"""
   local fields = redis.call('HGETALL', side)
-  local marked = {}
+  local marked, kept = {}, {}
   for j = 1, #fields, 2 do
     local name = fields[j]
     if string.sub(name, 1, 2) == 'x:' then
@@ -50,6 +51,8 @@ _COLLECT = b"""
       marked[st] = true
       if now - tonumber(fields[j + 1]) > grace then
         redis.call('HDEL', side, 'd:' .. st, 'm:' .. st, 'x:' .. st)
+      else
+        kept[#kept + 1] = st
       end
     end
   end
@@ -60,7 +63,20 @@ _COLLECT = b"""
       local sv, sw = string.match(st, '^(%d+):([0-9A-Z]+)$')
       if not marked[st] and sv and curv and older(sv, sw, curv, curt) then
         redis.call('HSET', side, 'x:' .. st, now)
+        kept[#kept + 1] = st
       end
+    end
+  end
+  if #kept > 8 then
+    local function stamp_older(a, b)
+      local av, aw = string.match(a, '^(%d+):([0-9A-Z]+)$')
+      local bv, bw = string.match(b, '^(%d+):([0-9A-Z]+)$')
+      return older(av, aw, bv, bw)
+    end
+    table.sort(kept, stamp_older)
+    for j = 1, #kept - 8 do
+      local st = kept[j]
+      redis.call('HDEL', side, 'd:' .. st, 'm:' .. st, 'x:' .. st)
     end
   end
 """
