@@ -1,4 +1,4 @@
-"""The public surface is exactly what DESIGN.md and the docs promise."""
+"""The public surface is exactly what the docs promise."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_subpackages_pin_their_names() -> None:
 
 
 def test_design_names_are_callable_as_documented() -> None:
-    """The DESIGN.md examples: keyslot, hash_tag and the envelope codec."""
+    """The documented examples: keyslot, hash_tag and the envelope codec."""
     assert stampede.keyslot("{user1000}.following") == stampede.keyslot("{user1000}.followers")
     assert stampede.hash_tag("foo{}{bar}") is None
     assert stampede.hash_tag("{a}:{b}") == b"a"

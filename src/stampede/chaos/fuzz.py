@@ -326,7 +326,7 @@ def check_verdict(obs: Observation) -> None:
         return
     envs = [Envelope.decode(raw) for raw in obs.raw if raw is not None]
     assert len(envs) == len(obs.keys), "consistent, but a key is missing"
-    # DESIGN.md: one token everywhere (a token names one write; versions are not compared)
+    # The stamps rule: one token everywhere (a token names one write; versions are not compared)
     assert len({e.token for e in envs}) == 1, "consistent, but several tokens"
     if obs.mode is Mode.COMMIT:
         assert obs.commit_raw is not None

@@ -37,7 +37,14 @@ from .faults import CrashPoint, CrashStyle, EveryNth, InjectedCrash
 from .history import CURRENT_OP, load_events, payload_of
 from .pg import Table, dsn
 from .recording import CHAOS_REPAIR, RecordingStampede
-from .worker_scenario import repairs_done, scan_and_enqueue, start_worker, until
+from .worker_scenario import (
+    drain,
+    repairs_done,
+    scan_and_enqueue,
+    start_worker,
+    stop_workers,
+    until,
+)
 from .workload import Workload, WorkloadConfig
 
 __all__ = ["LATE_AFTER", "STYLES", "TTL", "ByGroup", "RaceWorkload", "delete", "refetch"]
@@ -212,28 +219,14 @@ async def refetch_worker(run: Run) -> None:
         await workload.run(run.timing.duration, fault())
         await run.topology.drain()
         queued = await scan_and_enqueue(run, queue)
-
-        async def drained() -> bool:
-            stats = await queue.stats()
-            return stats["length"] == 0 and stats["pending"] == 0
-
-        if not await until(drained, within=60):
-            run.notes.append("the queue did not drain within 60 s")
-        stats = await queue.stats()
+        stats = await drain(run, queue)
         done = sum(repairs_done(p) for p in run.extra_histories)
         run.notes.append(
             f"{_late_note(run)}; scan enqueued {queued}; dead letters {stats['dead']}; "
             f"repairs by the workers {done}"
         )
     finally:
-        for proc in workers:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(proc.wait(), timeout=30)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
+        await stop_workers(workers)
     for path in run.extra_histories:
         run.history.extend(load_events(path))
 

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -28,9 +28,11 @@ from .workload import Workload, WorkloadConfig, plant_torn
 
 __all__ = [
     "WORKER_STRATEGY",
+    "drain",
     "repairs_done",
     "scan_and_enqueue",
     "start_worker",
+    "stop_workers",
     "until",
     "worker_scenario",
 ]
@@ -125,29 +127,39 @@ async def worker_scenario(run: Run) -> None:
         workload = Workload(run.topology, run.layout, run.history, config)
         await workload.run(run.timing.duration, fault())
         queued = await scan_and_enqueue(run, queue)
-
-        async def drained() -> bool:
-            stats = await queue.stats()
-            return stats["length"] == 0 and stats["pending"] == 0
-
-        if not await until(drained, within=60):
-            run.notes.append("the queue did not drain within 60 s")
-        stats = await queue.stats()
+        stats = await drain(run, queue)
         run.notes.append(
             f"scan enqueued {queued}; dead letters {stats['dead']}; "
             f"repairs by the workers: {sum(repairs_done(p) for p in run.extra_histories)}"
         )
     finally:
-        for proc in workers:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(proc.wait(), timeout=30)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
+        await stop_workers(workers)
     for path in run.extra_histories:
         run.history.extend(load_events(path))
+
+
+async def drain(run: Run, queue: RepairQueue) -> dict[str, int]:
+    """Wait (up to 60 s) until the workers emptied the queue; its final stats."""
+
+    async def drained() -> bool:
+        stats = await queue.stats()
+        return stats["length"] == 0 and stats["pending"] == 0
+
+    if not await until(drained, within=60):
+        run.notes.append("the queue did not drain within 60 s")
+    return await queue.stats()
+
+
+async def stop_workers(workers: Sequence[asyncio.subprocess.Process]) -> None:
+    """SIGTERM each worker still running; SIGKILL one that takes over 30 s to stop."""
+    for proc in workers:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
 
 
 async def scan_and_enqueue(run: Run, queue: RepairQueue) -> int:
