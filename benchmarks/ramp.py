@@ -42,8 +42,8 @@ from redis.asyncio.cluster import RedisCluster
 
 import stampede
 from stampede.testing import LocalCluster, LocalPrimaries
-from stampede.txn.layout import side_key
 from stampede.txn.sweep import sweep
+from stampede.wire._txn import side_key
 
 PAYLOAD = b"x" * 100
 GRACE = 0.5

@@ -28,7 +28,7 @@ from stampede.repair import NewestWins, RepairQueue
 from stampede.repair.worker import Worker
 from stampede.scan import scan_groups
 from stampede.testing import LocalPrimaries
-from stampede.writer import new_token
+from stampede.wire import new_token
 
 PATTERN = r"(?P<group>g:\d+):[abc]"
 

@@ -38,7 +38,7 @@ from redis.asyncio.cluster import RedisCluster
 import stampede
 from stampede.testing import LocalCluster, LocalPrimaries
 from stampede.topology.guard import GUARD_SCRIPT, GUARD_SHA
-from stampede.writer import new_token
+from stampede.wire import new_token
 
 Op = Callable[[int], Awaitable[Any]]
 LEVELS = (1, 16, 64, 256)

@@ -47,7 +47,7 @@ from stampede import Envelope, RetryPolicy, ShardError, Stampede, TypedGroup, Wr
 from stampede.kept import drop_kept
 from stampede.repair import Enqueue, NewestWins, RepairQueue
 from stampede.repair.worker import Worker
-from stampede.writer import new_token
+from stampede.wire import new_token
 
 READ_RETRY = RetryPolicy(attempts=5, base_delay=0.002, max_delay=0.05, deadline=0.25)
 

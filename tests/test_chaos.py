@@ -32,7 +32,7 @@ from stampede.repair import RepairAction, RepairContext, RepairOutcome
 from stampede.testing import LocalCluster, LocalPrimaries
 from stampede.topology.shards import Shards
 from stampede.verdict import Observation, Verdict
-from stampede.writer import new_token
+from stampede.wire import new_token
 
 from .support import FAST
 

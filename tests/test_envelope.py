@@ -7,14 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stampede import Envelope, MalformedEnvelope
-from stampede.envelope import (
-    CLOCK_FLOOR,
-    MAX_VERSION,
-    VersionKind,
-    is_token,
-    kind_of,
-    token_after,
-)
+from stampede.wire import CLOCK_FLOOR, MAX_VERSION, VersionKind, is_token, kind_of, token_after
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 TOKEN = "01JD0000000000000000000000"
@@ -111,7 +104,7 @@ def test_new_token_is_a_ulid_of_now() -> None:
 
     from ulid import ULID
 
-    from stampede.writer import new_token
+    from stampede.wire import new_token
 
     before = time.time()
     made = [new_token() for _ in range(2000)]

@@ -14,7 +14,7 @@ from stampede import Envelope, RetryPolicy, Stampede, metrics
 from stampede.kept import drop_kept
 from stampede.repair import NewestWins, RepairQueue
 from stampede.repair.worker import Worker, serve_metrics
-from stampede.writer import new_token
+from stampede.wire import new_token
 
 from .support import FAST, spread_keys
 from .test_worker import get, plant

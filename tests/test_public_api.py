@@ -17,7 +17,7 @@ EXPECTED = [
     "StampedeError", "Status", "Topology", "TornReadError", "Transaction",
     "TransactionAborted", "TransactionReceipt", "TypedGroup", "TypedRead", "VersionSource",
     "WriteConflict", "WriteError", "WriteTimeout", "analyze", "atomic", "connect", "eventlog",
-    "fanout", "hash_tag", "keyslot", "lint", "repair",
+    "fanout", "hash_tag", "keyslot", "lint", "new_token", "repair", "wire",
 ]  # fmt: skip
 
 

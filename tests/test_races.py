@@ -27,8 +27,7 @@ from stampede import (
 from stampede.errors import ConfigurationError, RepairError
 from stampede.kept import drop_kept
 from stampede.repair import Loaded, NewestWins, Refetch, RepairAction
-from stampede.verdict import commit_key
-from stampede.writer import new_token
+from stampede.wire import commit_key, new_token
 
 from .support import open_stampede, spread_keys
 

@@ -14,7 +14,7 @@ from stampede import ConfigurationError, Envelope, HybridClock, Mode, Stampede
 from stampede.repair import NewestWins, RepairQueue
 from stampede.repair.worker import Worker
 from stampede.scan import scan_groups
-from stampede.writer import new_token
+from stampede.wire import new_token
 
 from .support import eventually, open_stampede, run_cli, start_cli, write_newer
 

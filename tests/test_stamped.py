@@ -22,7 +22,7 @@ from stampede import (
 )
 from stampede.kept import drop_kept
 from stampede.topology.guard import KEPT, SAME, WRITTEN
-from stampede.writer import new_token
+from stampede.wire import new_token
 
 from .support import raw_get, spread_keys
 

@@ -13,12 +13,12 @@ from stampede.errors import ConfigurationError
 from stampede.repair import NewestWins, RepairQueue
 from stampede.repair.worker import Worker
 from stampede.results import AtomicRead
-from stampede.txn.layout import encode_meta, side_key
 from stampede.txn.read import required_versions
 from stampede.txn.scripts import COMMIT, PREPARE
 from stampede.txn.sweep import sweep
 from stampede.txn.write import run_units
-from stampede.writer import new_token
+from stampede.wire import new_token
+from stampede.wire._txn import encode_meta, side_key
 
 from .support import eventually, open_stampede, spread_keys
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from stampede import ConfigurationError, HybridClock
-from stampede.envelope import CLOCK_FLOOR, MAX_VERSION, VersionKind, kind_of
+from stampede.wire import CLOCK_FLOOR, MAX_VERSION, VersionKind, kind_of
 
 SECOND = 1_000_000_000
 NOW = 1_760_000_000 * SECOND  # a fixed wall-clock reading, in ns

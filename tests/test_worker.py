@@ -14,7 +14,7 @@ from stampede import Envelope, Stampede
 from stampede.repair import NewestWins, RepairQueue
 from stampede.repair.worker import Worker, serve_metrics
 from stampede.testing import LocalPrimaries
-from stampede.writer import new_token
+from stampede.wire import new_token
 
 from .support import eventually, open_stampede, run_cli, start_cli
 from .worker_strategies import broken

@@ -4,9 +4,9 @@ from . import atomic as atomic
 from . import eventlog as eventlog
 from . import fanout as fanout
 from . import repair as repair
+from . import wire as wire
 from .client import Stampede as Stampede
 from .client import connect as connect
-from .envelope import Envelope as Envelope
 from .errors import ClockSkewError as ClockSkewError
 from .errors import ConfigurationError as ConfigurationError
 from .errors import CrossSlotError as CrossSlotError
@@ -59,6 +59,8 @@ from .verdict import Status as Status
 from .versions import Counter as Counter
 from .versions import HybridClock as HybridClock
 from .versions import VersionSource as VersionSource
+from .wire import Envelope as Envelope
+from .wire import new_token as new_token
 
 __version__ = "0.1.0.dev0"
 
@@ -121,5 +123,7 @@ __all__ = [
     "hash_tag",
     "keyslot",
     "lint",
+    "new_token",
     "repair",
+    "wire",
 ]

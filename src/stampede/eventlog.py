@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .atomic import Command, Target, topology_of
-from .envelope import MAX_VERSION, TOKEN_LENGTH, is_token
 from .errors import InvalidKeyError, MalformedEntry, PartialWriteError, RepliesLostError, ShardError
 from .keys import to_bytes
 from .topology.base import Topology
-from .writer import new_token
+from .wire import MAX_VERSION, TOKEN_LENGTH, is_token, new_token
 
 __all__ = [
     "EXACT_SCORE_LIMIT",

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from .atomic import Target, topology_of
-from .envelope import Envelope
 from .errors import InvalidKeyError
 from .keys import to_bytes
+from .wire import Envelope
 
 __all__ = ["mget", "mget_envelopes", "mget_map", "shards_for"]
 

@@ -17,13 +17,13 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from .envelope import Envelope
 from .errors import MalformedEnvelope, ShardError
 from .topology.base import Topology, call_units
 from .topology.guard import KEPT_KEY_LUA
 from .topology.node_ops import Script
 from .topology.retries import idempotent_script
-from .verdict import Mode, Observation, Status, commit_key, judge
+from .verdict import Mode, Observation, Status, judge
+from .wire import Envelope, commit_key
 
 __all__ = ["KEPT_READ", "drop_kept", "kept_versions", "newest_whole"]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .topology.base import Topology
-from .verdict import Mode, Observation, commit_key
+from .verdict import Mode, Observation
+from .wire import commit_key
 
 __all__ = ["observe_group"]
 

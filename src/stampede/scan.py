@@ -31,7 +31,8 @@ from typing import Any
 
 from .errors import ConfigurationError
 from .topology.base import Topology
-from .verdict import Mode, Observation, Reason, Status, commit_key, judge
+from .verdict import Mode, Observation, Reason, Status, judge
+from .wire import commit_key
 
 __all__ = ["ScanReport", "TornGroup", "compile_pattern", "scan_groups"]
 

@@ -16,12 +16,11 @@ when its retries or deadline run out (`Verdict.exhausted`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from .envelope import Envelope
 from .errors import MalformedEnvelope
+from .wire import CommitRecord, Envelope, decode_commit
 
 __all__ = ["Mode", "Observation", "Reason", "Status", "Verdict", "judge"]
 
@@ -98,27 +97,7 @@ class Observation:
 
     def commit(self) -> CommitRecord | None:
         """The decoded commit record, or None when absent or unreadable."""
-        if self.commit_raw is None:
-            return None
-        try:
-            env = Envelope.decode(self.commit_raw, key=commit_key(self.group))
-            keys = json.loads(env.payload)
-        except (MalformedEnvelope, ValueError, RecursionError):
-            return None  # unreadable (or absurdly nested): it vouches for nothing
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-            return None
-        try:  # keys that are not UTF-8 were written with surrogateescape
-            named = frozenset(k.encode("utf-8", "surrogateescape") for k in keys)
-        except UnicodeEncodeError:
-            return None
-        return CommitRecord(env.version, env.token, named)
-
-
-@dataclass(frozen=True, slots=True)
-class CommitRecord:
-    version: int
-    token: str
-    keys: frozenset[bytes]
+        return decode_commit(self.commit_raw, self.group)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,16 +118,6 @@ class Verdict:
 
 
 _NOT_FOUND = Verdict(Status.NOT_FOUND)
-
-
-def commit_key(group: bytes) -> bytes:
-    """`<group>:stampede:commit`, co-located with the group when it carries a tag."""
-    return group + b":stampede:commit"
-
-
-def version_key(group: bytes) -> bytes:
-    """`<group>:stampede:version`, the `Counter` version source's key."""
-    return group + b":stampede:version"
 
 
 def judge(obs: Observation) -> Verdict:

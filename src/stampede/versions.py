@@ -18,9 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .envelope import CLOCK_FLOOR, MAX_VERSION
 from .errors import ConfigurationError
-from .verdict import version_key
+from .wire import CLOCK_FLOOR, MAX_VERSION, version_key
 
 if TYPE_CHECKING:
     from .topology.base import Topology

@@ -10,14 +10,10 @@ key was acknowledged.
 from __future__ import annotations
 
 import inspect
-import json
-import os
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import TypeVar
 
-from .envelope import MAX_VERSION, Envelope, VersionKind, kind_of
 from .errors import (
     ClockSkewError,
     ConfigurationError,
@@ -35,16 +31,24 @@ from .keys import to_bytes
 from .results import Receipt
 from .topology.base import Topology, WriteOutcome
 from .topology.guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
-from .verdict import Mode, commit_key
+from .verdict import Mode
 from .versions import HybridClock, VersionSource
+from .wire import (
+    MAX_VERSION,
+    Envelope,
+    VersionKind,
+    commit_key,
+    encode_commit,
+    expire_at,
+    is_reserved,
+    kind_of,
+    new_token,
+)
 
 __all__ = [
     "as_payload",
     "check_version",
-    "commit_payload",
-    "expire_at",
     "limit_for",
-    "new_token",
     "plan_keys",
     "raise_refusals",
     "require_one_slot",
@@ -56,40 +60,6 @@ K = TypeVar("K", bytes, str)
 UpdateFn = Callable[
     [dict[K, bytes | None]], Mapping[K, bytes | str] | Awaitable[Mapping[K, bytes | str]]
 ]
-
-
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # every 10-bit value, 2 chars
-_head: tuple[int, str] = (-1, "")
-
-
-def new_token() -> str:
-    """A fresh ULID token for one logical write: 48-bit milliseconds, 80 random bits.
-
-    The same 26 characters `str(ulid.ULID())` gives, made about three times faster
-    (it is on every write's path): the time part is encoded once per millisecond
-    and the random part ten bits at a time.
-    """
-    global _head
-    ms = time.time_ns() // 1_000_000
-    if _head[0] != ms:
-        p = _PAIRS
-        _head = (
-            ms,
-            p[ms >> 40 & 1023] + p[ms >> 30 & 1023] + p[ms >> 20 & 1023] + p[ms >> 10 & 1023]
-            + p[ms & 1023],
-        )  # fmt: skip
-    r = int.from_bytes(os.urandom(10))
-    p = _PAIRS
-    return (
-        _head[1] + p[r >> 70] + p[r >> 60 & 1023] + p[r >> 50 & 1023] + p[r >> 40 & 1023]
-        + p[r >> 30 & 1023] + p[r >> 20 & 1023] + p[r >> 10 & 1023] + p[r & 1023]
-    )  # fmt: skip
-
-
-def commit_payload(keys: Sequence[bytes]) -> bytes:
-    """The commit record's payload: the JSON list of the keys the write covered."""
-    return json.dumps([k.decode("utf-8", "surrogateescape") for k in keys]).encode()
 
 
 def as_payload(key: bytes, value: object) -> bytes:
@@ -104,16 +74,6 @@ def as_payload(key: bytes, value: object) -> bytes:
         "serialise it first (or use stampede.TypedGroup for pydantic models)",
         key=key,
     )
-
-
-_RESERVED = (
-    b":stampede:commit",  # a group's commit record
-    b":stampede:version",  # a group's Counter
-    b":stampede:p",  # a key's kept versions
-    b":stampede:v",  # a key's version hash (read-atomic transactions)
-    b":stampede:v:u",
-)
-_RESERVED_PREFIXES = (b"stampede:v:{", b"stampede:op:")
 
 
 def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
@@ -135,7 +95,7 @@ def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
                 "as bytes?); name each key once",
                 key=name,
             )
-        if key.endswith(_RESERVED) or key.startswith(_RESERVED_PREFIXES):
+        if is_reserved(key):
             raise InvalidKeyError(
                 f"key {key!r} is named like one of stampede's own keys (<group>:stampede:"
                 "commit, :stampede:version, a key's :stampede:p or :stampede:v, "
@@ -145,18 +105,6 @@ def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
         seen.add(key)
         keys.append(key)
     return keys
-
-
-def expire_at(ttl: float | None) -> int | None:
-    """One absolute expiry (unix ms) for every key of a write, so they expire together."""
-    if ttl is None:
-        return None
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0.001 <= ttl < 10**10:
-        raise ConfigurationError(
-            f"ttl must be a number of seconds, at least 0.001, got {ttl!r}; pass None for "
-            "no expiry (a ttl of 0 or less would drop the write at once)"
-        )
-    return time.time_ns() // 1_000_000 + max(1, round(ttl * 1000))
 
 
 def check_version(version: int) -> int:
@@ -212,7 +160,7 @@ async def write_group(
         outcome = await put(keys, encoded, limit=limit)
         _raise_for(group, outcome)
     else:
-        record = head + b":" + commit_payload(keys)
+        record = head + b":" + encode_commit(keys)
         ckey = commit_key(group)
         atomic = len(slots) == 1 and topology.slot_of(ckey) in slots
         if atomic:
@@ -356,7 +304,7 @@ async def update_group(
             for k, n in zip(keys, names, strict=True)
         ]
         if mode is Mode.COMMIT:
-            out.append(Envelope(version, token, commit_payload(keys)).encode())
+            out.append(Envelope(version, token, encode_commit(keys)).encode())
         receipt = Receipt(group, version, token, tuple(keys), mode, atomic=True)
         return out
 

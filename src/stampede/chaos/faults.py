@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..topology.base import Topology, Updater, WriteOutcome
 from ..topology.guard import KEEP_MS
-from ..verdict import Mode, commit_key
+from ..verdict import Mode
+from ..wire import commit_key
 from .history import CURRENT_OP, History, OpContext, text
 from .late import Late
 

@@ -32,13 +32,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ..envelope import MAX_VERSION, Envelope
 from ..errors import ConfigurationError, MalformedEnvelope
 from ..repair.queue import RepairQueue, _fields, _flat
 from ..scan import compile_pattern
 from ..topology.shards import Shards
 from ..verdict import Mode, Observation, Status, judge
-from ..writer import commit_payload
+from ..wire import MAX_VERSION, Envelope
+from ..wire import encode_commit as commit_payload
 
 __all__ = [
     "REGRESSIONS",

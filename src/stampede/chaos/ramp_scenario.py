@@ -31,7 +31,7 @@ from pathlib import Path
 from ..client import Stampede
 from ..keys import keyslot
 from ..options import Options
-from ..txn.layout import side_key
+from ..wire._txn import side_key
 from .env import Run
 from .faults import migrate_slot, pause_and_resume
 from .history import load_events

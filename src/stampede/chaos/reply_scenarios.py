@@ -22,12 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..client import Stampede
-from ..envelope import Envelope
 from ..errors import StampedeError, WriteConflict
 from ..options import Options
 from ..topology.shards import Shards
 from ..versions import HybridClock
-from ..writer import new_token
+from ..wire import Envelope, new_token
 from .env import Run
 from .faults import FaultyTopology
 from .history import History, payload_of, text

@@ -27,8 +27,9 @@ from ..errors import StampedeError
 from ..options import ConnectOptions, Options, RetryPolicy
 from ..repair.base import RepairStrategy
 from ..topology.base import Topology
-from ..verdict import Mode, commit_key, version_key
+from ..verdict import Mode
 from ..versions import HybridClock
+from ..wire import commit_key, version_key
 from .faults import Crash, CrashPoint, FaultyTopology, InjectedCrash
 from .history import History, payload_of
 from .recording import CHAOS_REPAIR, RecordingStampede

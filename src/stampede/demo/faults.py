@@ -7,9 +7,8 @@ import random
 from collections.abc import Sequence
 
 from ..client import Stampede
-from ..envelope import Envelope
 from ..testing.node import RedisNode
-from ..writer import new_token
+from ..wire import Envelope, new_token
 from .keyspace import Database, Entity, payloads
 from .stats import Counters
 

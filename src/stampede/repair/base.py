@@ -30,16 +30,16 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from ..envelope import Envelope, kind_of, token_after
 from ..errors import RepairError, ShardResponseError
 from ..observe import observe_group
 from ..topology.base import Topology
 from ..topology.guard import CAS_SCRIPT, KEPT
 from ..topology.node_ops import Script
 from ..topology.retries import idempotent_script
-from ..verdict import Mode, Observation, Reason, Status, Verdict, commit_key, judge
+from ..verdict import Mode, Observation, Reason, Status, Verdict, judge
 from ..versions import VersionSource
-from ..writer import commit_payload, expire_at, new_token
+from ..wire import Envelope, commit_key, expire_at, kind_of, new_token, token_after
+from ..wire import encode_commit as encode_commit
 
 __all__ = [
     "DEFAULT_GRACE",
@@ -278,7 +278,7 @@ async def rewrite(
     if not await compare_and_set(ctx, obs, new, at):
         return await after_lost_race(ctx, obs, reason)
     if obs.mode is Mode.COMMIT:
-        record = Envelope(version, token, commit_payload(keys)).encode()
+        record = Envelope(version, token, encode_commit(keys)).encode()
         ckey = commit_key(obs.group)
         done = await ctx.topology.write_guarded(
             [ckey], [record], version=version, token=token, expire_at_ms=at
@@ -318,7 +318,7 @@ async def roll_forward(
     record = obs.commit()
     if record is not None and (record.version, record.token) > (first.version, first.token):
         return None  # a newer write has committed: its data has not landed yet
-    payload = commit_payload(list(obs.keys))
+    payload = encode_commit(list(obs.keys))
     ckey = commit_key(obs.group)
     at = await expiry_of(ctx.topology, obs.keys[0])
     outcome = await ctx.topology.write_guarded(

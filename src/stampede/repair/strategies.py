@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidValueError, RepairError, TornReadError
 from ..verdict import Observation, Verdict
-from ..writer import check_version, expire_at
+from ..wire import expire_at
+from ..writer import check_version
 from .base import (
     RepairAction,
     RepairContext,

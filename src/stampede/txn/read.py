@@ -23,13 +23,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from ..envelope import Envelope
 from ..errors import InvalidKeyError, MalformedEnvelope, ReadError, StampedeError
 from ..keys import to_bytes
 from ..results import AtomicRead
 from ..topology.base import Topology
 from ..versions import VersionSource
-from .layout import Stamp, decode_meta, side_key, stamp_text
+from ..wire import Envelope
+from ..wire._txn import Stamp, decode_meta, side_key, stamp_text
 from .scripts import COMMIT, ROUND1, ROUND2
 from .write import run_units
 

@@ -17,10 +17,10 @@ can also be called directly.
 
 from __future__ import annotations
 
-from ..envelope import Envelope
 from ..errors import MalformedEnvelope, ShardResponseError
 from ..topology.base import Topology
-from .layout import Stamp, decode_meta, parse_stamp
+from ..wire import Envelope
+from ..wire._txn import Stamp, decode_meta, parse_stamp
 from .scripts import COLLECT, COMMIT
 
 __all__ = ["sweep"]

@@ -33,16 +33,9 @@ from ..errors import ConfigurationError, ShardError, TransactionAborted
 from ..results import TransactionReceipt
 from ..topology.base import Topology, call_units
 from ..versions import Counter, VersionSource
-from ..writer import (
-    as_payload,
-    check_version,
-    expire_at,
-    limit_for,
-    new_token,
-    plan_keys,
-    raise_refusals,
-)
-from .layout import encode_meta, side_key
+from ..wire import expire_at, new_token
+from ..wire._txn import encode_meta, side_key
+from ..writer import as_payload, check_version, limit_for, plan_keys, raise_refusals
 from .scripts import COMMIT, PREPARE
 
 __all__ = ["Transaction", "run_units"]
