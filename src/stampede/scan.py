@@ -32,12 +32,10 @@ from typing import Any
 from .errors import ConfigurationError
 from .topology.base import Topology
 from .verdict import Mode, Observation, Reason, Status, judge
-from .wire import commit_key
+from .wire import COMMIT_SUFFIX, commit_key, is_reserved
 
 __all__ = ["ScanReport", "TornGroup", "compile_pattern", "scan_groups"]
 
-_COMMIT = b":stampede:commit"
-_INTERNAL = (_COMMIT, b":stampede:version")
 
 Progress = Callable[[str, int], None]
 
@@ -137,9 +135,9 @@ async def scan_groups(
     def on_keys(keys: list[bytes]) -> None:
         report.keys_scanned += len(keys)
         for key in keys:
-            if key.endswith(_INTERNAL):
-                if key.endswith(_COMMIT):
-                    records.add(key[: -len(_COMMIT)])
+            if is_reserved(key):  # stampede's own keys: records, counters, kept versions
+                if key.endswith(COMMIT_SUFFIX):
+                    records.add(key[: -len(COMMIT_SUFFIX)])
                 continue
             found = regex.fullmatch(key)
             if found is None or not found.group("group"):
