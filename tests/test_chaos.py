@@ -28,7 +28,8 @@ from stampede.chaos.history import Event
 from stampede.chaos.scenarios import SCENARIOS, Env, Timing, run_scenario
 from stampede.chaos.workload import make_layout
 from stampede.kept import drop_kept
-from stampede.repair import RepairAction, RepairContext, RepairOutcome
+from stampede.repair import RepairContext
+from stampede.results import RepairAction, RepairOutcome
 from stampede.testing import LocalCluster, LocalPrimaries
 from stampede.topology.shards import Shards
 from stampede.verdict import Observation, Verdict

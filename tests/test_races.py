@@ -26,7 +26,8 @@ from stampede import (
 )
 from stampede.errors import ConfigurationError, RepairError
 from stampede.kept import drop_kept
-from stampede.repair import Loaded, NewestWins, Refetch, RepairAction
+from stampede.repair import Loaded, NewestWins, Refetch
+from stampede.results import RepairAction
 from stampede.wire import commit_key, new_token
 
 from .support import open_stampede, spread_keys

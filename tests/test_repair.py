@@ -11,7 +11,8 @@ import pytest
 
 from stampede import Envelope, Mode, RetryPolicy, Stampede, Status, TornReadError
 from stampede.errors import RepairError
-from stampede.repair import Enqueue, NewestWins, Refetch, RepairAction, RepairQueue
+from stampede.repair import Enqueue, NewestWins, Refetch, RepairQueue
+from stampede.results import RepairAction
 from stampede.wire import new_token
 
 from .support import spread_keys, write_newer

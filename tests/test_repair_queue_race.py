@@ -14,9 +14,10 @@ import re
 import time
 
 from stampede import RetryPolicy, Stampede, Status
-from stampede.repair import Enqueue, NewestWins, RepairContext, RepairOutcome, RepairQueue
+from stampede.repair import Enqueue, NewestWins, RepairContext, RepairQueue
 from stampede.repair.queue import Job
 from stampede.repair.worker import Worker
+from stampede.results import RepairOutcome
 from stampede.verdict import Observation, Verdict
 
 from .support import eventually, spread_keys, write_newer

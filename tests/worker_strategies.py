@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from stampede.repair import NewestWins, Refetch, RepairContext, RepairOutcome
+from stampede.repair import NewestWins, Refetch, RepairContext
+from stampede.results import RepairOutcome
 from stampede.verdict import Observation, Verdict
 
 

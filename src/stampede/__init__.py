@@ -53,12 +53,12 @@ from .topology import Topology as Topology
 from .txn import Transaction as Transaction
 from .typed import TypedGroup as TypedGroup
 from .typed import TypedRead as TypedRead
+from .typing import VersionSource as VersionSource
 from .verdict import Mode as Mode
 from .verdict import Reason as Reason
 from .verdict import Status as Status
 from .versions import Counter as Counter
 from .versions import HybridClock as HybridClock
-from .versions import VersionSource as VersionSource
 from .wire import Envelope as Envelope
 from .wire import new_token as new_token
 

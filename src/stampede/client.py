@@ -20,15 +20,14 @@ from .errors import (
 from .keys import HashPolicy, SlotMap, to_bytes
 from .options import Options, RetryPolicy, check_strategy, load_options, resolve_versions
 from .reader import read_group
-from .repair.base import RepairStrategy
 from .results import AtomicRead, ReadResult, Receipt
 from .topology.base import READ_WATCH, ReadWatch, Topology
 from .topology.checks import redact
 from .topology.cluster import Cluster
 from .topology.shards import Shards
 from .txn import Transaction, read_atomic
+from .typing import RepairStrategy, VersionSource
 from .verdict import Mode
-from .versions import VersionSource
 from .writer import UpdateFn, as_payload, check_version, plan_keys, update_group, write_group
 
 __all__ = ["Stampede", "connect"]

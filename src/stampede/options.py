@@ -14,8 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigurationError
+from .typing import VersionSource
 from .verdict import Mode
-from .versions import Counter, HybridClock, VersionSource
+from .versions import Counter, HybridClock
 
 __all__ = [
     "ConnectOptions",
@@ -164,7 +165,7 @@ def resolve_versions(spec: str | VersionSource) -> VersionSource:
 
 def strategy_problem(strategy: object) -> str | None:
     """What is wrong with `strategy` as a repair strategy, or None when it is one."""
-    from .repair.base import RepairStrategy  # the repair layer builds on this module
+    from .typing import RepairStrategy
 
     if isinstance(strategy, type):
         return (

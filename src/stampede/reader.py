@@ -8,22 +8,15 @@ import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from . import metrics
+from . import metrics, pipeline
 from .errors import TornReadError
 from .kept import newest_whole
-from .observe import observe_group
 from .options import RetryPolicy
-from .repair.base import (
-    DEFAULT_GRACE,
-    RepairAction,
-    RepairContext,
-    RepairOutcome,
-    RepairStrategy,
-)
-from .results import ReadResult
+from .results import ReadResult, RepairAction, RepairOutcome
 from .topology.base import Topology
+from .typing import DEFAULT_GRACE, RepairContext, RepairStrategy, VersionSource
 from .verdict import Mode, Observation, Status, Verdict, judge
-from .versions import HybridClock, VersionSource
+from .versions import HybridClock
 
 __all__ = ["read_group"]
 
@@ -57,7 +50,7 @@ async def read_group(
     attempt = 0
     while True:
         attempt += 1
-        obs = await observe_group(topology, group, keys, mode)
+        obs = await pipeline.observe(topology, group, keys, mode)
         verdict = judge(obs)
         if verdict.status is Status.CONSISTENT:
             return _whole(names, obs, verdict, attempt, versions)
@@ -89,10 +82,7 @@ async def read_group(
     if final.status is Status.TORN:
         _report_torn(group, final, attempt)
     ctx = RepairContext(topology, mode, versions or HybridClock(), ttl, grace)
-    outcome = await repair.repair(ctx, obs, final)
-    metrics.repair(outcome.action.value, "read")
-    if outcome.action is RepairAction.LOST_RACE:
-        metrics.lost_race("read")
+    outcome = await pipeline.repair(repair, ctx, obs, final, source="read")
     metrics.log_event(
         _log, "read.repaired", logging.INFO, group=_name(group), action=outcome.action.value
     )

@@ -1,17 +1,22 @@
-"""What a write and a read hand back."""
+"""What a write, a read and a repair hand back."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from enum import StrEnum
+from typing import Generic, TypeVar
 
 from .verdict import Mode, Observation, Reason, Status
 
-if TYPE_CHECKING:
-    from .repair.base import RepairOutcome
-
-__all__ = ["AtomicRead", "ReadResult", "Receipt", "TransactionReceipt"]
+__all__ = [
+    "AtomicRead",
+    "ReadResult",
+    "Receipt",
+    "RepairAction",
+    "RepairOutcome",
+    "TransactionReceipt",
+]
 
 K = TypeVar("K", bytes, str)
 
@@ -115,3 +120,30 @@ class AtomicRead(Generic[K]):
 
     def __getitem__(self, key: K) -> bytes | None:
         return self.values[key]
+
+
+class RepairAction(StrEnum):
+    REWRITTEN = "rewritten"  # the whole group written again under one stamp
+    ROLLED_FORWARD = "rolled_forward"  # data was whole: only the commit record was written
+    DELETED = "deleted"  # the source of truth says the entity is gone
+    ALREADY_CONSISTENT = "already_consistent"  # a re-read found nothing to do
+    LOST_RACE = "lost_race"  # a newer write got in first; the group was re-read
+    QUEUED = "queued"  # handed to the repair stream for the worker
+
+
+@dataclass(frozen=True, slots=True)
+class RepairOutcome:
+    """What a repair did, and the group's payloads afterwards.
+
+    `consistent` is True when `values` are one whole write (repaired, rolled
+    forward, or found consistent on a re-read); a queued repair returns the
+    best-effort merge with `consistent` False.
+    """
+
+    group: bytes
+    action: RepairAction
+    reason: Reason | None
+    values: dict[bytes, bytes | None]
+    consistent: bool
+    stamp: tuple[int, str] | None = None
+    detail: dict[str, str] = field(default_factory=dict)

@@ -29,10 +29,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import pipeline
 from .errors import ConfigurationError
 from .topology.base import Topology
 from .verdict import Mode, Observation, Reason, Status, judge
-from .wire import COMMIT_SUFFIX, commit_key, is_reserved
+from .wire import COMMIT_SUFFIX, commit_key, decode_commit, is_reserved
 
 __all__ = ["ScanReport", "TornGroup", "compile_pattern", "scan_groups"]
 
@@ -208,29 +209,12 @@ def _tally(report: ScanReport, observations: list[Observation], *, final: bool) 
 async def _observe_many(
     topology: Topology, names: Sequence[bytes], groups: dict[bytes, set[bytes]], mode: Mode
 ) -> list[Observation]:
-    """One fetch (a round trip per shard) for many groups; in commit mode with records."""
-    commit = mode is Mode.COMMIT
-    if commit:
+    """One fetch (a round trip per shard) for many groups; in commit mode with records,
+    whose key lists first complete what the scan found of each group."""
+    if mode is Mode.COMMIT:
         records = await topology.fetch([commit_key(g) for g in names])
         for name, record_raw in zip(names, records, strict=True):
-            listed = Observation(name, (), (), Mode.COMMIT, record_raw).commit()
+            listed = decode_commit(record_raw, name)
             if listed is not None:
                 groups[name] |= listed.keys
-    plan: list[tuple[bytes, tuple[bytes, ...]]] = [(g, tuple(sorted(groups[g]))) for g in names]
-    flat: list[bytes] = []
-    for group, keys in plan:
-        flat.extend(keys)
-        if commit:
-            flat.append(commit_key(group))
-    raw = await topology.fetch(flat)
-    out: list[Observation] = []
-    pos = 0
-    for group, keys in plan:
-        values = tuple(raw[pos : pos + len(keys)])
-        pos += len(keys)
-        record = None
-        if commit:
-            record = raw[pos]
-            pos += 1
-        out.append(Observation(group, keys, values, mode, record))
-    return out
+    return await pipeline.observe_many(topology, [(g, sorted(groups[g])) for g in names], mode)

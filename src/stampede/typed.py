@@ -42,8 +42,8 @@ from .verdict import Status
 if TYPE_CHECKING:
     from .client import ModeName, Stampede
     from .options import RetryPolicy
-    from .repair.base import RepairStrategy
     from .txn import Transaction
+    from .typing import RepairStrategy
     from .verdict import Observation
 
 __all__ = ["TypedGroup", "TypedRead"]

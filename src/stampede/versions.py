@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 from .errors import ConfigurationError
 from .wire import CLOCK_FLOOR, MAX_VERSION, version_key
@@ -24,31 +24,13 @@ from .wire import CLOCK_FLOOR, MAX_VERSION, version_key
 if TYPE_CHECKING:
     from .topology.base import Topology
 
-__all__ = ["DEFAULT_MAX_OFFSET", "Counter", "HybridClock", "VersionSource"]
+__all__ = ["DEFAULT_MAX_OFFSET", "Counter", "HybridClock"]
 
 DEFAULT_MAX_OFFSET = 5.0
 """Seconds a clock version may be ahead of this clock before it is refused."""
 _NS = 1_000_000_000
 
 log = logging.getLogger("stampede.versions")
-
-
-@runtime_checkable
-class VersionSource(Protocol):
-    """Gives each logical write of a group a version."""
-
-    @property
-    def needs_round_trip(self) -> bool:
-        """True when `next_version` talks to Redis."""
-        ...
-
-    async def next_version(self, group: bytes, topology: Topology) -> int:
-        """A version for a new write of `group`, newer than this source gave before."""
-        ...
-
-    def observe(self, version: int) -> None:
-        """Learn of a version seen elsewhere (a read or a lost race), to stay ahead."""
-        ...
 
 
 class Counter:

@@ -31,8 +31,9 @@ from .keys import to_bytes
 from .results import Receipt
 from .topology.base import Topology, WriteOutcome
 from .topology.guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
+from .typing import VersionSource
 from .verdict import Mode
-from .versions import HybridClock, VersionSource
+from .versions import HybridClock
 from .wire import (
     MAX_VERSION,
     Envelope,

@@ -6,11 +6,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..repair.base import RepairStrategy
 from ..testing import LocalCluster, LocalPrimaries, RedisNode
 from ..topology.base import Topology
 from ..topology.cluster import Cluster
 from ..topology.shards import Shards
+from ..typing import RepairStrategy
 from .faults import FaultyTopology
 from .history import History
 from .workload import CHAOS_CONNECTION, Layout

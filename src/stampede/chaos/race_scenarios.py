@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 
 from ..client import Stampede
 from ..errors import StampedeError
-from ..repair.base import RepairContext, RepairOutcome, RepairStrategy
 from ..repair.queue import RepairQueue
 from ..repair.strategies import Enqueue
+from ..results import RepairOutcome
+from ..typing import RepairContext, RepairStrategy
 from ..verdict import Observation, Verdict
 from .env import Run
 from .faults import CrashPoint, CrashStyle, EveryNth, InjectedCrash

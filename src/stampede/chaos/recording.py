@@ -25,13 +25,14 @@ from typing import Any, Literal, TypeVar
 from ..client import Stampede
 from ..errors import RepairError, TornReadError
 from ..keys import to_bytes
-from ..observe import observe_group
 from ..options import RetryPolicy
-from ..repair.base import RepairAction, RepairContext, RepairOutcome, RepairStrategy, best_effort
+from ..pipeline import observe as observe_group
+from ..repair.base import best_effort
 from ..repair.strategies import NewestWins
-from ..results import ReadResult, Receipt
+from ..results import ReadResult, Receipt, RepairAction, RepairOutcome
+from ..typing import RepairContext, RepairStrategy, VersionSource
 from ..verdict import Mode, Observation, Status, Verdict, judge
-from ..versions import Counter, VersionSource
+from ..versions import Counter
 from .faults import FaultyTopology
 from .history import CURRENT_OP, History, OpContext, parse_payload, payload_of, text
 
@@ -125,7 +126,7 @@ class RecordingRepair:
             await asyncio.sleep(self.delay)
         if self.reobserve:
             began = time.monotonic()
-            obs = await observe_group(ctx.topology, obs.group, list(obs.keys), obs.mode)
+            obs = await observe_group(ctx.topology, obs.group, obs.keys, obs.mode)
             fresh = judge(obs)
             verdict = fresh.exhausted()
         op = self.history.next_op(self.process)

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from ..client import Stampede
 from ..errors import StampedeError
 from ..options import ConnectOptions, Options, RetryPolicy
-from ..repair.base import RepairStrategy
 from ..topology.base import Topology
+from ..typing import RepairStrategy
 from ..verdict import Mode
 from ..versions import HybridClock
 from ..wire import commit_key, version_key

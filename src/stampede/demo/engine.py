@@ -31,12 +31,12 @@ from ..client import Stampede, connect
 from ..errors import ConfigurationError, PartialWriteError, StampedeError
 from ..kept import drop_kept
 from ..options import ConnectOptions, RetryPolicy
-from ..repair.base import RepairStrategy
 from ..repair.queue import RepairQueue
 from ..repair.strategies import Enqueue, NewestWins, Refetch
 from ..repair.worker import Worker
 from ..scan import scan_groups
 from ..testing.node import RedisNode
+from ..typing import RepairStrategy
 from ..verdict import Mode
 from .faults import crash_write, pause_primaries, spans_shards
 from .keyspace import GROUP_PATTERN, MATCH, PREFIX, Database, Entity, entities, payloads

@@ -7,8 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..repair.base import RepairAction
-from ..results import ReadResult
+from ..results import ReadResult, RepairAction
 from ..verdict import Status
 
 __all__ = ["STRATEGIES", "Counters", "Summary"]

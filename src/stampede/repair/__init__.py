@@ -1,9 +1,9 @@
 """Repair: strategies for groups that stay torn, the repair stream and its worker."""
 
-from .base import RepairAction as RepairAction
-from .base import RepairContext as RepairContext
-from .base import RepairOutcome as RepairOutcome
-from .base import RepairStrategy as RepairStrategy
+from ..results import RepairAction as RepairAction
+from ..results import RepairOutcome as RepairOutcome
+from ..typing import RepairContext as RepairContext
+from ..typing import RepairStrategy as RepairStrategy
 from .queue import Job as Job
 from .queue import RepairQueue as RepairQueue
 from .strategies import Enqueue as Enqueue

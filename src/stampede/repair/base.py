@@ -26,27 +26,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from .. import pipeline
 from ..errors import RepairError, ShardResponseError
-from ..observe import observe_group
+from ..results import RepairAction, RepairOutcome
 from ..topology.base import Topology
 from ..topology.guard import CAS_SCRIPT, KEPT
 from ..topology.node_ops import Script
 from ..topology.retries import idempotent_script
-from ..verdict import Mode, Observation, Reason, Status, Verdict, judge
-from ..versions import VersionSource
+from ..typing import RepairContext
+from ..verdict import Mode, Observation, Reason, Status, judge
 from ..wire import Envelope, commit_key, expire_at, kind_of, new_token, token_after
 from ..wire import encode_commit as encode_commit
 
 __all__ = [
-    "DEFAULT_GRACE",
-    "RepairAction",
-    "RepairContext",
-    "RepairOutcome",
-    "RepairStrategy",
     "best_effort",
     "compare_and_set",
     "expiry_of",
@@ -59,62 +53,6 @@ __all__ = [
 
 _CAS = Script(CAS_SCRIPT)
 idempotent_script(CAS_SCRIPT)  # a resend finds its own value in place and reports it done
-DEFAULT_GRACE = 300.0
-"""Seconds a repair's tombstones keep late older writes out (`Options.tombstone_grace`)."""
-
-
-class RepairAction(StrEnum):
-    REWRITTEN = "rewritten"  # the whole group written again under one stamp
-    ROLLED_FORWARD = "rolled_forward"  # data was whole: only the commit record was written
-    DELETED = "deleted"  # the source of truth says the entity is gone
-    ALREADY_CONSISTENT = "already_consistent"  # a re-read found nothing to do
-    LOST_RACE = "lost_race"  # a newer write got in first; the group was re-read
-    QUEUED = "queued"  # handed to the repair stream for the worker
-
-
-@dataclass(frozen=True, slots=True)
-class RepairContext:
-    """Where and how a repair writes.
-
-    `ttl` is the expiry for a group whose writes carried none that can be kept
-    (a group with no stamp at all); `grace` how long tombstones live.
-    """
-
-    topology: Topology
-    mode: Mode
-    versions: VersionSource
-    ttl: float | None = None
-    grace: float = DEFAULT_GRACE
-
-
-@dataclass(frozen=True, slots=True)
-class RepairOutcome:
-    """What a repair did, and the group's payloads afterwards.
-
-    `consistent` is True when `values` are one whole write (repaired, rolled
-    forward, or found consistent on a re-read); a queued repair returns the
-    best-effort merge with `consistent` False.
-    """
-
-    group: bytes
-    action: RepairAction
-    reason: Reason | None
-    values: dict[bytes, bytes | None]
-    consistent: bool
-    stamp: tuple[int, str] | None = None
-    detail: dict[str, str] = field(default_factory=dict)
-
-
-@runtime_checkable
-class RepairStrategy(Protocol):
-    """Turns a torn observation into a whole group (or a queued job)."""
-
-    @property
-    def name(self) -> str: ...
-
-    async def repair(
-        self, ctx: RepairContext, obs: Observation, verdict: Verdict
-    ) -> RepairOutcome: ...
 
 
 def _stamps(obs: Observation) -> list[tuple[int, str]]:
@@ -232,7 +170,7 @@ def best_effort(obs: Observation) -> dict[bytes, bytes | None]:
 
 async def reobserve(ctx: RepairContext, obs: Observation) -> Observation:
     """Read the group again, as the original read did."""
-    return await observe_group(ctx.topology, obs.group, list(obs.keys), obs.mode)
+    return await pipeline.observe(ctx.topology, obs.group, obs.keys, obs.mode)
 
 
 async def after_lost_race(

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..errors import ConfigurationError
-from .base import RepairStrategy
+from ..typing import RepairStrategy
 from .strategies import NewestWins
 
 __all__ = ["BUILTIN", "load_strategy", "open_strategy", "resolve_strategy"]

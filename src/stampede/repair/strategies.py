@@ -14,18 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidValueError, RepairError, TornReadError
+from ..results import RepairAction, RepairOutcome
+from ..typing import RepairContext
 from ..verdict import Observation, Verdict
 from ..wire import expire_at
 from ..writer import check_version
-from .base import (
-    RepairAction,
-    RepairContext,
-    RepairOutcome,
-    best_effort,
-    guarded_delete,
-    rewrite,
-    roll_forward,
-)
+from .base import best_effort, guarded_delete, rewrite, roll_forward
 
 if TYPE_CHECKING:
     from .queue import RepairQueue

@@ -37,14 +37,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from .. import metrics, tracing
+from .. import metrics, pipeline, tracing
 from ..errors import ConfigurationError, StampedeError
-from ..observe import observe_group
+from ..results import RepairAction
 from ..topology.base import Topology
 from ..txn.sweep import sweep
+from ..typing import RepairContext, RepairStrategy, VersionSource
 from ..verdict import Mode, Status, judge
-from ..versions import HybridClock, VersionSource
-from .base import RepairAction, RepairContext, RepairStrategy
+from ..versions import HybridClock
 from .queue import Job, RepairQueue
 
 __all__ = ["RetryBackoff", "StrategyLifecycle", "Worker", "WorkerStats", "serve_metrics"]
@@ -449,7 +449,7 @@ class Worker:
 
     async def _repair(self, job: Job, group: str) -> str:
         mode = Mode(job.mode) if job.mode in ("stamp", "commit") else self.mode
-        obs = await observe_group(self.topology, job.group, job.keys, mode)
+        obs = await pipeline.observe(self.topology, job.group, job.keys, mode)
         verdict = judge(obs)
         if verdict.status in (Status.CONSISTENT, Status.NOT_FOUND):
             follow_up = await self.queue.ack(job)
@@ -465,10 +465,9 @@ class Worker:
             )
             return "already_consistent"
         ctx = RepairContext(self.topology, mode, self.versions, self.ttl)
-        outcome = await self.strategy.repair(ctx, obs, verdict.exhausted())
+        outcome = await pipeline.repair(self.strategy, ctx, obs, verdict, source="worker")
         if outcome.action is RepairAction.LOST_RACE:
             self.stats.lost_races += 1
-            metrics.lost_race("worker")
             event("job.lost_race", logging.DEBUG, job=job.id, group=group)
             if not outcome.consistent:
                 raise StampedeError("a newer write raced the repair and the group is still torn")
@@ -476,7 +475,6 @@ class Worker:
             raise StampedeError("the worker's strategy only re-queues; give it a real strategy")
         follow_up = await self.queue.ack(job)
         self.stats.done += 1
-        metrics.repair(outcome.action.value, "worker")
         if outcome.action is RepairAction.REWRITTEN:
             self.stats.repaired += 1
         elif outcome.action is RepairAction.ROLLED_FORWARD:

@@ -27,7 +27,7 @@ from ..errors import InvalidKeyError, MalformedEnvelope, ReadError, StampedeErro
 from ..keys import to_bytes
 from ..results import AtomicRead
 from ..topology.base import Topology
-from ..versions import VersionSource
+from ..typing import VersionSource
 from ..wire import Envelope
 from ..wire._txn import Stamp, decode_meta, side_key, stamp_text
 from .scripts import COMMIT, ROUND1, ROUND2

@@ -32,7 +32,8 @@ from .. import tracing
 from ..errors import ConfigurationError, ShardError, TransactionAborted
 from ..results import TransactionReceipt
 from ..topology.base import Topology, call_units
-from ..versions import Counter, VersionSource
+from ..typing import VersionSource
+from ..versions import Counter
 from ..wire import expire_at, new_token
 from ..wire._txn import encode_meta, side_key
 from ..writer import as_payload, check_version, limit_for, plan_keys, raise_refusals
