@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigurationError
-from .typing import VersionSource
+from .typing import RepairStrategy, VersionSource
 from .verdict import Mode
 from .versions import Counter, HybridClock
 
@@ -165,8 +165,6 @@ def resolve_versions(spec: str | VersionSource) -> VersionSource:
 
 def strategy_problem(strategy: object) -> str | None:
     """What is wrong with `strategy` as a repair strategy, or None when it is one."""
-    from .typing import RepairStrategy
-
     if isinstance(strategy, type):
         return (
             f"repair must be a RepairStrategy instance, got the class {strategy.__name__}; "
