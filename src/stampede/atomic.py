@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from .client import Stampede
 from .errors import (
     CrossSlotError,
     InvalidKeyError,
@@ -39,6 +38,7 @@ from .errors import (
 from .keys import to_bytes
 from .topology.base import Topology
 from .topology.node_ops import Read, Script
+from .typing import HasTopology
 
 __all__ = [
     "Command",
@@ -55,7 +55,7 @@ __all__ = [
     "watch",
 ]
 
-Target: TypeAlias = Stampede | Topology
+Target: TypeAlias = HasTopology | Topology
 """What the helpers accept: a `Stampede` (its `.topology` is used) or a `Topology`."""
 Key: TypeAlias = bytes | str
 Command: TypeAlias = tuple[Any, ...]
@@ -84,7 +84,7 @@ _DEST_NUMKEYS = frozenset("ZUNIONSTORE ZINTERSTORE ZDIFFSTORE".split())
 
 def topology_of(target: Target) -> Topology:
     """The `Topology` behind `target` (a `Stampede` or a topology itself)."""
-    return target.topology if isinstance(target, Stampede) else target
+    return target.topology if isinstance(target, HasTopology) else target
 
 
 def keys_of(command: Command) -> list[bytes] | None:

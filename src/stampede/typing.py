@@ -3,7 +3,8 @@
 - `VersionSource`: where a write's version comes from (`Counter`, `HybridClock`,
   or the application's own);
 - `RepairStrategy` and the `RepairContext` it is given: how a group that stays
-  torn is made whole (`NewestWins`, `Refetch`, `Enqueue`, or the application's own).
+  torn is made whole (`NewestWins`, `Refetch`, `Enqueue`, or the application's own);
+- `HasTopology`: anything that works over a topology (a `Stampede`).
 
 Nothing here talks to Redis or imports a Redis client.
 """
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from .topology.base import Topology
     from .verdict import Mode, Observation, Verdict
 
-__all__ = ["DEFAULT_GRACE", "RepairContext", "RepairStrategy", "VersionSource"]
+__all__ = ["DEFAULT_GRACE", "HasTopology", "RepairContext", "RepairStrategy", "VersionSource"]
 
 DEFAULT_GRACE = 300.0
 """Seconds a repair's tombstones keep late older writes out (`Options.tombstone_grace`)."""
@@ -67,3 +68,14 @@ class RepairStrategy(Protocol):
     async def repair(
         self, ctx: RepairContext, obs: Observation, verdict: Verdict
     ) -> RepairOutcome: ...
+
+
+@runtime_checkable
+class HasTopology(Protocol):
+    """Anything that works over a topology (a `Stampede`): the co-located helpers
+    accept it in place of the topology itself."""
+
+    @property
+    def topology(self) -> Topology:
+        """The topology its reads and writes go through."""
+        ...
