@@ -41,6 +41,35 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .verdict import Observation
 
+__all__ = [
+    "ClockSkewError",
+    "ConfigurationError",
+    "CrossSlotError",
+    "InvalidKeyError",
+    "InvalidValueError",
+    "MalformedEntry",
+    "MalformedEnvelope",
+    "ModelValidationError",
+    "OrderingError",
+    "OutcomeUnknownError",
+    "PartialWriteError",
+    "ReadError",
+    "ReadTimeout",
+    "RepairError",
+    "RepliesLostError",
+    "SetupError",
+    "ShardError",
+    "ShardResponseError",
+    "ShardTimeout",
+    "ShardUnavailable",
+    "StampedeError",
+    "TornReadError",
+    "TransactionAborted",
+    "WriteConflict",
+    "WriteError",
+    "WriteTimeout",
+]
+
 
 def _show(key: bytes | str) -> str:
     """Render a key for a message: keys are names, not payloads, so they may appear."""
