@@ -41,9 +41,9 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 import stampede
+from stampede.repair import sweep_versions as sweep
 from stampede.testing import LocalCluster, LocalPrimaries
-from stampede.txn.sweep import sweep
-from stampede.wire._txn import side_key
+from stampede.wire import version_hash_key as side_key
 
 PAYLOAD = b"x" * 100
 GRACE = 0.5

@@ -24,8 +24,7 @@ from redis.asyncio import Redis
 
 import stampede
 from stampede import Envelope, HybridClock
-from stampede.repair import NewestWins, RepairQueue
-from stampede.repair.worker import Worker
+from stampede.repair import NewestWins, RepairQueue, Worker
 from stampede.scan import scan_groups
 from stampede.testing import LocalPrimaries
 from stampede.wire import new_token

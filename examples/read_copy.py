@@ -17,9 +17,8 @@ from collections.abc import Sequence
 import _run
 
 import stampede
-from stampede import Envelope, fanout
+from stampede import Envelope, GuardCode, fanout
 from stampede.results import Receipt
-from stampede.topology.guard import KEPT, WRITTEN
 
 GROUP = "catalog:products:{sku-7}"
 PRICE, STOCK = f"{GROUP}:price", f"{GROUP}:stock"
@@ -47,9 +46,9 @@ async def main(urls: Sequence[str], *, cluster: bool = False) -> None:
         new = await st.write(GROUP, {PRICE: "9.50", STOCK: "2"})
         assert old.atomic and new.atomic
 
-        assert await refresh_copy(st, new, "9.50", "2") == WRITTEN
+        assert await refresh_copy(st, new, "9.50", "2") == GuardCode.WRITTEN
         late = await refresh_copy(st, old, "12.00", "3")  # a slow refresher arrives last
-        assert late == KEPT, "the guard keeps the newer copy"
+        assert late == GuardCode.KEPT, "the guard keeps the newer copy"
         print("a stale refresh arrived late and was kept out by the guard")
 
         (copy,) = await fanout.mget_envelopes(st, [COPY])

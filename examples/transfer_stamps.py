@@ -22,7 +22,7 @@ import _run
 
 import stampede
 from stampede import Envelope, atomic, eventlog
-from stampede.kept import drop_kept
+from stampede.testing import drop_kept
 
 ALICE, BOB = "bank:accounts:{alice}:balance", "bank:accounts:{bob}:balance"
 GROUP = "bank:transfers:alice-bob"

@@ -13,7 +13,7 @@ from typing import Any
 
 import stampede
 from stampede import ConnectOptions, Envelope, Stampede
-from stampede.kept import drop_kept
+from stampede._kept import drop_kept
 from stampede.wire import new_token
 
 FAST = ConnectOptions(socket_timeout=1.0, connect_timeout=0.5, connection_retries=1)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from stampede import Envelope, Mode, Options, Stampede
+from stampede._kept import drop_kept
 from stampede.chaos import (
     CHAOS_REPAIR,
     Crash,
@@ -27,7 +28,6 @@ from stampede.chaos import (
 from stampede.chaos.history import Event
 from stampede.chaos.scenarios import SCENARIOS, Env, Timing, run_scenario
 from stampede.chaos.workload import make_layout
-from stampede.kept import drop_kept
 from stampede.repair import RepairContext
 from stampede.results import RepairAction, RepairOutcome
 from stampede.testing import LocalCluster, LocalPrimaries

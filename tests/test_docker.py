@@ -23,7 +23,7 @@ import pytest
 import redis
 import yaml
 
-from stampede.cli.repair import worker_command
+from stampede.cli._repair import worker_command
 from stampede.demo import DemoConfig, run_demo
 from stampede.testing._server import launcher
 

@@ -11,9 +11,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import stampede
 from stampede import Envelope, RetryPolicy, Stampede, metrics
-from stampede.kept import drop_kept
+from stampede._kept import drop_kept
 from stampede.repair import NewestWins, RepairQueue
-from stampede.repair.worker import Worker, serve_metrics
+from stampede.repair._worker import Worker, serve_metrics
 from stampede.wire import new_token
 
 from .support import FAST, spread_keys

@@ -8,8 +8,9 @@ import stampede.testing
 
 EXPECTED = [
     "AtomicRead", "ClockSkewError", "Cluster", "ConfigurationError", "ConnectOptions",
-    "Counter", "CrossSlotError", "Envelope", "HashPolicy", "HybridClock", "InvalidKeyError",
-    "InvalidValueError", "KeySpace", "MalformedEntry", "MalformedEnvelope", "Mode",
+    "Counter", "CrossSlotError", "Envelope", "GuardCode", "HashPolicy", "HybridClock",
+    "InvalidKeyError", "InvalidValueError", "KeySpace", "MalformedEntry", "MalformedEnvelope",
+    "Mode",
     "ModelValidationError", "Options", "OrderingError", "OutcomeUnknownError",
     "PartialWriteError", "ReadError", "ReadResult", "ReadTimeout", "Reason", "Receipt",
     "RepairError", "RepliesLostError", "RetryPolicy", "SetupError", "ShardError",

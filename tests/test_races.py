@@ -24,8 +24,8 @@ from stampede import (
     Status,
     TornReadError,
 )
+from stampede._kept import drop_kept
 from stampede.errors import ConfigurationError, RepairError
-from stampede.kept import drop_kept
 from stampede.repair import Loaded, NewestWins, Refetch
 from stampede.results import RepairAction
 from stampede.wire import commit_key, new_token
@@ -107,7 +107,7 @@ async def test_two_repairs_never_share_a_stamp(st: Stampede) -> None:
     await st.write("twice", {a: b"old", b: b"old"})
     await land(st, [a], b"w", stamp_of(st))
     seen = await st.topology.fetch([a.encode(), b.encode()])
-    from stampede.repair.base import repair_stamp
+    from stampede.repair._base import repair_stamp
     from stampede.verdict import Observation
 
     obs = Observation(b"twice", (a.encode(), b.encode()), tuple(seen))

@@ -15,8 +15,8 @@ import time
 
 from stampede import RetryPolicy, Stampede, Status
 from stampede.repair import Enqueue, NewestWins, RepairContext, RepairQueue
-from stampede.repair.queue import Job
-from stampede.repair.worker import Worker
+from stampede.repair._queue import Job
+from stampede.repair._worker import Worker
 from stampede.results import RepairOutcome
 from stampede.verdict import Observation, Verdict
 

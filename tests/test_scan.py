@@ -12,7 +12,7 @@ import pytest
 
 from stampede import ConfigurationError, Envelope, HybridClock, Mode, Stampede
 from stampede.repair import NewestWins, RepairQueue
-from stampede.repair.worker import Worker
+from stampede.repair._worker import Worker
 from stampede.scan import scan_groups
 from stampede.wire import new_token
 

@@ -20,7 +20,7 @@ from stampede import (
     Status,
     TornReadError,
 )
-from stampede.kept import drop_kept
+from stampede._kept import drop_kept
 from stampede.topology.guard import KEPT, SAME, WRITTEN
 from stampede.wire import new_token
 

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from stampede import Envelope, InvalidKeyError, Stampede
+from stampede._txn.read import required_versions
+from stampede._txn.scripts import COMMIT, PREPARE
+from stampede._txn.sweep import sweep
+from stampede._txn.write import run_units
 from stampede.errors import ConfigurationError
 from stampede.repair import NewestWins, RepairQueue
-from stampede.repair.worker import Worker
+from stampede.repair._worker import Worker
 from stampede.results import AtomicRead
-from stampede.txn.read import required_versions
-from stampede.txn.scripts import COMMIT, PREPARE
-from stampede.txn.sweep import sweep
-from stampede.txn.write import run_units
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 

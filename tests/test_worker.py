@@ -12,7 +12,7 @@ import pytest
 
 from stampede import Envelope, Stampede
 from stampede.repair import NewestWins, RepairQueue
-from stampede.repair.worker import Worker, serve_metrics
+from stampede.repair._worker import Worker, serve_metrics
 from stampede.testing import LocalPrimaries
 from stampede.wire import new_token
 

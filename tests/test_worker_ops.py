@@ -18,8 +18,8 @@ import pytest
 
 from stampede import Stampede
 from stampede.repair import Refetch, RepairQueue
-from stampede.repair.loading import open_strategy
-from stampede.repair.worker import RetryBackoff, Worker
+from stampede.repair._loading import open_strategy
+from stampede.repair._worker import RetryBackoff, Worker
 from stampede.testing import LocalPrimaries
 
 from .support import eventually, open_stampede, run_cli

@@ -5,8 +5,11 @@ from . import eventlog as eventlog
 from . import fanout as fanout
 from . import repair as repair
 from . import wire as wire
-from .client import Stampede as Stampede
-from .client import connect as connect
+from ._client import Stampede as Stampede
+from ._client import connect as connect
+from ._txn import Transaction as Transaction
+from ._typed import TypedGroup as TypedGroup
+from ._typed import TypedRead as TypedRead
 from .errors import ClockSkewError as ClockSkewError
 from .errors import ConfigurationError as ConfigurationError
 from .errors import CrossSlotError as CrossSlotError
@@ -44,15 +47,13 @@ from .options import ConnectOptions as ConnectOptions
 from .options import Options as Options
 from .options import RetryPolicy as RetryPolicy
 from .results import AtomicRead as AtomicRead
+from .results import GuardCode as GuardCode
 from .results import ReadResult as ReadResult
 from .results import Receipt as Receipt
 from .results import TransactionReceipt as TransactionReceipt
 from .topology import Cluster as Cluster
 from .topology import Shards as Shards
 from .topology import Topology as Topology
-from .txn import Transaction as Transaction
-from .typed import TypedGroup as TypedGroup
-from .typed import TypedRead as TypedRead
 from .typing import VersionSource as VersionSource
 from .verdict import Mode as Mode
 from .verdict import Reason as Reason
@@ -73,6 +74,7 @@ __all__ = [
     "Counter",
     "CrossSlotError",
     "Envelope",
+    "GuardCode",
     "HashPolicy",
     "HybridClock",
     "InvalidKeyError",

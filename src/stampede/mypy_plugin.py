@@ -22,7 +22,7 @@ from mypy.types import Instance, LiteralType, Type, TypedDictType, get_proper_ty
 
 __all__ = ["StampedePlugin", "plugin"]
 
-_GETITEM = "stampede.typed.TypedRead.__getitem__"
+_GETITEM = "stampede._typed.TypedRead.__getitem__"
 
 
 def _literal_key(ctx: MethodContext) -> str | None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 from typing import Generic, TypeVar
 
 from .verdict import Mode, Observation, Reason, Status
 
 __all__ = [
     "AtomicRead",
+    "GuardCode",
     "ReadResult",
     "Receipt",
     "RepairAction",
@@ -147,3 +148,27 @@ class RepairOutcome:
     consistent: bool
     stamp: tuple[int, str] | None = None
     detail: dict[str, str] = field(default_factory=dict)
+
+
+class GuardCode(IntEnum):
+    """What a guarded write did to one key (every stamped write goes through the guard).
+
+    Codes of 1 and above mean the key now holds the write (or already did); 0 that a
+    newer write is stored and this one was kept out; below 0 that the stored value
+    cannot be ordered against the write, so nothing was written.
+    """
+
+    KEPT = 0
+    """A newer write (by version, then token) is stored; this one was kept out."""
+    WRITTEN = 1
+    """The write replaced an older value (or none)."""
+    SAME = 2
+    """The key already held this very write (a resend): nothing to do."""
+    WRONGTYPE = -1
+    """The key holds another Redis type (a list, a hash...)."""
+    MIXED = -2
+    """The stored version is of the other kind (clock vs sequence): not comparable."""
+    FUTURE = -3
+    """The stored clock version is further ahead than the writer's clock allows."""
+    FOREIGN = -4
+    """The stored value is not an envelope (another program wrote it)."""

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import pipeline
+from . import _pipeline as pipeline
 from .errors import ConfigurationError
 from .topology.base import Topology
 from .verdict import Mode, Observation, Reason, Status, judge

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ..errors import ConfigurationError, MalformedEnvelope
-from ..repair.queue import RepairQueue, _fields, _flat
+from ..repair._queue import RepairQueue, _fields, _flat
 from ..scan import compile_pattern
 from ..topology.shards import Shards
 from ..verdict import Mode, Observation, Status, judge

@@ -21,7 +21,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from ..repair.strategies import Loaded, Refetch
+from ..repair._strategies import Loaded, Refetch
 from .history import History, payload_of, text
 from .recording import RecordingRepair
 

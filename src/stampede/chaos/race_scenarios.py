@@ -26,10 +26,10 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..client import Stampede
+from .._client import Stampede
 from ..errors import StampedeError
-from ..repair.queue import RepairQueue
-from ..repair.strategies import Enqueue
+from ..repair._queue import RepairQueue
+from ..repair._strategies import Enqueue
 from ..results import RepairOutcome
 from ..typing import RepairContext, RepairStrategy
 from ..verdict import Observation, Verdict

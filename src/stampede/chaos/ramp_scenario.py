@@ -28,7 +28,7 @@ import time
 import zlib
 from pathlib import Path
 
-from ..client import Stampede
+from .._client import Stampede
 from ..keys import keyslot
 from ..options import Options
 from ..wire._txn import side_key

@@ -36,10 +36,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..client import Stampede
+from .._client import Stampede
+from .._txn.scripts import COMMIT, PREPARE
 from ..errors import TransactionAborted
 from ..topology.base import call_units
-from ..txn.scripts import COMMIT, PREPARE
 from ..versions import HybridClock
 from .faults import FaultyTopology
 from .history import History

@@ -16,7 +16,7 @@ import time
 
 import click
 
-from ..client import Stampede
+from .._client import Stampede
 from ..errors import SetupError
 from ..options import Options
 from ..topology.cluster import Cluster

@@ -22,13 +22,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
-from ..client import Stampede
+from .._client import Stampede
+from .._pipeline import observe as observe_group
 from ..errors import RepairError, TornReadError
 from ..keys import to_bytes
 from ..options import RetryPolicy
-from ..pipeline import observe as observe_group
-from ..repair.base import best_effort
-from ..repair.strategies import NewestWins
+from ..repair._base import best_effort
+from ..repair._strategies import NewestWins
 from ..results import ReadResult, Receipt, RepairAction, RepairOutcome
 from ..typing import RepairContext, RepairStrategy, VersionSource
 from ..verdict import Mode, Observation, Status, Verdict, judge

@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..client import Stampede
+from .._client import Stampede
 from ..errors import StampedeError, WriteConflict
 from ..options import Options
 from ..topology.shards import Shards

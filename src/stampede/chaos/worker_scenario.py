@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from ..repair.queue import RepairQueue
-from ..repair.strategies import Enqueue
+from ..repair._queue import RepairQueue
+from ..repair._strategies import Enqueue
 from ..scan import scan_groups
 from ..verdict import Mode
 from .env import Run

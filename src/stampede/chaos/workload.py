@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 
-from ..client import Stampede
+from .._client import Stampede
 from ..errors import StampedeError
 from ..options import ConnectOptions, Options, RetryPolicy
 from ..topology.base import Topology

@@ -11,10 +11,10 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from ._keyspace import keyslot_command, lint_command, slots_command
+from ._queue import queue_command
+from ._repair import scan_command, worker_command
 from .demo import demo_command
-from .keyspace import keyslot_command, lint_command, slots_command
-from .queue import queue_command
-from .repair import scan_command, worker_command
 
 __all__ = ["main"]
 

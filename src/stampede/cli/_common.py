@@ -13,7 +13,7 @@ from typing import IO, Any
 import click
 from rich.console import Console
 
-from ..client import Stampede, connect
+from .._client import Stampede, connect
 from ..errors import ConfigurationError, StampedeError
 from ..keys import HashPolicy
 from ..options import ConnectOptions

@@ -27,13 +27,13 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from ..client import Stampede, connect
+from .._client import Stampede, connect
+from .._kept import drop_kept
 from ..errors import ConfigurationError, PartialWriteError, StampedeError
-from ..kept import drop_kept
 from ..options import ConnectOptions, RetryPolicy
-from ..repair.queue import RepairQueue
-from ..repair.strategies import Enqueue, NewestWins, Refetch
-from ..repair.worker import Worker
+from ..repair._queue import RepairQueue
+from ..repair._strategies import Enqueue, NewestWins, Refetch
+from ..repair._worker import Worker
 from ..scan import scan_groups
 from ..testing.node import RedisNode
 from ..typing import RepairStrategy

@@ -6,7 +6,7 @@ import asyncio
 import random
 from collections.abc import Sequence
 
-from ..client import Stampede
+from .._client import Stampede
 from ..testing.node import RedisNode
 from ..wire import Envelope, new_token
 from .keyspace import Database, Entity, payloads
@@ -31,7 +31,7 @@ async def crash_write(
     for that shard (`Topology.write_guarded` with the write's stamp), minus the
     others, so the keys left behind hold the previous write and the group is torn.
 
-    The guard keeps each replaced value for a grace window (`stampede.kept`), and
+    The guard keeps each replaced value for a grace window (`stampede._kept`), and
     within it a read returns the group's last whole write rather than seeing it
     torn. The demo plays a writer that died longer ago than that: its write keeps
     nothing (`keep_ms=0`, even when a paused primary applies it late), so readers

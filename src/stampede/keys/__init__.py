@@ -12,35 +12,35 @@ slots on a cluster and on client-side shards.
   with the cluster's real slot map; SCAN or `CLUSTER SLOT-STATS`)
 """
 
-from .analysis import Distribution as Distribution
-from .analysis import SlotCount as SlotCount
-from .analysis import SlotCounter as SlotCounter
-from .analysis import analyze as analyze
-from .live import HotSlot as HotSlot
-from .live import LiveSlots as LiveSlots
-from .live import ScanProgress as ScanProgress
-from .live import cluster_slot_map as cluster_slot_map
-from .live import live_slots as live_slots
-from .naming import KeyName as KeyName
-from .naming import KeySpace as KeySpace
-from .naming import Part as Part
-from .naming import parse as parse
-from .rules import CONSTANT_TAGS as CONSTANT_TAGS
-from .rules import RULES as RULES
-from .rules import Finding as Finding
-from .rules import GroupOf as GroupOf
-from .rules import Rule as Rule
-from .rules import lint as lint
-from .rules import lint_key as lint_key
-from .slots import SLOTS as SLOTS
-from .slots import HashPolicy as HashPolicy
-from .slots import PatternLike as PatternLike
-from .slots import SlotMap as SlotMap
-from .slots import hash_tag as hash_tag
-from .slots import hashed_part as hashed_part
-from .slots import keyslot as keyslot
-from .slots import keyslots as keyslots
-from .slots import to_bytes as to_bytes
+from ._analysis import Distribution as Distribution
+from ._analysis import SlotCount as SlotCount
+from ._analysis import SlotCounter as SlotCounter
+from ._analysis import analyze as analyze
+from ._live import HotSlot as HotSlot
+from ._live import LiveSlots as LiveSlots
+from ._live import ScanProgress as ScanProgress
+from ._live import cluster_slot_map as cluster_slot_map
+from ._live import live_slots as live_slots
+from ._naming import KeyName as KeyName
+from ._naming import KeySpace as KeySpace
+from ._naming import Part as Part
+from ._naming import parse as parse
+from ._rules import CONSTANT_TAGS as CONSTANT_TAGS
+from ._rules import RULES as RULES
+from ._rules import Finding as Finding
+from ._rules import GroupOf as GroupOf
+from ._rules import Rule as Rule
+from ._rules import lint as lint
+from ._rules import lint_key as lint_key
+from ._slots import SLOTS as SLOTS
+from ._slots import HashPolicy as HashPolicy
+from ._slots import PatternLike as PatternLike
+from ._slots import SlotMap as SlotMap
+from ._slots import hash_tag as hash_tag
+from ._slots import hashed_part as hashed_part
+from ._slots import keyslot as keyslot
+from ._slots import keyslots as keyslots
+from ._slots import to_bytes as to_bytes
 
 __all__ = [
     "CONSTANT_TAGS",

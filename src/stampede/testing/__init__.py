@@ -5,9 +5,11 @@ the Valkey bundled in `stampede-redis[server]`, or a path: `default_server()`);
 `LocalPrimaries` runs independent primaries, `LocalCluster` a real Redis Cluster.
 The pytest plugin (`stampede.testing.plugin`, loaded automatically) shares one of
 each per session as the `redis_primaries` and `redis_cluster` fixtures. `RedisProxy` sits in
-front of a server and loses the replies you pick. See docs/testing.md.
+front of a server and loses the replies you pick. `drop_kept` forgets the kept
+versions of keys, as if their grace window had passed. See docs/testing.md.
 """
 
+from .._kept import drop_kept as drop_kept
 from .cluster import LocalCluster as LocalCluster
 from .docker import DockerCluster as DockerCluster
 from .docker import DockerNode as DockerNode
@@ -45,5 +47,6 @@ __all__ = [
     "ServerStartError",
     "SlotMigration",
     "default_server",
+    "drop_kept",
     "find_server",
 ]

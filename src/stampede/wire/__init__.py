@@ -18,6 +18,7 @@ from ._envelope import (
 )
 from ._names import COMMIT_SUFFIX, COUNTER_SUFFIX, commit_key, is_reserved, version_key
 from ._record import CommitRecord, decode_commit, encode_commit, expire_at
+from ._txn import side_key as version_hash_key
 
 __all__ = [
     "CLOCK_FLOOR",
@@ -37,5 +38,6 @@ __all__ = [
     "kind_of",
     "new_token",
     "token_after",
+    "version_hash_key",
     "version_key",
 ]

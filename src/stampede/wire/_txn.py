@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from ..keys.slots import hash_tag
+from ..keys._slots import hash_tag
 
 __all__ = [
     "SUFFIX",

@@ -12,7 +12,7 @@ worker runs in (never a loop of its own that closes before the work starts):
   entered before the first job and exited after the last, SIGTERM included.
 
 A strategy with `on_startup`/`on_shutdown` hooks has them awaited by the worker
-itself (see `stampede.repair.worker.StrategyLifecycle`). A strategy *class* is
+itself (see `stampede.repair.StrategyLifecycle`). A strategy *class* is
 refused with a message (pass an instance or a factory): the worker would
 otherwise call `repair` on the class.
 """
@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..typing import RepairStrategy
-from .strategies import NewestWins
+from ._strategies import NewestWins
 
 __all__ = ["BUILTIN", "load_strategy", "open_strategy", "resolve_strategy"]
 

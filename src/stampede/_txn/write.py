@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from .. import tracing
+from .._write import as_payload, check_version, limit_for, plan_keys, raise_refusals
 from ..errors import ConfigurationError, ShardError, TransactionAborted
 from ..results import TransactionReceipt
 from ..topology.base import Topology, call_units
@@ -36,7 +37,6 @@ from ..typing import VersionSource
 from ..versions import Counter
 from ..wire import expire_at, new_token
 from ..wire._txn import encode_meta, side_key
-from ..writer import as_payload, check_version, limit_for, plan_keys, raise_refusals
 from .scripts import COMMIT, PREPARE
 
 __all__ = ["Transaction", "run_units"]

@@ -13,16 +13,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._write import check_version
 from ..errors import InvalidValueError, RepairError, TornReadError
 from ..results import RepairAction, RepairOutcome
 from ..typing import RepairContext
 from ..verdict import Observation, Verdict
 from ..wire import expire_at
-from ..writer import check_version
-from .base import best_effort, guarded_delete, rewrite, roll_forward
+from ._base import best_effort, guarded_delete, rewrite, roll_forward
 
 if TYPE_CHECKING:
-    from .queue import RepairQueue
+    from ._queue import RepairQueue
 
 __all__ = ["Enqueue", "Loaded", "NewestWins", "Refetch"]
 

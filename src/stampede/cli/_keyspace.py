@@ -2,7 +2,7 @@
 
 They read keys from the command line or a file (one key per line, `-` for stdin)
 and never connect to Redis, except `stampede slots --url`, which walks live
-servers (`stampede.keys.live`). Keys on the command line are the bytes the shell
+servers (`stampede.keys.live_slots`). Keys on the command line are the bytes the shell
 passed; keys from files are read as bytes, so non-UTF-8 keys work, and are shown
 with undecodable bytes backslash-escaped.
 """
@@ -37,7 +37,7 @@ from ..keys import (
     lint,
     live_slots,
 )
-from ..keys.live import Method
+from ..keys._live import Method
 from ..topology.base import Topology
 from ..topology.cluster import Cluster
 from ..topology.shards import Shards

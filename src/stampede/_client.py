@@ -10,6 +10,9 @@ from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
 from . import metrics, tracing
+from ._read import read_group
+from ._txn import Transaction, read_atomic
+from ._write import UpdateFn, as_payload, check_version, plan_keys, update_group, write_group
 from .errors import (
     ConfigurationError,
     InvalidKeyError,
@@ -19,16 +22,13 @@ from .errors import (
 )
 from .keys import HashPolicy, SlotMap, to_bytes
 from .options import Options, RetryPolicy, check_strategy, load_options, resolve_versions
-from .reader import read_group
 from .results import AtomicRead, ReadResult, Receipt
 from .topology.base import READ_WATCH, ReadWatch, Topology
 from .topology.checks import redact
 from .topology.cluster import Cluster
 from .topology.shards import Shards
-from .txn import Transaction, read_atomic
 from .typing import RepairStrategy, VersionSource
 from .verdict import Mode
-from .writer import UpdateFn, as_payload, check_version, plan_keys, update_group, write_group
 
 __all__ = ["Stampede", "connect"]
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigurationError, ShardResponseError
-from .analysis import Distribution, SlotCount
-from .slots import SLOTS, SlotMap, hash_tag
+from ._analysis import Distribution, SlotCount
+from ._slots import SLOTS, SlotMap, hash_tag
 
 if TYPE_CHECKING:
     from ..topology.base import Topology

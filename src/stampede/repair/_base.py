@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .. import pipeline
+from .. import _pipeline as pipeline
 from ..errors import RepairError, ShardResponseError
 from ..results import RepairAction, RepairOutcome
 from ..topology.base import Topology

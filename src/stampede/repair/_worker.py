@@ -37,15 +37,16 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from .. import metrics, pipeline, tracing
+from .. import _pipeline as pipeline
+from .. import metrics, tracing
+from .._txn.sweep import sweep
 from ..errors import ConfigurationError, StampedeError
 from ..results import RepairAction
 from ..topology.base import Topology
-from ..txn.sweep import sweep
 from ..typing import RepairContext, RepairStrategy, VersionSource
 from ..verdict import Mode, Status, judge
 from ..versions import HybridClock
-from .queue import Job, RepairQueue
+from ._queue import Job, RepairQueue
 
 __all__ = ["RetryBackoff", "StrategyLifecycle", "Worker", "WorkerStats", "serve_metrics"]
 

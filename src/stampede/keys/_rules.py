@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Final, TypeAlias
 
 from ..errors import ConfigurationError
-from .slots import HashPolicy, hashed_part, keyslot, to_bytes
+from ._slots import HashPolicy, hashed_part, keyslot, to_bytes
 
 __all__ = [
     "CONSTANT_TAGS",

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import click
 from rich.table import Table
 
-from ..client import Stampede
+from .._client import Stampede
 from ..errors import ConfigurationError, StampedeError
-from ..repair.queue import RepairQueue
+from ..repair._queue import RepairQueue
 from ._common import connect_from, console, unreachable, with_connection
 
 __all__ = ["queue_command"]

@@ -40,9 +40,9 @@ from .results import ReadResult, Receipt
 from .verdict import Status
 
 if TYPE_CHECKING:
-    from .client import ModeName, Stampede
+    from ._client import ModeName, Stampede
+    from ._txn import Transaction
     from .options import RetryPolicy
-    from .txn import Transaction
     from .typing import RepairStrategy
     from .verdict import Observation
 

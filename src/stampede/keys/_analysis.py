@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
-from .slots import SLOTS, HashPolicy, SlotMap, to_bytes
+from ._slots import SLOTS, HashPolicy, SlotMap, to_bytes
 
 __all__ = ["Distribution", "SlotCount", "SlotCounter", "analyze"]
 

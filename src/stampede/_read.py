@@ -8,9 +8,10 @@ import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from . import metrics, pipeline
+from . import _pipeline as pipeline
+from . import metrics
+from ._kept import newest_whole
 from .errors import TornReadError
-from .kept import newest_whole
 from .options import RetryPolicy
 from .results import ReadResult, RepairAction, RepairOutcome
 from .topology.base import Topology
@@ -40,7 +41,7 @@ async def read_group(
     """Read until the group is consistent, not found, or stays torn.
 
     A group whose newest write is still in flight reads as the newest write every
-    key still has among its kept versions (`stampede.kept`), with one more round
+    key still has among its kept versions (`stampede._kept`), with one more round
     trip; only when there is none does the read retry with backoff. A group that
     stays torn goes to `repair` when given, else raises `TornReadError`. A
     strategy with `fills_missing` set also gets not-found groups (read-through).

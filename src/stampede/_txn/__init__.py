@@ -1,7 +1,7 @@
 """Read-atomic transactions over any keys (RAMP on Redis): `Transaction`, `read_atomic`.
 
 Reached through `Stampede.transaction()` and `Stampede.read_atomic()`; the stored
-layout is in `stampede.txn.layout` and docs/wire-formats.md.
+layout is in `stampede.wire` (the transaction layout) and docs/wire-formats.md.
 """
 
 from .read import read_atomic as read_atomic

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from ..errors import InvalidKeyError
-from .slots import to_bytes
+from ._slots import to_bytes
 
 __all__ = ["KeyName", "KeySpace", "Part", "parse"]
 

@@ -16,15 +16,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .. import metrics
-from ..client import Stampede
+from .._client import Stampede
 from ..errors import ConfigurationError, ShardError, StampedeError
-from ..repair.loading import BUILTIN, open_strategy, resolve_strategy
-from ..repair.queue import RepairQueue
-from ..repair.worker import RetryBackoff, Worker, event, serve_metrics
+from ..repair._loading import BUILTIN, open_strategy, resolve_strategy
+from ..repair._queue import RepairQueue
+from ..repair._worker import RetryBackoff, Worker, event, serve_metrics
 from ..scan import ScanReport, compile_pattern, scan_groups
 from ..verdict import Mode
 from ._common import connect_from, console, show, unreachable, with_connection
-from .logs import log_options, setup_logging
+from ._logs import log_options, setup_logging
 
 __all__ = ["EXIT_ERROR", "EXIT_TORN", "scan_command", "worker_command"]
 
