@@ -44,8 +44,8 @@ from pydantic import BaseModel, Field
 
 import stampede
 from stampede import Envelope, RetryPolicy, ShardError, Stampede, TypedGroup, WriteError
-from stampede.testing import drop_kept
 from stampede.repair import Enqueue, NewestWins, RepairQueue, Worker
+from stampede.testing import drop_kept
 from stampede.wire import new_token
 
 READ_RETRY = RetryPolicy(attempts=5, base_delay=0.002, max_delay=0.05, deadline=0.25)
