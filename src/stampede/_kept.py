@@ -17,45 +17,19 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from ._lua import script
 from .errors import MalformedEnvelope, ShardError
 from .topology.base import Topology, call_units
-from .topology.guard import KEPT_KEY_LUA
-from .topology.node_ops import Script
 from .topology.retries import idempotent_script
 from .verdict import Mode, Observation, Status, judge
 from .wire import Envelope, commit_key
 
 __all__ = ["KEPT_READ", "drop_kept", "kept_versions", "newest_whole"]
 
-_SOURCE = (
-    KEPT_KEY_LUA
-    + b"""
-local out = {}
-for i, key in ipairs(KEYS) do
-  local kk = kept_key(key)
-  local kept = {}
-  if kk then kept = redis.call('LRANGE', kk, 0, -1) end
-  out[i] = {redis.call('GET', key), kept}
-end
-return out
-"""
-)
-KEPT_READ = Script(_SOURCE)
-idempotent_script(_SOURCE)  # read-only
-
-_DROP_SOURCE = (
-    KEPT_KEY_LUA
-    + b"""
-local n = 0
-for _, key in ipairs(KEYS) do
-  local kk = kept_key(key)
-  if kk then n = n + redis.call('DEL', kk) end
-end
-return n
-"""
-)
-_DROP = Script(_DROP_SOURCE)
-idempotent_script(_DROP_SOURCE)
+KEPT_READ = script("kept_read")
+idempotent_script(KEPT_READ.source)  # read-only
+_DROP = script("kept_drop")
+idempotent_script(_DROP.source)
 
 
 async def kept_versions(

@@ -49,10 +49,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._lua import script
 from ..errors import ConfigurationError, ShardResponseError
 from ..keys import hash_tag, keyslot, to_bytes
 from ..topology.base import Topology
-from ..topology.node_ops import Script
 
 __all__ = ["CONSUMER_GROUP", "DEAD", "Job", "RepairQueue"]
 
@@ -60,106 +60,16 @@ CONSUMER_GROUP = b"stampede-repair"
 BASE = b"stampede:repairs"
 DEAD = b"stampede:repairs:dead"
 
-# enqueue: KEYS stream, marker hash, delayed set; ARGV group, now_ms, marker_ttl_ms,
-# consumer group, entry fields...
-# Returns the new entry's id, or false when the group's pending job covers this call.
-_ENQUEUE = Script(b"""
-local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if cur then
-  local id, at, rest = string.match(cur, '^([^:]+):(%d+)(.*)$')
-  at = tonumber(at)
-  if id and at and (tonumber(ARGV[2]) - at) < tonumber(ARGV[3]) then
-    if string.sub(id, 1, 2) == '0-' then
-      -- a retry waiting in the delayed set reads the group later: it covers this call
-      if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return false end
-      id = nil
-    end
-  end
-  if id and at and (tonumber(ARGV[2]) - at) < tonumber(ARGV[3]) then
-    local fields = {}
-    for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
-    if #redis.call('XPENDING', KEYS[1], ARGV[4], id, id, 1) > 0 then
-      local n = (tonumber(string.match(rest, '^:(%d+):')) or 0) + 1
-      redis.call('HSET', KEYS[2], ARGV[1],
-        id .. ':' .. at .. ':' .. n .. ':' .. cjson.encode(fields))
-      return false
-    end
-    if #redis.call('XRANGE', KEYS[1], id, id) > 0 then return false end
-  end
-end
-local fields = {}
-for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
-local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
-redis.call('HSET', KEYS[2], ARGV[1], id .. ':' .. ARGV[2])
-return id
-""")
+_ENQUEUE = script("queue_enqueue")
 
-# ack: XACK + XDEL the entry. If the marker still names it: drop the marker, or, when
-# enqueues found the job already taken (marker `<id>:<ms>:<n>:<fields>`), add their
-# newest fields as the follow-up job and point the marker at it. Returns its id.
-_ACK = Script(b"""
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-local cur = redis.call('HGET', KEYS[2], ARGV[3])
-if not cur or string.sub(cur, 1, #ARGV[2] + 1) ~= ARGV[2] .. ':' then return false end
-local job = string.match(cur, '^[^:]+:%d+:%d+:(.*)$')
-if not job then
-  redis.call('HDEL', KEYS[2], ARGV[3])
-  return false
-end
-local id = redis.call('XADD', KEYS[1], '*', unpack(cjson.decode(job)))
-redis.call('HSET', KEYS[2], ARGV[3], id .. ':' .. ARGV[4])
-return id
-""")
+_ACK = script("queue_ack")
 
-# retry: KEYS stream, marker hash, delayed set, retries hash; ARGV consumer group, id,
-# group, now_ms, due_ms, entry fields... Ack and delete the entry; when due_ms is past,
-# add the new one (attempts + 1, last_error) at once, else park its fields in the
-# delayed set until due_ms. The marker is re-pointed in its plain form either way: the
-# retry is undelivered (or not yet claimable), so its worker reads afresh.
-_RETRY = Script(b"""
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-local fields = {}
-for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
-if tonumber(ARGV[5]) <= tonumber(ARGV[4]) then
-  local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
-  redis.call('HSET', KEYS[2], ARGV[3], id .. ':' .. ARGV[4])
-  return id
-end
-redis.call('ZADD', KEYS[3], ARGV[5], ARGV[3])
-redis.call('HSET', KEYS[4], ARGV[3], cjson.encode(fields))
-redis.call('HSET', KEYS[2], ARGV[3], '0-' .. ARGV[5] .. ':' .. ARGV[4])
-return false
-""")
+_RETRY = script("queue_retry")
 
-# promote: KEYS stream, marker hash, delayed set, retries hash; ARGV now_ms, count.
-# Move the retries that are due onto the stream. A retry whose marker names another
-# job that still exists (an enqueue replaced a stale marker) is dropped: that job
-# reads the group later anyway. Returns how many were added.
-_PROMOTE = Script(b"""
-local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-local added = 0
-for _, group in ipairs(due) do
-  local job = redis.call('HGET', KEYS[4], group)
-  redis.call('ZREM', KEYS[3], group)
-  redis.call('HDEL', KEYS[4], group)
-  local cur = redis.call('HGET', KEYS[2], group)
-  local other = cur and string.match(cur, '^([^:]+):')
-  local live = other and string.sub(other, 1, 2) ~= '0-'
-    and #redis.call('XRANGE', KEYS[1], other, other) > 0
-  if job and not live then
-    local id = redis.call('XADD', KEYS[1], '*', unpack(cjson.decode(job)))
-    redis.call('HSET', KEYS[2], group, id .. ':' .. ARGV[1])
-    added = added + 1
-  end
-end
-return added
-""")
+_PROMOTE = script("queue_promote")
 
 
-# XPENDING's detailed form, raw (redis-py's reply parser expects the summary form).
-_PENDING = Script(b"return redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', ARGV[2], ARGV[3])")
+_PENDING = script("queue_pending")
 
 
 @dataclass(frozen=True, slots=True)

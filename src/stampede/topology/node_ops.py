@@ -20,13 +20,13 @@ A script is a user's Lua, which cannot be fenced: after a lost reply it raises
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from redis import exceptions as rex
 
+from .._lua import Script
 from ..errors import OutcomeUnknownError, RepliesLostError
 from .lane import LOST, Lane, Session
 from .retries import MARKER_TTL_MS, all_idempotent, describe
@@ -48,17 +48,6 @@ __all__ = [
 Command = tuple[Any, ...]
 Read = Callable[..., Awaitable[Any]]
 Body = Callable[[Read], Awaitable[Sequence[Command] | None]]
-
-
-class Script:
-    """A Lua script, called with EVALSHA and loaded on NOSCRIPT."""
-
-    def __init__(self, source: bytes | str) -> None:
-        self.source = source.encode() if isinstance(source, str) else source
-        self.sha = hashlib.sha1(self.source).hexdigest()
-
-    def __repr__(self) -> str:
-        return f"Script(sha={self.sha[:12]}...)"
 
 
 class NotApplied(rex.ConnectionError):

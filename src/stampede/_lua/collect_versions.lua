@@ -1,0 +1,41 @@
+--! fragment
+-- Collect a version hash `side`: drop versions marked replaced more than `grace`
+-- ago, mark prepared versions older than the current one (`curv`, `curt`) as
+-- replaced, and keep at most the 8 newest replaced versions.
+  local fields = redis.call('HGETALL', side)
+  local marked, kept = {}, {}
+  for j = 1, #fields, 2 do
+    local name = fields[j]
+    if string.sub(name, 1, 2) == 'x:' then
+      local st = string.sub(name, 3)
+      marked[st] = true
+      if now - tonumber(fields[j + 1]) > grace then
+        redis.call('HDEL', side, 'd:' .. st, 'm:' .. st, 'x:' .. st)
+      else
+        kept[#kept + 1] = st
+      end
+    end
+  end
+  for j = 1, #fields, 2 do
+    local name = fields[j]
+    if string.sub(name, 1, 2) == 'm:' then
+      local st = string.sub(name, 3)
+      local sv, sw = string.match(st, '^(%d+):([0-9A-Z]+)$')
+      if not marked[st] and sv and curv and older(sv, sw, curv, curt) then
+        redis.call('HSET', side, 'x:' .. st, now)
+        kept[#kept + 1] = st
+      end
+    end
+  end
+  if #kept > 8 then
+    local function stamp_older(a, b)
+      local av, aw = string.match(a, '^(%d+):([0-9A-Z]+)$')
+      local bv, bw = string.match(b, '^(%d+):([0-9A-Z]+)$')
+      return older(av, aw, bv, bw)
+    end
+    table.sort(kept, stamp_older)
+    for j = 1, #kept - 8 do
+      local st = kept[j]
+      redis.call('HDEL', side, 'd:' .. st, 'm:' .. st, 'x:' .. st)
+    end
+  end

@@ -1,0 +1,27 @@
+--! fragment
+-- Compares the write's stamp (v, t) with the stored value `cur` (a string, or
+-- false): sets `state` to the guard's code. Versions compare as decimal strings
+-- (length, then bytes): Lua numbers are doubles and cannot hold 63 bits.
+    local state = 1
+    if cur then
+      local cv, ct, sep = string.match(cur, '^(%d+):([0-9A-Z]+)(:?)')
+      if cv and #ct == 26 and (sep == ':' or #cur == #cv + 27) then
+        if #cv > 19 or (#cv == 19 and cv > '9223372036854775807')
+            or (#cv > 1 and string.byte(cv, 1) == 48) then
+          state = -4
+        else
+          local ck, vk = 1, 1
+          if cv == '0' then ck = 0
+          elseif #cv > 17 or (#cv == 17 and cv >= '72057594037927936') then ck = 2 end
+          if v == '0' then vk = 0
+          elseif #v > 17 or (#v == 17 and v >= '72057594037927936') then vk = 2 end
+          if ck ~= 0 and vk ~= 0 and ck ~= vk then state = -2
+          elseif lim ~= '0' and ck == 2 and (#cv > #lim or (#cv == #lim and cv > lim)) then
+            state = -3
+          elseif #cv ~= #v then if #cv > #v then state = 0 end
+          elseif cv ~= v then if cv > v then state = 0 end
+          elseif ct > t then state = 0
+          elseif ct == t then state = 2 end
+        end
+      end
+    end

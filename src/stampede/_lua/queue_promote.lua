@@ -1,0 +1,21 @@
+-- promote: KEYS stream, marker hash, delayed set, retries hash; ARGV now_ms, count.
+-- Move the retries that are due onto the stream. A retry whose marker names another
+-- job that still exists (an enqueue replaced a stale marker) is dropped: that job
+-- reads the group later anyway. Returns how many were added.
+local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local added = 0
+for _, group in ipairs(due) do
+  local job = redis.call('HGET', KEYS[4], group)
+  redis.call('ZREM', KEYS[3], group)
+  redis.call('HDEL', KEYS[4], group)
+  local cur = redis.call('HGET', KEYS[2], group)
+  local other = cur and string.match(cur, '^([^:]+):')
+  local live = other and string.sub(other, 1, 2) ~= '0-'
+    and #redis.call('XRANGE', KEYS[1], other, other) > 0
+  if job and not live then
+    local id = redis.call('XADD', KEYS[1], '*', unpack(cjson.decode(job)))
+    redis.call('HSET', KEYS[2], group, id .. ':' .. ARGV[1])
+    added = added + 1
+  end
+end
+return added

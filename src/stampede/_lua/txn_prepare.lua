@@ -1,0 +1,30 @@
+--! idempotent
+-- PREPARE  ARGV[1] hold ms, then per (data key, version hash) pair: version, token,
+-- limit, expire-at, envelope, metadata. Stores the version without touching the
+-- data key; replies per key: 1 prepared, or a refusal (-1, -2, -3, -4).
+--! include now
+local hold = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS / 2 do
+  local key, side = KEYS[2 * i - 1], KEYS[2 * i]
+  local b = 1 + (i - 1) * 6
+  local v, t, lim, at = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local env, meta = ARGV[b + 5], ARGV[b + 6]
+  local cur = redis.pcall('GET', key)
+  if type(cur) == 'table' and cur.err then
+    out[i] = -1
+  else
+--! include compare
+    if state == 0 or state == 2 then state = 1 end
+    if state == 1 then
+      local s = v .. ':' .. t
+      local left = redis.call('PEXPIRETIME', side)
+      redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, now .. ':' .. at .. ':' .. meta)
+      if left == -2 or (left >= 0 and left < now + hold) then
+        redis.call('PEXPIREAT', side, now + hold)
+      end
+    end
+    out[i] = state
+  end
+end
+return out
