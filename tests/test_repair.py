@@ -229,8 +229,8 @@ async def test_refetch_of_a_vanished_entity_deletes_guarded(st: Stampede) -> Non
 
 def test_job_fields_are_the_stream_format() -> None:
     """Entries carry group, keys, seen (JSON), reason, enqueued_at: the documented format."""
-    from stampede.repair._queue import _fields
+    from stampede.repair._jobs import encode_fields
 
-    fields = _fields(b"g", [b"g:a"], {"g:a": None}, "partial", 1.5, 0)
+    fields = encode_fields(b"g", [b"g:a"], {"g:a": None}, "partial", 1.5, 0)
     assert {b"group", b"keys", b"seen", b"reason", b"enqueued_at"} <= set(fields)
     assert json.loads(fields[b"keys"]) == ["g:a"] and json.loads(fields[b"seen"]) == {"g:a": None}

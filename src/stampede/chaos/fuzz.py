@@ -33,7 +33,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ..errors import ConfigurationError, MalformedEnvelope
-from ..repair._queue import RepairQueue, _fields, _flat
+from ..repair._jobs import encode_fields, flatten
+from ..repair._queue import RepairQueue
 from ..scan import compile_pattern
 from ..topology.shards import Shards
 from ..verdict import Mode, Observation, Status, judge
@@ -272,7 +273,9 @@ def stream_entries() -> st.SearchStrategy[Any]:
     flat = pairs.map(lambda ps: [part for pair in ps for part in pair])
     as_dict = pairs.map(dict)
     written = st.builds(
-        lambda g, ks, r, a, m: _flat(_fields(g, ks, {k.decode(): None for k in ks}, r, 1.5, a, m)),
+        lambda g, ks, r, a, m: flatten(
+            encode_fields(g, ks, {k.decode(): None for k in ks}, r, 1.5, a, m)
+        ),
         st.binary(min_size=1, max_size=8),
         st.lists(st.text(min_size=1, max_size=6).map(str.encode), max_size=3),
         st.sampled_from(["torn", "partial", "uncommitted", "unstamped"]),

@@ -43,22 +43,19 @@ read), and one whose marker names an entry that is gone replaces the marker.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .._lua import script
 from ..errors import ConfigurationError, ShardResponseError
 from ..keys import hash_tag, keyslot, to_bytes
 from ..topology.base import Topology
+from . import _queue_admin as _admin
+from ._jobs import BASE, CONSUMER_GROUP, DEAD, Job, as_text, encode_fields, flatten, parse_job
 
 __all__ = ["CONSUMER_GROUP", "DEAD", "Job", "RepairQueue"]
 
-CONSUMER_GROUP = b"stampede-repair"
-BASE = b"stampede:repairs"
-DEAD = b"stampede:repairs:dead"
 
 _ENQUEUE = script("queue_enqueue")
 
@@ -70,79 +67,6 @@ _PROMOTE = script("queue_promote")
 
 
 _PENDING = script("queue_pending")
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """One repair job as a worker sees it."""
-
-    id: str
-    stream: bytes
-    group: bytes
-    keys: list[bytes]
-    seen: dict[str, str | None]
-    reason: str
-    enqueued_at: float
-    attempts: int
-    deliveries: int = 1
-    last_error: str | None = None
-    mode: str | None = None
-    delays: tuple[float, ...] = ()
-    """The delay (seconds) before each retry so far, oldest first."""
-
-    def fields(self) -> dict[bytes, bytes]:
-        return _fields(
-            self.group,
-            self.keys,
-            self.seen,
-            self.reason,
-            self.enqueued_at,
-            self.attempts,
-            self.mode,
-            self.delays,
-        )
-
-
-def _fields(
-    group: bytes,
-    keys: Sequence[bytes],
-    seen: Mapping[str, str | None],
-    reason: str,
-    enqueued_at: float,
-    attempts: int,
-    mode: str | None = None,
-    delays: Sequence[float] = (),
-) -> dict[bytes, bytes]:
-    fields = {
-        b"group": group,
-        b"keys": json.dumps([k.decode("utf-8", "surrogateescape") for k in keys]).encode(),
-        b"seen": json.dumps(dict(seen)).encode(),
-        b"reason": reason.encode(),
-        b"enqueued_at": repr(enqueued_at).encode(),
-        b"attempts": str(attempts).encode(),
-    }
-    if mode is not None:
-        fields[b"mode"] = mode.encode()
-    if delays:
-        fields[b"delays"] = json.dumps([round(d, 3) for d in delays]).encode()
-    return fields
-
-
-def _flat(fields: Mapping[bytes, bytes]) -> list[bytes]:
-    return [part for pair in fields.items() for part in pair]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _delays(raw: bytes | None) -> tuple[float, ...]:
-    if raw is None:
-        return ()
-    values = json.loads(raw)
-    if not isinstance(values, list):
-        raise ValueError("delays is not a JSON list")
-    return tuple(float(v) for v in values)
 
 
 class RepairQueue:
@@ -261,13 +185,13 @@ class RepairQueue:
         gkey = to_bytes(group)
         stream = self.stream_for(gkey)
         now = time.time()
-        fields = _fields(gkey, [to_bytes(k) for k in keys], seen, reason, now, 0, mode)
-        args = [gkey, int(now * 1000), self.marker_ttl_ms, CONSUMER_GROUP, *_flat(fields)]
+        fields = encode_fields(gkey, [to_bytes(k) for k in keys], seen, reason, now, 0, mode)
+        args = [gkey, int(now * 1000), self.marker_ttl_ms, CONSUMER_GROUP, *flatten(fields)]
         job_id = await self._call(
             stream,
             lambda: self.topology.script(_ENQUEUE, self._side_keys(stream)[:3], args),
         )
-        return None if job_id is None else _text(job_id)
+        return None if job_id is None else as_text(job_id)
 
     async def claim(self, consumer: str, count: int = 16, *, block_ms: int = 0) -> list[Job]:
         """New jobs for `consumer`, then jobs idle past `min_idle` from dead consumers.
@@ -338,59 +262,16 @@ class RepairQueue:
             pending = await self.topology.script(
                 _PENDING, [stream], [CONSUMER_GROUP, max(count, 100), consumer]
             )
-            deliveries = {_text(p[0]): int(p[3]) for p in pending}
+            deliveries = {as_text(p[0]): int(p[3]) for p in pending}
             for eid, fields in entries:
-                job = self._job(stream, eid, fields, deliveries.get(_text(eid), 1))
+                job = self._job(stream, eid, fields, deliveries.get(as_text(eid), 1))
                 jobs.append(job)
             if len(jobs) >= count:
                 break
         return jobs
 
     def _job(self, stream: bytes, eid: Any, raw: Any, deliveries: int = 1) -> Job:
-        fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
-        try:
-            keys = json.loads(fields[b"keys"])
-            seen = json.loads(fields.get(b"seen", b"{}"))
-            if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-                raise ValueError("keys is not a JSON list of strings")
-            if not isinstance(seen, dict):
-                raise ValueError("seen is not a JSON object")
-            return Job(
-                id=_text(eid),
-                stream=stream,
-                group=fields[b"group"],
-                keys=[k.encode("utf-8", "surrogateescape") for k in keys],
-                seen=seen,
-                reason=_text(fields.get(b"reason", b"torn")),
-                enqueued_at=float(fields.get(b"enqueued_at", b"0")),
-                attempts=int(fields.get(b"attempts", b"0")),
-                deliveries=deliveries,
-                last_error=_text(fields[b"last_error"]) if b"last_error" in fields else None,
-                mode=_text(fields[b"mode"]) if b"mode" in fields else None,
-                delays=_delays(fields.get(b"delays")),
-            )
-        except (
-            KeyError,
-            ValueError,
-            TypeError,
-            AttributeError,
-            RecursionError,
-            UnicodeError,
-        ) as exc:
-            # A poison entry: keep it visible as a job that can only be dead-lettered.
-            group = fields.get(b"group", b"?") if isinstance(fields, dict) else b"?"
-            return Job(
-                id=_text(eid),
-                stream=stream,
-                group=group if isinstance(group, bytes) else b"?",
-                keys=[],
-                seen={},
-                reason="malformed",
-                enqueued_at=0.0,
-                attempts=self.max_attempts,
-                deliveries=deliveries,
-                last_error=f"malformed job entry ({type(exc).__name__}: {str(exc)[:200]})",
-            )
+        return parse_job(stream, eid, raw, deliveries, self.max_attempts)
 
     async def release(self, job: Job) -> None:
         """Hand a claimed job back: make it idle enough for any worker to take at once."""
@@ -420,7 +301,7 @@ class RepairQueue:
             [job.stream, self.pending_key(job.stream)],
             [CONSUMER_GROUP, job.id, job.group, now_ms],
         )
-        return None if follow_up is None else _text(follow_up)
+        return None if follow_up is None else as_text(follow_up)
 
     async def fail(self, job: Job, error: str, *, delay: float = 0.0) -> bool:
         """Record a failed attempt; returns True when the job went to the dead letters.
@@ -436,7 +317,7 @@ class RepairQueue:
             return True
         delay = max(0.0, delay)
         delays = (*job.delays, delay) if delay > 0 else job.delays
-        fields = _fields(
+        fields = encode_fields(
             job.group, job.keys, job.seen, job.reason, job.enqueued_at, attempts, job.mode, delays
         )
         fields[b"last_error"] = error[:500].encode()
@@ -448,7 +329,7 @@ class RepairQueue:
         await self.topology.script(
             _RETRY,
             self._side_keys(job.stream),
-            [CONSUMER_GROUP, job.id, job.group, now_ms, due_ms, *_flat(fields)],
+            [CONSUMER_GROUP, job.id, job.group, now_ms, due_ms, *flatten(fields)],
         )
         return False
 
@@ -462,21 +343,12 @@ class RepairQueue:
         fields[b"last_error"] = error[:500].encode()
         fields[b"failed_at"] = repr(time.time()).encode()
         fields[b"source_id"] = job.id.encode()
-        await self.topology.execute(self.dead, "XADD", self.dead, "*", *_flat(fields))
+        await self.topology.execute(self.dead, "XADD", self.dead, "*", *flatten(fields))
         return await self.ack(job)
 
     async def dead_letters(self, count: int = 100) -> list[dict[str, str]]:
         """The newest dead-lettered jobs, fields as text."""
-        reply = await self.topology.execute(
-            self.dead, "XREVRANGE", self.dead, "+", "-", "COUNT", count
-        )
-        out = []
-        for eid, raw in reply:
-            fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
-            item = {_text(k): _text(v) for k, v in fields.items()}
-            item["id"] = _text(eid)
-            out.append(item)
-        return out
+        return await _admin.dead_letters(self, count)
 
     async def requeue_dead(
         self, ids: Sequence[str] | None = None, *, count: int = 1000
@@ -488,95 +360,18 @@ class RepairQueue:
         `pending` (the group already has a job, which covers it), `malformed` (no
         keys to repair: kept) or `missing` (no dead letter with that id).
         """
-        if ids is None:
-            reply = await self.topology.execute(
-                self.dead, "XRANGE", self.dead, "-", "+", "COUNT", count
-            )
-            entries = list(reply)
-        else:
-            entries = []
-            for eid in ids:
-                found = await self.topology.execute(self.dead, "XRANGE", self.dead, eid, eid)
-                entries.extend(found or [(eid.encode(), None)])
-        out: list[dict[str, str]] = []
-        for eid, raw in entries:
-            if raw is None:
-                out.append({"id": _text(eid), "group": "", "outcome": "missing"})
-                continue
-            fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
-            group = fields.get(b"group", b"")
-            item = {"id": _text(eid), "group": group.decode("utf-8", "backslashreplace")}
-            try:
-                keys = json.loads(fields[b"keys"])
-                seen = json.loads(fields.get(b"seen", b"{}"))
-                if not isinstance(keys, list) or not keys or not isinstance(seen, dict):
-                    raise ValueError("no keys")
-            except (KeyError, ValueError, TypeError):
-                out.append({**item, "outcome": "malformed"})
-                continue
-            mode = _text(fields[b"mode"]) if b"mode" in fields else None
-            job = await self.enqueue(
-                group,
-                [k.encode("utf-8", "surrogateescape") for k in keys],
-                seen,
-                _text(fields.get(b"reason", b"torn")),
-                mode=mode,
-            )
-            await self.topology.execute(self.dead, "XDEL", self.dead, eid)
-            if job is None:
-                out.append({**item, "outcome": "pending"})
-            else:
-                out.append({**item, "outcome": "queued", "job": job})
-        return out
+        return await _admin.requeue_dead(self, ids, count=count)
 
     async def delayed(self, count: int = 100) -> list[dict[str, Any]]:
         """Retries waiting for their delay, soonest first: their fields as text, plus
         `stream` and `due_at` (epoch seconds)."""
-        out: list[dict[str, Any]] = []
-        for stream in self.streams:
-            zkey, hkey = self.delayed_key(stream), self.retries_key(stream)
-            due = await self.topology.execute(zkey, "ZRANGE", zkey, 0, count - 1, "WITHSCORES")
-            for group, score in zip(due[::2], due[1::2], strict=True):
-                raw = await self.topology.execute(hkey, "HGET", hkey, group)
-                try:
-                    flat = json.loads(raw) if raw is not None else []
-                except ValueError:
-                    flat = []
-                item: dict[str, Any] = dict(zip(flat[::2], flat[1::2], strict=False))
-                item.setdefault("group", _text(group))
-                item["stream"] = _text(stream)
-                item["due_at"] = float(score) / 1000
-                out.append(item)
-        out.sort(key=lambda item: float(item["due_at"]))
-        return out[:count]
+        return await _admin.delayed(self, count)
 
     async def stats(self, *, detailed: bool = False) -> dict[str, int]:
         """Jobs queued (`length`: stream entries plus retries waiting for their delay),
         `pending` (claimed, not acked), `lag` (not yet delivered) and `dead` letters;
         `detailed` adds `delayed` (the retries waiting, counted in `length`)."""
-        length = pending = lag = delayed = 0
-        for stream in self.streams:
-            zkey = self.delayed_key(stream)
-            delayed += int(await self.topology.execute(zkey, "ZCARD", zkey))
-            try:
-                length += int(await self.topology.execute(stream, "XLEN", stream))
-                groups = await self.topology.execute(stream, "XINFO", "GROUPS", stream)
-            except ShardResponseError:
-                continue  # no stream yet
-            for info in groups:
-                fields = (
-                    dict(zip(info[::2], info[1::2], strict=True))
-                    if isinstance(info, list)
-                    else info
-                )
-                if _text(fields.get(b"name", b"")) == CONSUMER_GROUP.decode():
-                    pending += int(fields.get(b"pending", 0) or 0)
-                    lag += int(fields.get(b"lag", 0) or 0)
-        dead = int(await self.topology.execute(self.dead, "XLEN", self.dead))
-        out = {"length": length + delayed, "pending": pending, "lag": lag, "dead": dead}
-        if detailed:
-            out["delayed"] = delayed
-        return out
+        return await _admin.stats(self, detailed=detailed)
 
     async def clear(self) -> None:
         """Delete every stream, marker and dead letter of this queue (tests, demos)."""

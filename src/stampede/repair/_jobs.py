@@ -1,0 +1,146 @@
+"""A repair job as stored on the stream: its fields, encoded and parsed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "BASE",
+    "CONSUMER_GROUP",
+    "DEAD",
+    "Job",
+    "as_text",
+    "encode_fields",
+    "flatten",
+    "parse_delays",
+    "parse_job",
+]
+
+CONSUMER_GROUP = b"stampede-repair"
+BASE = b"stampede:repairs"
+DEAD = b"stampede:repairs:dead"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One repair job as a worker sees it."""
+
+    id: str
+    stream: bytes
+    group: bytes
+    keys: list[bytes]
+    seen: dict[str, str | None]
+    reason: str
+    enqueued_at: float
+    attempts: int
+    deliveries: int = 1
+    last_error: str | None = None
+    mode: str | None = None
+    delays: tuple[float, ...] = ()
+    """The delay (seconds) before each retry so far, oldest first."""
+
+    def fields(self) -> dict[bytes, bytes]:
+        return encode_fields(
+            self.group,
+            self.keys,
+            self.seen,
+            self.reason,
+            self.enqueued_at,
+            self.attempts,
+            self.mode,
+            self.delays,
+        )
+
+
+def encode_fields(
+    group: bytes,
+    keys: Sequence[bytes],
+    seen: Mapping[str, str | None],
+    reason: str,
+    enqueued_at: float,
+    attempts: int,
+    mode: str | None = None,
+    delays: Sequence[float] = (),
+) -> dict[bytes, bytes]:
+    fields = {
+        b"group": group,
+        b"keys": json.dumps([k.decode("utf-8", "surrogateescape") for k in keys]).encode(),
+        b"seen": json.dumps(dict(seen)).encode(),
+        b"reason": reason.encode(),
+        b"enqueued_at": repr(enqueued_at).encode(),
+        b"attempts": str(attempts).encode(),
+    }
+    if mode is not None:
+        fields[b"mode"] = mode.encode()
+    if delays:
+        fields[b"delays"] = json.dumps([round(d, 3) for d in delays]).encode()
+    return fields
+
+
+def flatten(fields: Mapping[bytes, bytes]) -> list[bytes]:
+    return [part for pair in fields.items() for part in pair]
+
+
+def as_text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def parse_delays(raw: bytes | None) -> tuple[float, ...]:
+    if raw is None:
+        return ()
+    values = json.loads(raw)
+    if not isinstance(values, list):
+        raise ValueError("delays is not a JSON list")
+    return tuple(float(v) for v in values)
+
+
+def parse_job(stream: bytes, eid: Any, raw: Any, deliveries: int, max_attempts: int) -> Job:
+    """The job in a stream entry; a malformed entry becomes a job that can only be
+    dead-lettered (attempts = `max_attempts`), never an exception."""
+    fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
+    try:
+        keys = json.loads(fields[b"keys"])
+        seen = json.loads(fields.get(b"seen", b"{}"))
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise ValueError("keys is not a JSON list of strings")
+        if not isinstance(seen, dict):
+            raise ValueError("seen is not a JSON object")
+        return Job(
+            id=as_text(eid),
+            stream=stream,
+            group=fields[b"group"],
+            keys=[k.encode("utf-8", "surrogateescape") for k in keys],
+            seen=seen,
+            reason=as_text(fields.get(b"reason", b"torn")),
+            enqueued_at=float(fields.get(b"enqueued_at", b"0")),
+            attempts=int(fields.get(b"attempts", b"0")),
+            deliveries=deliveries,
+            last_error=as_text(fields[b"last_error"]) if b"last_error" in fields else None,
+            mode=as_text(fields[b"mode"]) if b"mode" in fields else None,
+            delays=parse_delays(fields.get(b"delays")),
+        )
+    except (
+        KeyError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+        UnicodeError,
+    ) as exc:
+        # A poison entry: keep it visible as a job that can only be dead-lettered.
+        group = fields.get(b"group", b"?") if isinstance(fields, dict) else b"?"
+        return Job(
+            id=as_text(eid),
+            stream=stream,
+            group=group if isinstance(group, bytes) else b"?",
+            keys=[],
+            seen={},
+            reason="malformed",
+            enqueued_at=0.0,
+            attempts=max_attempts,
+            deliveries=deliveries,
+            last_error=f"malformed job entry ({type(exc).__name__}: {str(exc)[:200]})",
+        )

@@ -1,0 +1,131 @@
+"""Looking into a repair queue and tidying it: dead letters, delayed retries,
+gauges. `RepairQueue`'s methods of the same names call these."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ShardResponseError
+from ._jobs import CONSUMER_GROUP, as_text
+
+if TYPE_CHECKING:
+    from ._queue import RepairQueue
+
+__all__ = ["dead_letters", "delayed", "requeue_dead", "stats"]
+
+
+async def dead_letters(queue: RepairQueue, count: int = 100) -> list[dict[str, str]]:
+    """The newest dead-lettered jobs, fields as text."""
+    reply = await queue.topology.execute(
+        queue.dead, "XREVRANGE", queue.dead, "+", "-", "COUNT", count
+    )
+    out = []
+    for eid, raw in reply:
+        fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
+        item = {as_text(k): as_text(v) for k, v in fields.items()}
+        item["id"] = as_text(eid)
+        out.append(item)
+    return out
+
+
+async def requeue_dead(
+    queue: RepairQueue, ids: Sequence[str] | None = None, *, count: int = 1000
+) -> list[dict[str, str]]:
+    """Put dead letters back on the queue as new jobs (attempts 0) and delete them.
+
+    `ids` picks dead letters by id; None takes the oldest `count`. Each result
+    has `id`, `group` and `outcome`: `queued` (with the new `job` id),
+    `pending` (the group already has a job, which covers it), `malformed` (no
+    keys to repair: kept) or `missing` (no dead letter with that id).
+    """
+    if ids is None:
+        reply = await queue.topology.execute(
+            queue.dead, "XRANGE", queue.dead, "-", "+", "COUNT", count
+        )
+        entries = list(reply)
+    else:
+        entries = []
+        for eid in ids:
+            found = await queue.topology.execute(queue.dead, "XRANGE", queue.dead, eid, eid)
+            entries.extend(found or [(eid.encode(), None)])
+    out: list[dict[str, str]] = []
+    for eid, raw in entries:
+        if raw is None:
+            out.append({"id": as_text(eid), "group": "", "outcome": "missing"})
+            continue
+        fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
+        group = fields.get(b"group", b"")
+        item = {"id": as_text(eid), "group": group.decode("utf-8", "backslashreplace")}
+        try:
+            keys = json.loads(fields[b"keys"])
+            seen = json.loads(fields.get(b"seen", b"{}"))
+            if not isinstance(keys, list) or not keys or not isinstance(seen, dict):
+                raise ValueError("no keys")
+        except (KeyError, ValueError, TypeError):
+            out.append({**item, "outcome": "malformed"})
+            continue
+        mode = as_text(fields[b"mode"]) if b"mode" in fields else None
+        job = await queue.enqueue(
+            group,
+            [k.encode("utf-8", "surrogateescape") for k in keys],
+            seen,
+            as_text(fields.get(b"reason", b"torn")),
+            mode=mode,
+        )
+        await queue.topology.execute(queue.dead, "XDEL", queue.dead, eid)
+        if job is None:
+            out.append({**item, "outcome": "pending"})
+        else:
+            out.append({**item, "outcome": "queued", "job": job})
+    return out
+
+
+async def delayed(queue: RepairQueue, count: int = 100) -> list[dict[str, Any]]:
+    """Retries waiting for their delay, soonest first: their fields as text, plus
+    `stream` and `due_at` (epoch seconds)."""
+    out: list[dict[str, Any]] = []
+    for stream in queue.streams:
+        zkey, hkey = queue.delayed_key(stream), queue.retries_key(stream)
+        due = await queue.topology.execute(zkey, "ZRANGE", zkey, 0, count - 1, "WITHSCORES")
+        for group, score in zip(due[::2], due[1::2], strict=True):
+            raw = await queue.topology.execute(hkey, "HGET", hkey, group)
+            try:
+                flat = json.loads(raw) if raw is not None else []
+            except ValueError:
+                flat = []
+            item: dict[str, Any] = dict(zip(flat[::2], flat[1::2], strict=False))
+            item.setdefault("group", as_text(group))
+            item["stream"] = as_text(stream)
+            item["due_at"] = float(score) / 1000
+            out.append(item)
+    out.sort(key=lambda item: float(item["due_at"]))
+    return out[:count]
+
+
+async def stats(queue: RepairQueue, *, detailed: bool = False) -> dict[str, int]:
+    """Jobs queued (`length`: stream entries plus retries waiting for their delay),
+    `pending` (claimed, not acked), `lag` (not yet delivered) and `dead` letters;
+    `detailed` adds `delayed` (the retries waiting, counted in `length`)."""
+    length = pending = lag = delayed = 0
+    for stream in queue.streams:
+        zkey = queue.delayed_key(stream)
+        delayed += int(await queue.topology.execute(zkey, "ZCARD", zkey))
+        try:
+            length += int(await queue.topology.execute(stream, "XLEN", stream))
+            groups = await queue.topology.execute(stream, "XINFO", "GROUPS", stream)
+        except ShardResponseError:
+            continue  # no stream yet
+        for info in groups:
+            fields = (
+                dict(zip(info[::2], info[1::2], strict=True)) if isinstance(info, list) else info
+            )
+            if as_text(fields.get(b"name", b"")) == CONSUMER_GROUP.decode():
+                pending += int(fields.get(b"pending", 0) or 0)
+                lag += int(fields.get(b"lag", 0) or 0)
+    dead = int(await queue.topology.execute(queue.dead, "XLEN", queue.dead))
+    out = {"length": length + delayed, "pending": pending, "lag": lag, "dead": dead}
+    if detailed:
+        out["delayed"] = delayed
+    return out
