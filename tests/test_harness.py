@@ -83,6 +83,7 @@ def test_public_names_are_exported() -> None:
         "ServerStartError",
         "SlotMigration",
         "default_server",
+        "drop_kept",
         "find_server",
     ]
 

@@ -175,7 +175,7 @@ def test_keyslots_matches_keyslot_and_takes_str() -> None:
 @pytest.mark.parametrize("module", ["slots", "naming", "rules", "analysis"])
 def test_docstring_examples_run(module: str) -> None:
     """The examples in the keys modules' docstrings are true."""
-    found = doctest.testmod(importlib.import_module(f"stampede.keys.{module}"))
+    found = doctest.testmod(importlib.import_module(f"stampede.keys._{module}"))
     assert found.failed == 0
 
 
@@ -197,7 +197,7 @@ def test_keys_package_is_pure() -> None:
             if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
             for inner in ast.walk(node)
         }
-        extra = {"asyncio"} if source.name == "live.py" else set()
+        extra = {"asyncio"} if source.name == "_live.py" else set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = {alias.name.split(".")[0] for alias in node.names}
