@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigurationError, ShardResponseError
 from ._analysis import Distribution, SlotCount
-from ._slots import SLOTS, SlotMap, hash_tag
+from ._live_scan import TAG_SUMMARY_SIZE, ScanProgress, by_scan, sample_tags
+from ._replies import parse_slot_stats, ranges_from_shards, ranges_from_slots, text
+from ._slots import SLOTS, SlotMap
 
 if TYPE_CHECKING:
     from ..topology.base import Topology
@@ -51,29 +52,9 @@ __all__ = [
 Method = Literal["auto", "scan", "slot-stats"]
 _METHODS = ("auto", "scan", "slot-stats")
 
-TAG_SUMMARY_SIZE = 8
-"""Distinct tags tracked per slot while scanning (Misra-Gries): counts are exact
-while a slot has at most this many tags; otherwise every tag holding more than
-1/(SIZE+1) of the slot's tagged keys is still listed, with a lower-bound count."""
 
 _TAG_SAMPLE = 1000  # keys read per hot slot with GETKEYSINSLOT under slot-stats
 _STAT_FIELDS = ("cpu-usec", "network-bytes-in", "network-bytes-out")
-
-
-@dataclass(frozen=True, slots=True)
-class ScanProgress:
-    """Where a live analysis stands, passed to the `progress` callback after each batch."""
-
-    shard: str
-    """The primary the batch came from."""
-    keys: int
-    """Keys this primary has returned so far."""
-    done: bool
-    """True once this primary's walk is finished."""
-    total_keys: int
-    """Keys returned so far by all primaries together."""
-    shards_done: int
-    shards: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +130,8 @@ class LiveSlots:
                 "slot": hot.slot,
                 "keys": hot.keys,
                 "shard": hot.shard,
-                "tags": [{"tag": _text(tag), "keys": count} for tag, count in hot.tags],
-                "example": None if hot.example is None else _text(hot.example),
+                "tags": [{"tag": text(tag), "keys": count} for tag, count in hot.tags],
+                "example": None if hot.example is None else text(hot.example),
             }
             | ({"stats": dict(hot.stats)} if hot.stats else {})
             for hot in self.hottest
@@ -166,59 +147,7 @@ class LiveSlots:
         }
 
 
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "backslashreplace")
-
-
 # -- the cluster's slot map ------------------------------------------------------------
-
-
-def _pairs(entry: Any) -> dict[str, Any]:
-    """A RESP2 flat [name, value, ...] list or a RESP3 map, as a dict with str names."""
-    items = entry.items() if isinstance(entry, dict) else zip(entry[::2], entry[1::2], strict=True)
-    return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in items}
-
-
-def _decode(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _primary_of_shard(nodes: Sequence[Any], known: Sequence[str]) -> str | None:
-    for node in map(_pairs, nodes):
-        if _decode(node.get("role", b"")) != "master":
-            continue
-        port: Any = node.get("port") or node.get("tls-port") or 0
-        for host_field in ("endpoint", "ip", "hostname"):
-            host = node.get(host_field)
-            if host is not None and _decode(host) not in ("", "?"):
-                name = f"{_decode(host)}:{int(port)}"
-                if name in known or host_field == "hostname":
-                    return name
-        host = node.get("ip") or node.get("endpoint")
-        return f"{_decode(host)}:{int(port)}"
-    return None
-
-
-def _ranges_from_shards(reply: Any, known: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
-    owned: dict[str, list[tuple[int, int]]] = {}
-    for shard in reply:
-        fields = _pairs(shard)
-        slots = [int(s) for s in fields.get("slots", [])]
-        if not slots:
-            continue
-        primary = _primary_of_shard(fields.get("nodes", []), known)
-        if primary is None:
-            continue
-        owned.setdefault(primary, []).extend(zip(slots[::2], slots[1::2], strict=True))
-    return owned
-
-
-def _ranges_from_slots(reply: Any) -> dict[str, list[tuple[int, int]]]:
-    owned: dict[str, list[tuple[int, int]]] = {}
-    for first, last, master, *_ in reply:
-        name = f"{_decode(master[0])}:{int(master[1])}"
-        owned.setdefault(name, []).append((int(first), int(last)))
-    return owned
 
 
 async def cluster_slot_map(topology: Topology) -> tuple[tuple[str, ...], SlotMap]:
@@ -233,9 +162,9 @@ async def cluster_slot_map(topology: Topology) -> tuple[tuple[str, ...], SlotMap
     if not known:
         raise ConfigurationError("the cluster topology knows no primary; is it open?")
     try:
-        owned = _ranges_from_shards(await topology.execute_on(known[0], "CLUSTER", "SHARDS"), known)
+        owned = ranges_from_shards(await topology.execute_on(known[0], "CLUSTER", "SHARDS"), known)
     except ShardResponseError:  # before Redis 7.0: no CLUSTER SHARDS
-        owned = _ranges_from_slots(await topology.execute_on(known[0], "CLUSTER", "SLOTS"))
+        owned = ranges_from_slots(await topology.execute_on(known[0], "CLUSTER", "SLOTS"))
     names = [name for name in known if name in owned] + sorted(set(owned) - set(known))
     slot_map = SlotMap.from_ranges({i: owned[name] for i, name in enumerate(names)})
     return tuple(names), slot_map
@@ -254,116 +183,6 @@ async def _shard_layout(topology: Topology) -> tuple[tuple[str, ...], SlotMap]:
 # -- counting --------------------------------------------------------------------------
 
 
-class _Tally:
-    """Per-slot key counts, first key per slot, and per-slot tag summaries."""
-
-    def __init__(self, slot_of: Callable[[bytes], int]) -> None:
-        self.slot_of = slot_of
-        self.counts = [0] * SLOTS
-        self.examples: dict[int, bytes] = {}
-        self.tags: dict[int, dict[bytes, int]] = {}
-        self.tagged = 0
-        self.seen = 0
-
-    def add(self, key: bytes, slot: int) -> None:
-        counts = self.counts
-        if not counts[slot]:
-            self.examples[slot] = key
-        counts[slot] += 1
-        self.seen += 1
-        tag = hash_tag(key)
-        if tag is None:
-            return
-        self.tagged += 1
-        summary = self.tags.setdefault(slot, {})
-        if tag in summary:
-            summary[tag] += 1
-        elif len(summary) < TAG_SUMMARY_SIZE:
-            summary[tag] = 1
-        else:  # Misra-Gries: every tracked count drops by one, zeros leave
-            for other in list(summary):
-                summary[other] -= 1
-                if not summary[other]:
-                    del summary[other]
-
-
-async def _scan_shard(
-    topology: Topology,
-    shard: str,
-    *,
-    match: bytes | None,
-    count: int,
-    on_batch: Callable[[str, Sequence[bytes], bool], None],
-) -> None:
-    args: list[Any] = ["COUNT", count]
-    if match is not None:
-        args += ["MATCH", match]
-    cursor: Any = b"0"
-    while True:
-        reply = await topology.execute_on(shard, "SCAN", cursor, *args)
-        cursor, keys = reply[0], list(reply[1])
-        done = int(cursor) == 0
-        on_batch(shard, keys, done)
-        if done:
-            return
-
-
-async def _by_scan(
-    topology: Topology,
-    names: tuple[str, ...],
-    slot_map: SlotMap,
-    *,
-    match: bytes | None,
-    count: int,
-    progress: Callable[[ScanProgress], None] | None,
-) -> tuple[_Tally, dict[str, int]]:
-    tally = _Tally(topology.slot_of)
-    index = {name: i for i, name in enumerate(names)}
-    per_shard: Counter[str] = Counter()
-    misplaced: Counter[str] = Counter()
-    finished: set[str] = set()
-    primaries = list(topology.shard_names)
-
-    def on_batch(shard: str, keys: Sequence[bytes], done: bool) -> None:
-        here = index.get(shard)
-        slot_of = tally.slot_of
-        for key in keys:
-            slot = slot_of(key)
-            tally.add(key, slot)
-            if here is not None and slot_map.shard_of(slot) != here:
-                misplaced[shard] += 1
-        per_shard[shard] += len(keys)
-        if done:
-            finished.add(shard)
-        if progress is not None:
-            progress(
-                ScanProgress(
-                    shard=shard,
-                    keys=per_shard[shard],
-                    done=done,
-                    total_keys=tally.seen,
-                    shards_done=len(finished),
-                    shards=len(primaries),
-                )
-            )
-
-    await asyncio.gather(
-        *(
-            _scan_shard(topology, shard, match=match, count=count, on_batch=on_batch)
-            for shard in primaries
-        )
-    )
-    return tally, dict(misplaced)
-
-
-def _parse_slot_stats(reply: Any) -> dict[int, dict[str, int]]:
-    stats: dict[int, dict[str, int]] = {}
-    for entry in reply:
-        slot, fields = entry[0], entry[1]
-        stats[int(slot)] = {name: int(value) for name, value in _pairs(fields).items()}
-    return stats
-
-
 async def _slot_stats(topology: Topology, primaries: Sequence[str]) -> dict[int, dict[str, int]]:
     """Every primary's `CLUSTER SLOT-STATS SLOTSRANGE 0 16383` (each reports its own slots)."""
     replies = await asyncio.gather(
@@ -374,7 +193,7 @@ async def _slot_stats(topology: Topology, primaries: Sequence[str]) -> dict[int,
     )
     stats: dict[int, dict[str, int]] = {}
     for reply in replies:
-        stats.update(_parse_slot_stats(reply))
+        stats.update(parse_slot_stats(reply))
     return stats
 
 
@@ -384,14 +203,6 @@ async def _has_slot_stats(topology: Topology, shard: str) -> bool:
     except ShardResponseError:  # unknown command or subcommand
         return False
     return True
-
-
-async def _sample_tags(
-    topology: Topology, shard: str, slot: int, sample: int
-) -> tuple[tuple[tuple[bytes, int], ...], bytes | None]:
-    keys = await topology.execute_on(shard, "CLUSTER", "GETKEYSINSLOT", slot, sample)
-    tags = Counter(tag for tag in map(hash_tag, keys) if tag is not None)
-    return tuple(tags.most_common(TAG_SUMMARY_SIZE)), (keys[0] if keys else None)
 
 
 def _distribution(
@@ -470,7 +281,7 @@ async def live_slots(
         raise ConfigurationError(f"method='slot-stats' is not available: {why}")
     if chosen == "slot-stats":
         return await _report_from_stats(topology, names, slot_map, top=top)
-    tally, misplaced = await _by_scan(
+    tally, misplaced = await by_scan(
         topology, names, slot_map, match=pattern, count=count, progress=progress
     )
     distribution, fullest = _distribution(
@@ -513,7 +324,7 @@ async def _report_from_stats(
     )
     samples = await asyncio.gather(
         *(
-            _sample_tags(topology, names[slot_map.shard_of(slot)], slot, _TAG_SAMPLE)
+            sample_tags(topology, names[slot_map.shard_of(slot)], slot, _TAG_SAMPLE)
             for slot in fullest_counts
         )
     )
