@@ -172,7 +172,7 @@ def test_keyslots_matches_keyslot_and_takes_str() -> None:
     assert keyslots([]) == []
 
 
-@pytest.mark.parametrize("module", ["slots", "naming", "rules", "analysis"])
+@pytest.mark.parametrize("module", ["slots", "slotmap", "naming", "rules", "analysis"])
 def test_docstring_examples_run(module: str) -> None:
     """The examples in the keys modules' docstrings are true."""
     found = doctest.testmod(importlib.import_module(f"stampede.keys._{module}"))

@@ -32,10 +32,10 @@ from ._rules import GroupOf as GroupOf
 from ._rules import Rule as Rule
 from ._rules import lint as lint
 from ._rules import lint_key as lint_key
+from ._slotmap import SlotMap as SlotMap
 from ._slots import SLOTS as SLOTS
 from ._slots import HashPolicy as HashPolicy
 from ._slots import PatternLike as PatternLike
-from ._slots import SlotMap as SlotMap
 from ._slots import hash_tag as hash_tag
 from ._slots import hashed_part as hashed_part
 from ._slots import keyslot as keyslot

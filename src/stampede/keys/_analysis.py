@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
-from ._slots import SLOTS, HashPolicy, SlotMap, to_bytes
+from ._slotmap import SlotMap
+from ._slots import SLOTS, HashPolicy, to_bytes
 
 __all__ = ["Distribution", "SlotCount", "SlotCounter", "analyze"]
 

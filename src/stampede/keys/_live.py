@@ -34,7 +34,8 @@ from ..errors import ConfigurationError, ShardResponseError
 from ._analysis import Distribution, SlotCount
 from ._live_scan import TAG_SUMMARY_SIZE, ScanProgress, by_scan, sample_tags
 from ._replies import parse_slot_stats, ranges_from_shards, ranges_from_slots, text
-from ._slots import SLOTS, SlotMap
+from ._slotmap import SlotMap
+from ._slots import SLOTS
 
 if TYPE_CHECKING:
     from ..topology.base import Topology

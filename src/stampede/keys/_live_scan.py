@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._slots import SLOTS, SlotMap, hash_tag
+from ._slotmap import SlotMap
+from ._slots import SLOTS, hash_tag
 
 if TYPE_CHECKING:
     from ..topology.base import Topology
