@@ -16,6 +16,9 @@ from ._analysis import Distribution as Distribution
 from ._analysis import SlotCount as SlotCount
 from ._analysis import SlotCounter as SlotCounter
 from ._analysis import analyze as analyze
+from ._catalog import CONSTANT_TAGS as CONSTANT_TAGS
+from ._catalog import RULES as RULES
+from ._catalog import Rule as Rule
 from ._live import HotSlot as HotSlot
 from ._live import LiveSlots as LiveSlots
 from ._live import ScanProgress as ScanProgress
@@ -25,11 +28,8 @@ from ._naming import KeyName as KeyName
 from ._naming import KeySpace as KeySpace
 from ._naming import Part as Part
 from ._naming import parse as parse
-from ._rules import CONSTANT_TAGS as CONSTANT_TAGS
-from ._rules import RULES as RULES
 from ._rules import Finding as Finding
 from ._rules import GroupOf as GroupOf
-from ._rules import Rule as Rule
 from ._rules import lint as lint
 from ._rules import lint_key as lint_key
 from ._slotmap import SlotMap as SlotMap
