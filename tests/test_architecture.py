@@ -49,22 +49,19 @@ LAYERS: list[tuple[str, list[str]]] = [
     (
         "core",  # groups over a topology: write, read, repair, transactions, co-located helpers
         [
-            r"pipeline",
-            r"kept",
-            r"writer",
-            r"_write.*",
-            r"reader",
-            r"_read.*",
+            r"_pipeline",
+            r"_kept",
+            r"_write",
+            r"_read",
             r"atomic",
             r"eventlog",
             r"fanout",
-            r"txn(\..*)?",
-            r"_txn.*",
+            r"_txn(\..*)?",
             r"repair(\..*)?",
             r"scan",
         ],
     ),
-    ("api", [r"client", r"_client.*", r"typed", r"_typed", r"__init__"]),
+    ("api", [r"_client", r"_connect", r"_typed", r"__init__"]),
     (
         "edges",  # the command line, the test harness, entry points
         [

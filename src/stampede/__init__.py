@@ -6,7 +6,7 @@ from . import fanout as fanout
 from . import repair as repair
 from . import wire as wire
 from ._client import Stampede as Stampede
-from ._client import connect as connect
+from ._connect import connect as connect
 from ._txn import Transaction as Transaction
 from ._typed import TypedGroup as TypedGroup
 from ._typed import TypedRead as TypedRead

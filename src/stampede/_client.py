@@ -20,17 +20,14 @@ from .errors import (
     PartialWriteError,
     ReadTimeout,
 )
-from .keys import HashPolicy, SlotMap, to_bytes
-from .options import Options, RetryPolicy, check_strategy, load_options, resolve_versions
+from .keys import to_bytes
+from .options import Options, RetryPolicy, check_strategy, resolve_versions
 from .results import AtomicRead, ReadResult, Receipt
 from .topology.base import READ_WATCH, ReadWatch, Topology
-from .topology.checks import redact
-from .topology.cluster import Cluster
-from .topology.shards import Shards
 from .typing import RepairStrategy, VersionSource
 from .verdict import Mode
 
-__all__ = ["Stampede", "connect"]
+__all__ = ["Stampede"]
 
 K = TypeVar("K", bytes, str)
 ModeName = Mode | Literal["stamp", "commit"]
@@ -229,7 +226,7 @@ class Stampede:
         if retry is not None and not isinstance(retry, RetryPolicy):
             hint = "RetryPolicy()" if retry is RetryPolicy else "stampede.RetryPolicy(...)"
             raise ConfigurationError(
-                f"retry must be a RetryPolicy instance, got {_kind(retry)}; pass e.g. {hint}"
+                f"retry must be a RetryPolicy instance, got {kind_name(retry)}; pass e.g. {hint}"
             )
         if repair is not None:
             check_strategy(repair, "repair")
@@ -310,7 +307,7 @@ class Stampede:
         if not callable(fn):
             raise InvalidValueError(
                 f"update of group {group!r} needs fn, a function current -> new values, "
-                f"got {_kind(fn)}"
+                f"got {kind_name(fn)}"
             )
         return await update_group(
             self.topology,
@@ -367,7 +364,7 @@ def _text(name: bytes) -> str:
     return name.decode("utf-8", "backslashreplace")
 
 
-def _kind(value: object) -> str:
+def kind_name(value: object) -> str:
     """How a wrong argument is named in a message: its type, never its content."""
     if isinstance(value, type):
         return f"the class {value.__name__} (not an instance of it)"
@@ -377,59 +374,10 @@ def _kind(value: object) -> str:
 def _group(group: bytes | str) -> bytes:
     if not isinstance(group, bytes | str):
         raise InvalidKeyError(
-            f"the group name must be str or bytes, got {_kind(group)}; name the entity, "
+            f"the group name must be str or bytes, got {kind_name(group)}; name the entity, "
             "e.g. 'user:{42}'"
         )
     gkey = to_bytes(group)
     if not gkey:
         raise InvalidKeyError("the group name is empty; name the entity, e.g. 'user:{42}'")
     return gkey
-
-
-def connect(
-    urls: str | Sequence[str],
-    *,
-    cluster: bool = False,
-    options: Options | None = None,
-    slot_map: SlotMap | None = None,
-    hash_pattern: str | None = None,
-    **overrides: Any,
-) -> Stampede:
-    """A `Stampede` over independent primaries (a list of URLs) or a cluster.
-
-    `cluster=True` takes one startup node URL. Keyword options (`mode`, `versions`,
-    `retry`, `ttl`, `repair`, `connection`) override the fields of `options`.
-    Nothing is sent until the first call (or `open()`).
-    """
-    opts = load_options(options, overrides)
-    if isinstance(urls, str):
-        urls = [urls]
-    if not isinstance(urls, list | tuple):
-        raise ConfigurationError(
-            f"connect() takes a URL or a list of URLs, got {_kind(urls)}; e.g. "
-            "connect(['redis://a:6379', 'redis://b:6379'])"
-        )
-    urls = list(urls)
-    if not urls:
-        raise ConfigurationError("connect() needs at least one Redis URL")
-    for url in urls:
-        if not isinstance(url, str) or "://" not in url:
-            shown = redact(url) if isinstance(url, str) else _kind(url)
-            raise ConfigurationError(
-                f"{shown} is not a Redis URL; write redis://host:port (rediss:// for TLS, "
-                "redis://user:password@host:port with credentials)"
-            )
-    if cluster:
-        if len(urls) != 1:
-            raise ConfigurationError(
-                "cluster=True takes one startup node URL; the rest are discovered"
-            )
-        if slot_map is not None or hash_pattern is not None:
-            raise ConfigurationError(
-                "slot_map and hash_pattern apply to client-side sharding, not a cluster"
-            )
-        topology: Topology = Cluster.from_url(urls[0], options=opts.connection)
-    else:
-        policy = HashPolicy(hash_pattern) if hash_pattern is not None else None
-        topology = Shards.from_urls(urls, options=opts.connection, slot_map=slot_map, policy=policy)
-    return Stampede(topology, options=opts)

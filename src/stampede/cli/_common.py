@@ -13,7 +13,8 @@ from typing import IO, Any
 import click
 from rich.console import Console
 
-from .._client import Stampede, connect
+from .._client import Stampede
+from .._connect import connect
 from ..errors import ConfigurationError, StampedeError
 from ..keys import HashPolicy
 from ..options import ConnectOptions

@@ -27,7 +27,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from .._client import Stampede, connect
+from .._client import Stampede
+from .._connect import connect
 from .._kept import drop_kept
 from ..errors import ConfigurationError, PartialWriteError, StampedeError
 from ..options import ConnectOptions, RetryPolicy

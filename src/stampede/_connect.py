@@ -1,0 +1,68 @@
+"""stampede.connect: a Stampede over the servers at some URLs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._client import Stampede, kind_name
+from .errors import (
+    ConfigurationError,
+)
+from .keys import HashPolicy, SlotMap
+from .options import Options, load_options
+from .topology.base import Topology
+from .topology.checks import redact
+from .topology.cluster import Cluster
+from .topology.shards import Shards
+
+__all__ = ["connect"]
+
+
+def connect(
+    urls: str | Sequence[str],
+    *,
+    cluster: bool = False,
+    options: Options | None = None,
+    slot_map: SlotMap | None = None,
+    hash_pattern: str | None = None,
+    **overrides: Any,
+) -> Stampede:
+    """A `Stampede` over independent primaries (a list of URLs) or a cluster.
+
+    `cluster=True` takes one startup node URL. Keyword options (`mode`, `versions`,
+    `retry`, `ttl`, `repair`, `connection`) override the fields of `options`.
+    Nothing is sent until the first call (or `open()`).
+    """
+    opts = load_options(options, overrides)
+    if isinstance(urls, str):
+        urls = [urls]
+    if not isinstance(urls, list | tuple):
+        raise ConfigurationError(
+            f"connect() takes a URL or a list of URLs, got {kind_name(urls)}; e.g. "
+            "connect(['redis://a:6379', 'redis://b:6379'])"
+        )
+    urls = list(urls)
+    if not urls:
+        raise ConfigurationError("connect() needs at least one Redis URL")
+    for url in urls:
+        if not isinstance(url, str) or "://" not in url:
+            shown = redact(url) if isinstance(url, str) else kind_name(url)
+            raise ConfigurationError(
+                f"{shown} is not a Redis URL; write redis://host:port (rediss:// for TLS, "
+                "redis://user:password@host:port with credentials)"
+            )
+    if cluster:
+        if len(urls) != 1:
+            raise ConfigurationError(
+                "cluster=True takes one startup node URL; the rest are discovered"
+            )
+        if slot_map is not None or hash_pattern is not None:
+            raise ConfigurationError(
+                "slot_map and hash_pattern apply to client-side sharding, not a cluster"
+            )
+        topology: Topology = Cluster.from_url(urls[0], options=opts.connection)
+    else:
+        policy = HashPolicy(hash_pattern) if hash_pattern is not None else None
+        topology = Shards.from_urls(urls, options=opts.connection, slot_map=slot_map, policy=policy)
+    return Stampede(topology, options=opts)
