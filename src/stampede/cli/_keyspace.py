@@ -9,38 +9,26 @@ with undecodable bytes backslash-escaped.
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO
 
 import click
-from rich.console import Console
-from rich.progress import Progress, TaskID
-from rich.table import Table
 from rich.text import Text
 
-from ..errors import ConfigurationError, StampedeError
+from ..errors import ConfigurationError
 from ..keys import (
     RULES,
     SLOTS,
     Distribution,
     Finding,
     HashPolicy,
-    LiveSlots,
-    ScanProgress,
     SlotMap,
     analyze,
     hashed_part,
     keyslot,
     lint,
-    live_slots,
 )
-from ..keys._live import Method
-from ..topology.base import Topology
-from ..topology.cluster import Cluster
-from ..topology.shards import Shards
 from ._common import (
     console,
     echo_json,
@@ -50,6 +38,8 @@ from ._common import (
     policy_from,
     show,
 )
+from ._live import check_live_options, print_live, run_live
+from ._tables import plural, spans, table
 
 __all__ = ["keyslot_command", "lint_command", "slots_command"]
 
@@ -186,24 +176,24 @@ def _print_rules(as_json: bool) -> None:
             ]
         )
         return
-    table = _table("Code", "Name", "Why it matters", "Fix", title="stampede lint rules")
+    grid = table("Code", "Name", "Why it matters", "Fix", title="stampede lint rules")
     for rule in RULES.values():
-        table.add_row(rule.code, rule.name, Text(rule.reason), Text(rule.fix))
-    console().print(table)
+        grid.add_row(rule.code, rule.name, Text(rule.reason), Text(rule.fix))
+    console().print(grid)
 
 
 def _print_findings(findings: Sequence[Finding], total: int, *, limit: int) -> None:
     out = console()
     if not findings:
-        out.print(f"{_plural(total, 'key')} checked: no findings", soft_wrap=True)
+        out.print(f"{plural(total, 'key')} checked: no findings", soft_wrap=True)
         return
     shown = findings[:limit] if limit else findings
-    table = _table("Code", "Key", "Problem", "Fix")
+    grid = table("Code", "Key", "Problem", "Fix")
     for finding in shown:
-        table.add_row(
+        grid.add_row(
             finding.code, Text(show(finding.key)), Text(finding.message), Text(finding.fix)
         )
-    out.print(table)
+    out.print(grid)
     if len(shown) < len(findings):
         out.print(
             f"... and {len(findings) - len(shown):,} more (--limit 0 or --json shows all)",
@@ -212,8 +202,8 @@ def _print_findings(findings: Sequence[Finding], total: int, *, limit: int) -> N
     by_code = Counter(f.code for f in findings)
     keys_hit = len({f.key for f in findings})
     summary = ", ".join(f"{code} x{count:,}" for code, count in sorted(by_code.items()))
-    found = _plural(len(findings), "finding")
-    out.print(f"{found} in {keys_hit:,} of {_plural(total, 'key')} ({summary})", soft_wrap=True)
+    found = plural(len(findings), "finding")
+    out.print(f"{found} in {keys_hit:,} of {plural(total, 'key')} ({summary})", soft_wrap=True)
 
 
 @click.command("slots")
@@ -294,8 +284,8 @@ def slots_command(
     """
     policy: HashPolicy | None = policy_from(patterns)
     if urls:
-        _check_live_options(ctx, keys, stream, urls, cluster, policy)
-        report = _run_live(
+        check_live_options(ctx, keys, stream, urls, cluster, policy)
+        report = run_live(
             urls,
             cluster,
             policy,
@@ -308,7 +298,7 @@ def slots_command(
         if as_json:
             echo_json(report.to_dict())
         else:
-            _print_live(report)
+            print_live(report)
         return
     if cluster or match is not None or method != "auto":
         raise click.UsageError("--cluster, --match and --method need --url (live servers)")
@@ -322,178 +312,12 @@ def slots_command(
         _print_distribution(result)
 
 
-def _check_live_options(
-    ctx: click.Context,
-    keys: Sequence[str],
-    stream: IO[bytes] | None,
-    urls: Sequence[str],
-    cluster: bool,
-    policy: HashPolicy | None,
-) -> None:
-    if keys or stream is not None:
-        raise click.UsageError("give keys (arguments or --file) or --url, not both")
-    if ctx.get_parameter_source("shards") is not click.core.ParameterSource.DEFAULT:
-        raise click.UsageError("--shards is for key samples; with --url the servers are the shards")
-    if cluster and len(urls) != 1:
-        raise click.UsageError("--cluster takes one --url (a node); the others are discovered")
-    if cluster and policy is not None:
-        raise click.UsageError("--pattern applies to client-side shards, not a cluster")
-
-
-def _run_live(
-    urls: Sequence[str],
-    cluster: bool,
-    policy: HashPolicy | None,
-    *,
-    top: int,
-    method: str,
-    match: str | None,
-    count: int,
-    quiet: bool,
-) -> LiveSlots:
-    async def run() -> LiveSlots:
-        topology: Topology
-        if cluster:
-            topology = Cluster.from_url(urls[0])
-        else:
-            topology = Shards.from_urls(list(urls), policy=policy)
-        try:
-            if isinstance(topology, Cluster):
-                await topology.open()
-            with _ScanDisplay(enabled=not quiet) as display:
-                return await live_slots(
-                    topology,
-                    top=top,
-                    method=_METHOD[method],
-                    match=match,
-                    count=count,
-                    progress=display.update,
-                )
-        finally:
-            await topology.aclose()
-
-    try:
-        return asyncio.run(run())
-    except StampedeError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-_METHOD: dict[str, Method] = {"auto": "auto", "scan": "scan", "slot-stats": "slot-stats"}
-
-
-class _ScanDisplay:
-    """SCAN progress on stderr: a live bar per primary on a terminal, else a line each."""
-
-    def __init__(self, *, enabled: bool) -> None:
-        self._err = Console(stderr=True, highlight=False)
-        self._enabled = enabled
-        self._live = enabled and self._err.is_terminal
-        self._progress = Progress(console=self._err, transient=True) if self._live else None
-        self._tasks: dict[str, TaskID] = {}
-
-    def __enter__(self) -> _ScanDisplay:
-        if self._progress is not None:
-            self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-
-    def update(self, step: ScanProgress) -> None:
-        if not self._enabled:
-            return
-        if self._progress is not None:
-            task = self._tasks.get(step.shard)
-            if task is None:
-                task = self._tasks[step.shard] = self._progress.add_task(step.shard, total=None)
-            self._progress.update(task, description=f"SCAN {step.shard}: {step.keys:,} keys")
-            if step.done:
-                self._progress.update(task, total=1, completed=1)
-        elif step.done:
-            print(
-                f"scanned {step.shard}: {step.keys:,} keys "
-                f"({step.shards_done} of {step.shards} primaries)",
-                file=sys.stderr,
-            )
-
-
-def _print_live(report: LiveSlots) -> None:
-    out = console()
-    dist = report.distribution
-    total = dist.total
-    how = (
-        "CLUSTER SLOT-STATS"
-        if report.method == "slot-stats"
-        else f"SCAN ({report.scanned:,} keys returned)"
-    )
-    out.print(
-        f"{_plural(total, 'key')} on {dist.shards} {'primary' if dist.shards == 1 else 'primaries'}"
-        f" of a {report.kind} (counted with {how}), "
-        f"{dist.occupied_slots:,} of {SLOTS} slots used",
-        soft_wrap=True,
-    )
-    empty = ", ".join(report.shard_names[s] for s in dist.empty_shards) or "none"
-    out.print(
-        f"skew {dist.skew:.2f} (fullest {report.hottest_shard}: "
-        f"{dist.shard_counts[dist.hottest_shard]:,} keys, mean {dist.mean:,.1f}); "
-        f"empty: {empty}",
-        soft_wrap=True,
-    )
-    for name, stray in report.misplaced.items():
-        out.print(
-            f"[yellow]{name} holds {stray:,} keys its slot map gives to another shard",
-            soft_wrap=True,
-        )
-    shard_table = _table("Shard", "Primary", "Slots", "Keys", "Share", title="Shards")
-    ranges = dist.slot_map.ranges()
-    for shard, count in enumerate(dist.shard_counts):
-        shard_table.add_row(
-            str(shard),
-            report.shard_names[shard],
-            _spans(ranges[shard]),
-            f"{count:,}",
-            f"{count / total:.1%}" if total else "-",
-        )
-    out.print(shard_table)
-    if not report.hottest:
-        return
-    columns = ["Slot", "Primary", "Keys", "Share", "Tags (keys)", "Example key"]
-    if report.stats_enabled:
-        columns += ["CPU µs", "Net in", "Net out"]
-    hot_table = _table(*columns, title="Hottest slots")
-    for hot in report.hottest:
-        tags = ", ".join(f"{{{show(tag)}}} {n:,}" for tag, n in hot.tags) or "-"
-        row = [
-            str(hot.slot),
-            hot.shard,
-            f"{hot.keys:,}",
-            f"{hot.keys / total:.1%}" if total else "-",
-            tags,
-            show(hot.example) if hot.example is not None else "-",
-        ]
-        if report.stats_enabled:
-            row += [
-                f"{hot.stats.get(name, 0):,}"
-                for name in ("cpu-usec", "network-bytes-in", "network-bytes-out")
-            ]
-        hot_table.add_row(*(Text(cell) for cell in row))
-    out.print(hot_table)
-
-
-def _spans(spans: Sequence[tuple[int, int]]) -> str:
-    text = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans[:3])
-    if len(spans) > 3:
-        text += f", ... ({len(spans)} ranges)"
-    return text
-
-
 def _print_distribution(result: Distribution) -> None:
     out = console()
     total = result.total
     empty = ", ".join(map(str, result.empty_shards)) or "none"
     out.print(
-        f"{_plural(total, 'key')} on {_plural(result.shards, 'shard')}, "
+        f"{plural(total, 'key')} on {plural(result.shards, 'shard')}, "
         f"{result.tagged:,} hashed by a tag, {result.occupied_slots:,} of {SLOTS} slots used",
         soft_wrap=True,
     )
@@ -503,15 +327,15 @@ def _print_distribution(result: Distribution) -> None:
         f"empty shards: {empty}",
         soft_wrap=True,
     )
-    shard_table = _table("Shard", "Slots", "Keys", "Share", title="Shards")
+    shard_table = table("Shard", "Slots", "Keys", "Share", title="Shards")
     ranges = result.slot_map.ranges()
     for shard, count in enumerate(result.shard_counts):
-        slots = _spans(ranges[shard])
+        slots = spans(ranges[shard])
         share = f"{count / total:.1%}" if total else "-"
         shard_table.add_row(str(shard), slots, f"{count:,}", share)
     out.print(shard_table)
     if result.hottest:
-        hot_table = _table("Slot", "Shard", "Keys", "Share", "Example key", title="Hottest slots")
+        hot_table = table("Slot", "Shard", "Keys", "Share", "Example key", title="Hottest slots")
         for hot in result.hottest:
             hot_table.add_row(
                 str(hot.slot),
@@ -521,16 +345,3 @@ def _print_distribution(result: Distribution) -> None:
                 Text(show(hot.example)),
             )
         out.print(hot_table)
-
-
-def _table(*columns: str, title: str | None = None) -> Table:
-    """A table whose long cells fold onto more lines rather than being cut off."""
-    table = Table(title=title)
-    for column in columns:
-        numeric = column in ("Keys", "Share", "Slot", "Shard", "CPU µs", "Net in", "Net out")
-        table.add_column(column, overflow="fold", justify="right" if numeric else "left")
-    return table
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"

@@ -1,0 +1,191 @@
+"""`stampede slots --url`: the live slot analysis, run and printed."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Sequence
+from typing import IO
+
+import click
+from rich.console import Console
+from rich.progress import Progress, TaskID
+from rich.text import Text
+
+from ..errors import StampedeError
+from ..keys import (
+    SLOTS,
+    HashPolicy,
+    LiveSlots,
+    ScanProgress,
+    live_slots,
+)
+from ..keys._live import Method
+from ..topology.base import Topology
+from ..topology.cluster import Cluster
+from ..topology.shards import Shards
+from ._common import (
+    console,
+    show,
+)
+from ._tables import plural, spans, table
+
+METHODS: dict[str, Method] = {"auto": "auto", "scan": "scan", "slot-stats": "slot-stats"}
+
+__all__ = ["ScanDisplay", "check_live_options", "print_live", "run_live"]
+
+
+def check_live_options(
+    ctx: click.Context,
+    keys: Sequence[str],
+    stream: IO[bytes] | None,
+    urls: Sequence[str],
+    cluster: bool,
+    policy: HashPolicy | None,
+) -> None:
+    if keys or stream is not None:
+        raise click.UsageError("give keys (arguments or --file) or --url, not both")
+    if ctx.get_parameter_source("shards") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--shards is for key samples; with --url the servers are the shards")
+    if cluster and len(urls) != 1:
+        raise click.UsageError("--cluster takes one --url (a node); the others are discovered")
+    if cluster and policy is not None:
+        raise click.UsageError("--pattern applies to client-side shards, not a cluster")
+
+
+def run_live(
+    urls: Sequence[str],
+    cluster: bool,
+    policy: HashPolicy | None,
+    *,
+    top: int,
+    method: str,
+    match: str | None,
+    count: int,
+    quiet: bool,
+) -> LiveSlots:
+    async def run() -> LiveSlots:
+        topology: Topology
+        if cluster:
+            topology = Cluster.from_url(urls[0])
+        else:
+            topology = Shards.from_urls(list(urls), policy=policy)
+        try:
+            if isinstance(topology, Cluster):
+                await topology.open()
+            with ScanDisplay(enabled=not quiet) as display:
+                return await live_slots(
+                    topology,
+                    top=top,
+                    method=METHODS[method],
+                    match=match,
+                    count=count,
+                    progress=display.update,
+                )
+        finally:
+            await topology.aclose()
+
+    try:
+        return asyncio.run(run())
+    except StampedeError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+class ScanDisplay:
+    """SCAN progress on stderr: a live bar per primary on a terminal, else a line each."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self._err = Console(stderr=True, highlight=False)
+        self._enabled = enabled
+        self._live = enabled and self._err.is_terminal
+        self._progress = Progress(console=self._err, transient=True) if self._live else None
+        self._tasks: dict[str, TaskID] = {}
+
+    def __enter__(self) -> ScanDisplay:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def update(self, step: ScanProgress) -> None:
+        if not self._enabled:
+            return
+        if self._progress is not None:
+            task = self._tasks.get(step.shard)
+            if task is None:
+                task = self._tasks[step.shard] = self._progress.add_task(step.shard, total=None)
+            self._progress.update(task, description=f"SCAN {step.shard}: {step.keys:,} keys")
+            if step.done:
+                self._progress.update(task, total=1, completed=1)
+        elif step.done:
+            print(
+                f"scanned {step.shard}: {step.keys:,} keys "
+                f"({step.shards_done} of {step.shards} primaries)",
+                file=sys.stderr,
+            )
+
+
+def print_live(report: LiveSlots) -> None:
+    out = console()
+    dist = report.distribution
+    total = dist.total
+    how = (
+        "CLUSTER SLOT-STATS"
+        if report.method == "slot-stats"
+        else f"SCAN ({report.scanned:,} keys returned)"
+    )
+    out.print(
+        f"{plural(total, 'key')} on {dist.shards} {'primary' if dist.shards == 1 else 'primaries'}"
+        f" of a {report.kind} (counted with {how}), "
+        f"{dist.occupied_slots:,} of {SLOTS} slots used",
+        soft_wrap=True,
+    )
+    empty = ", ".join(report.shard_names[s] for s in dist.empty_shards) or "none"
+    out.print(
+        f"skew {dist.skew:.2f} (fullest {report.hottest_shard}: "
+        f"{dist.shard_counts[dist.hottest_shard]:,} keys, mean {dist.mean:,.1f}); "
+        f"empty: {empty}",
+        soft_wrap=True,
+    )
+    for name, stray in report.misplaced.items():
+        out.print(
+            f"[yellow]{name} holds {stray:,} keys its slot map gives to another shard",
+            soft_wrap=True,
+        )
+    shard_table = table("Shard", "Primary", "Slots", "Keys", "Share", title="Shards")
+    ranges = dist.slot_map.ranges()
+    for shard, count in enumerate(dist.shard_counts):
+        shard_table.add_row(
+            str(shard),
+            report.shard_names[shard],
+            spans(ranges[shard]),
+            f"{count:,}",
+            f"{count / total:.1%}" if total else "-",
+        )
+    out.print(shard_table)
+    if not report.hottest:
+        return
+    columns = ["Slot", "Primary", "Keys", "Share", "Tags (keys)", "Example key"]
+    if report.stats_enabled:
+        columns += ["CPU µs", "Net in", "Net out"]
+    hot_table = table(*columns, title="Hottest slots")
+    for hot in report.hottest:
+        tags = ", ".join(f"{{{show(tag)}}} {n:,}" for tag, n in hot.tags) or "-"
+        row = [
+            str(hot.slot),
+            hot.shard,
+            f"{hot.keys:,}",
+            f"{hot.keys / total:.1%}" if total else "-",
+            tags,
+            show(hot.example) if hot.example is not None else "-",
+        ]
+        if report.stats_enabled:
+            row += [
+                f"{hot.stats.get(name, 0):,}"
+                for name in ("cpu-usec", "network-bytes-in", "network-bytes-out")
+            ]
+        hot_table.add_row(*(Text(cell) for cell in row))
+    out.print(hot_table)
