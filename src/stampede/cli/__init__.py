@@ -13,7 +13,8 @@ import click
 from .. import __version__
 from ._keyspace import keyslot_command, lint_command, slots_command
 from ._queue import queue_command
-from ._repair import scan_command, worker_command
+from ._repair import worker_command
+from ._scan import scan_command
 from .demo import demo_command
 
 __all__ = ["main"]

@@ -23,6 +23,7 @@ __all__ = [
     "connect_from",
     "console",
     "echo_json",
+    "from_env",
     "input_keys",
     "keys_from_args",
     "keys_from_file",
@@ -194,3 +195,8 @@ def unreachable(exc: BaseException) -> bool:
     if getattr(exc, "problem", None) in ("unreachable", "timeout"):
         return True
     return isinstance(exc, ShardError | OSError)
+
+
+def from_env(name: str) -> dict[str, Any]:
+    """click option settings that read the option from `$STAMPEDE_<name>` too."""
+    return {"envvar": f"STAMPEDE_{name}", "show_envvar": True}

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
 import sys
-from typing import Any
 
 import click
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from .. import metrics
 from .._client import Stampede
@@ -21,21 +17,11 @@ from ..errors import ConfigurationError, ShardError, StampedeError
 from ..repair._loading import BUILTIN, open_strategy, resolve_strategy
 from ..repair._queue import RepairQueue
 from ..repair._worker import RetryBackoff, Worker, event, serve_metrics
-from ..scan import ScanReport, compile_pattern, scan_groups
 from ..verdict import Mode
-from ._common import connect_from, console, show, unreachable, with_connection
+from ._common import connect_from, from_env, unreachable, with_connection
 from ._logs import log_options, setup_logging
 
-__all__ = ["EXIT_ERROR", "EXIT_TORN", "scan_command", "worker_command"]
-
-EXIT_TORN = 1
-"""`stampede scan`: torn groups found."""
-EXIT_ERROR = 3
-"""`stampede scan`: the scan did not complete (a shard unreachable, timing out or erroring)."""
-
-
-def _env(name: str) -> dict[str, Any]:
-    return {"envvar": f"STAMPEDE_{name}", "show_envvar": True}
+__all__ = ["worker_command"]
 
 
 async def _plain_server(url: str, socket_timeout: float) -> bool:
@@ -78,7 +64,7 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     "--strategy",
     required=True,
     metavar="SPEC",
-    **_env("STRATEGY"),
+    **from_env("STRATEGY"),
     help="'newest-wins', or 'module:name': a strategy instance, or a factory (possibly "
     "async, or returning an async context manager) run in the worker's event loop. The "
     "current directory is on the import path.",
@@ -88,7 +74,7 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     type=click.Choice(["stamp", "commit"]),
     default="stamp",
     show_default=True,
-    **_env("MODE"),
+    **from_env("MODE"),
     help="How groups are judged when a job does not say (jobs carry their own).",
 )
 @click.option(
@@ -96,24 +82,24 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     type=click.IntRange(1, 1024),
     default=4,
     show_default=True,
-    **_env("CONCURRENCY"),
+    **from_env("CONCURRENCY"),
 )
 @click.option(
-    "--consumer", default=None, **_env("CONSUMER"), help="Consumer name [default: host-pid]."
+    "--consumer", default=None, **from_env("CONSUMER"), help="Consumer name [default: host-pid]."
 )
 @click.option(
     "--max-attempts",
     type=click.IntRange(1, 100),
     default=5,
     show_default=True,
-    **_env("MAX_ATTEMPTS"),
+    **from_env("MAX_ATTEMPTS"),
 )
 @click.option(
     "--retry-delay",
     type=click.FloatRange(min=0),
     default=1.0,
     show_default=True,
-    **_env("RETRY_DELAY"),
+    **from_env("RETRY_DELAY"),
     help="Seconds before the first retry of a failed job; each retry doubles it, less "
     "up to half at random (0: retry at once).",
 )
@@ -122,7 +108,7 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     type=click.FloatRange(min=0),
     default=60.0,
     show_default=True,
-    **_env("RETRY_MAX_DELAY"),
+    **from_env("RETRY_MAX_DELAY"),
     help="The longest delay between two attempts of a job.",
 )
 @click.option(
@@ -130,7 +116,7 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     type=click.FloatRange(min=0),
     default=60.0,
     show_default=True,
-    **_env("SWEEP_INTERVAL"),
+    **from_env("SWEEP_INTERVAL"),
     help="Seconds between sweeps that collect read-atomic transactions' old versions "
     "of keys no longer written (0: never).",
 )
@@ -139,7 +125,7 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     type=click.FloatRange(min=0.01),
     default=30.0,
     show_default=True,
-    **_env("MIN_IDLE"),
+    **from_env("MIN_IDLE"),
     help="Seconds before a job of a dead worker is taken over.",
 )
 @click.option(
@@ -147,13 +133,13 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     type=click.FloatRange(min=0),
     default=10.0,
     show_default=True,
-    **_env("GRACE"),
+    **from_env("GRACE"),
     help="Seconds the jobs in hand get to finish on SIGTERM before they are handed back.",
 )
 @click.option(
     "--burst",
     is_flag=True,
-    **_env("BURST"),
+    **from_env("BURST"),
     help="Drain the queue and exit: stop once nothing is left to claim, in hand or "
     "waiting for a retry.",
 )
@@ -161,14 +147,14 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
-    **_env("METRICS_PORT"),
+    **from_env("METRICS_PORT"),
     help="Serve /metrics (Prometheus) and /healthz on this port.",
 )
 @click.option(
     "--metrics-host",
     default="127.0.0.1",
     show_default=True,
-    **_env("METRICS_HOST"),
+    **from_env("METRICS_HOST"),
     help="Address the metrics port binds; 0.0.0.0 lets a scraper outside the host "
     "or container reach it.",
 )
@@ -177,7 +163,7 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     type=click.FloatRange(min=0.1),
     default=15.0,
     show_default=True,
-    **_env("HEALTH_INTERVAL"),
+    **from_env("HEALTH_INTERVAL"),
     help="Seconds between health lines in the log.",
 )
 @log_options("info")
@@ -277,163 +263,3 @@ def worker_command(
         raise click.UsageError(str(exc)) from None
     except StampedeError as exc:
         raise click.ClickException(str(exc)) from None
-
-
-@click.command("scan")
-@with_connection
-@click.option(
-    "--pattern",
-    required=True,
-    metavar="REGEX",
-    help=r"Regex over whole keys with a named group 'group', e.g. '(?P<group>user:\{\d+\}):.*'.",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["auto", "stamp", "commit"]),
-    default="auto",
-    show_default=True,
-    **_env("SCAN_MODE"),
-    help="How groups are judged. auto: commit mode when the groups have commit records, "
-    "else stamp. stamp refuses groups that have records.",
-)
-@click.option("--match", default="*", show_default=True, help="SCAN MATCH glob to narrow the walk.")
-@click.option(
-    "--count",
-    type=click.IntRange(1, 100_000),
-    default=1000,
-    show_default=True,
-    help="SCAN COUNT hint.",
-)
-@click.option("--enqueue", is_flag=True, help="Put every torn group on the repair stream.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@log_options("warning")
-def scan_command(
-    urls: tuple[str, ...],
-    cluster: bool,
-    socket_timeout: float,
-    partitions: int | None,
-    stream: str,
-    mode: str,
-    pattern: str,
-    match: str,
-    count: int,
-    enqueue: bool,
-    as_json: bool,
-    log_level: str,
-    log_format: str,
-) -> None:
-    """Walk every shard with SCAN and report the groups that stay torn.
-
-    Exit status: 0 none torn, 1 torn groups found, 2 bad usage (or --mode stamp over
-    groups with commit records), 3 the scan did not complete (a shard unreachable,
-    timing out or erroring).
-    """
-    setup_logging(log_level, log_format)
-    try:
-        regex = compile_pattern(pattern)
-    except StampedeError as exc:
-        raise click.UsageError(str(exc)) from None
-    st = connect_from(urls, cluster, socket_timeout)
-
-    async def run() -> tuple[ScanReport, int]:
-        async with st:
-            with Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}"),
-                TimeElapsedColumn(),
-                console=console(),
-                transient=True,
-                disable=as_json,
-            ) as bar:
-                scanned = bar.add_task("keys scanned", total=None)
-                judged = bar.add_task("groups judged", total=None)
-
-                def progress(phase: str, n: int) -> None:
-                    bar.advance(scanned if phase == "scan" else judged, n)
-
-                report = await scan_groups(
-                    st.topology,
-                    regex,
-                    match=match,
-                    mode=None if mode == "auto" else Mode(mode),
-                    count=count,
-                    progress=progress,
-                )
-            queued = 0
-            if enqueue and report.torn:
-                queue = RepairQueue(st.topology, name=stream, partitions=partitions)
-                for torn in report.torn:
-                    job = await queue.enqueue(
-                        torn.group,
-                        list(torn.keys),
-                        torn.seen,
-                        torn.reason.value,
-                        mode=torn.mode.value,
-                    )
-                    queued += job is not None
-            return report, queued
-
-    try:
-        report, queued = asyncio.run(run())
-    except (StampedeError, OSError) as exc:
-        if isinstance(exc, ConfigurationError) and not unreachable(exc):
-            raise click.UsageError(str(exc)) from None
-        click.echo(f"Error: the scan did not complete: {exc}", err=True)
-        sys.exit(EXIT_ERROR)
-    if as_json:
-        click.echo(json.dumps(_as_json(report, queued), indent=2))
-    else:
-        _print(report, queued, enqueue)
-    sys.exit(EXIT_TORN if report.torn else 0)
-
-
-def _as_json(report: ScanReport, queued: int) -> dict[str, Any]:
-    return {
-        "mode": report.mode.value,
-        "keys_scanned": report.keys_scanned,
-        "groups": report.groups,
-        "committed": report.committed,
-        "consistent": report.consistent,
-        "not_found": report.not_found,
-        "torn_count": len(report.torn),
-        "ignored_keys": report.ignored_keys,
-        "misrouted_count": len(report.misrouted),
-        "misrouted": [show(k) for k in report.misrouted[:1000]],
-        "seconds": round(report.seconds, 3),
-        "enqueued": queued,
-        "torn": [
-            {"group": show(t.group), "reason": t.reason.value, "mode": t.mode.value, "seen": t.seen}
-            for t in report.torn
-        ],
-    }
-
-
-def _print(report: ScanReport, queued: int, enqueue: bool) -> None:
-    out = console()
-    if report.torn:
-        table = Table(title=f"{len(report.torn)} torn group(s)")
-        table.add_column("group")
-        table.add_column("reason")
-        table.add_column("seen (key = version:token)")
-        for torn in report.torn[:1000]:
-            seen = ", ".join(f"{k}={v}" for k, v in torn.seen.items())
-            table.add_row(show(torn.group), torn.reason.value, seen)
-        out.print(table)
-    rate = report.keys_scanned / report.seconds if report.seconds else 0.0
-    out.print(
-        f"{report.keys_scanned} keys in {report.groups} groups scanned in "
-        f"{report.seconds:.2f}s ({rate:,.0f} keys/s), judged in {report.mode.value} mode "
-        f"({report.committed} with commit records): {report.consistent} consistent, "
-        f"{report.not_found} not found, {len(report.torn)} torn, "
-        f"{report.ignored_keys} keys outside the pattern, "
-        f"{len(report.misrouted)} on a server they do not route to"
-    )
-    if report.misrouted:
-        shown = ", ".join(show(k) for k in report.misrouted[:5])
-        out.print(
-            f"misrouted keys (written under another URL order or slot map?): {shown}"
-            + (" ..." if len(report.misrouted) > 5 else "")
-        )
-    if enqueue:
-        out.print(f"{queued} repair job(s) enqueued ({len(report.torn) - queued} already pending)")
