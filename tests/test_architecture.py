@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             r"versions",
             r"options",
             r"_lua(\..*)?",
+            r"_backoff",
         ],
     ),
     ("topology", [r"topology(\..*)?"]),

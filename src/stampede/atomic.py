@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from ._backoff import backoff
 from .errors import (
     CrossSlotError,
     InvalidKeyError,
@@ -303,8 +303,7 @@ async def watch(
         if ok:
             return WatchResult(results, attempt, written=written)
         if attempt < max_attempts:
-            cap = min(max_delay, base_delay * 2 ** min(attempt, 30))
-            await asyncio.sleep(random.uniform(0.0, cap))
+            await asyncio.sleep(backoff(attempt, base_delay, max_delay))
     label = ", ".join(k.decode("utf-8", "backslashreplace") for k in watched)
     raise WriteConflict(f"watch({label})", max_attempts)
 

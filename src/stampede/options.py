@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ._backoff import backoff
 from .errors import ConfigurationError
 from .typing import RepairStrategy, VersionSource
 from .verdict import Mode
@@ -48,8 +49,7 @@ class RetryPolicy(_Frozen):
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """The full-jitter sleep after failed attempt number `attempt` (0-based)."""
-        cap = min(self.max_delay, self.base_delay * (2 ** min(attempt, 30)))
-        return (rng or random).uniform(0.0, cap)
+        return backoff(attempt, self.base_delay, self.max_delay, rng=rng)
 
 
 class ConnectOptions(_Frozen):

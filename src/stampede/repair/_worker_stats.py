@@ -17,6 +17,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from .._backoff import backoff
 from ..errors import ConfigurationError
 from ..results import RepairAction
 from ..topology.base import Topology
@@ -75,10 +76,9 @@ class RetryBackoff:
 
     def delay(self, retry: int, rng: random.Random | None = None) -> float:
         """Seconds before retry number `retry` (1 for the first)."""
-        exponent = min(max(retry - 1, 0), 64)
-        raw = min(self.max_delay, self.base * self.factor**exponent)
-        draw = (rng or random).random()
-        return raw * (1 - self.jitter * draw)
+        return backoff(
+            retry - 1, self.base, self.max_delay, factor=self.factor, jitter=self.jitter, rng=rng
+        )
 
 
 @dataclass

@@ -27,6 +27,7 @@ from typing import Any
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from .._backoff import backoff as shared_backoff
 from ..keys import hash_tag
 from .guard import CROSS_SLOT_GUARD_SCRIPT, CROSS_SLOT_GUARD_SHA, GUARD_SCRIPT, GUARD_SHA
 
@@ -141,7 +142,7 @@ def describe(commands: Sequence[Sequence[Any]]) -> str:
 
 def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """The full-jitter sleep before retry number `attempt` (1-based)."""
-    return (rng or random).uniform(0.0, min(cap, base * 2 ** min(attempt, 30)))
+    return shared_backoff(attempt, base, cap, rng=rng)
 
 
 class Markers:
