@@ -9,16 +9,16 @@ import stampede.testing
 EXPECTED = [
     "AtomicRead", "ClockSkewError", "Cluster", "ConfigurationError", "ConnectOptions",
     "Counter", "CrossSlotError", "Envelope", "GuardCode", "HashPolicy", "HybridClock",
-    "InvalidKeyError", "InvalidValueError", "KeySpace", "MalformedEntry", "MalformedEnvelope",
-    "Mode",
-    "ModelValidationError", "Options", "OrderingError", "OutcomeUnknownError",
-    "PartialWriteError", "ReadError", "ReadResult", "ReadTimeout", "Reason", "Receipt",
-    "RepairError", "RepliesLostError", "RetryPolicy", "SetupError", "ShardError",
-    "ShardResponseError", "ShardTimeout", "ShardUnavailable", "Shards", "SlotMap", "Stampede",
-    "StampedeError", "Status", "Topology", "TornReadError", "Transaction",
-    "TransactionAborted", "TransactionReceipt", "TypedGroup", "TypedRead", "VersionSource",
-    "WriteConflict", "WriteError", "WriteTimeout", "analyze", "atomic", "connect", "eventlog",
-    "fanout", "hash_tag", "keyslot", "lint", "new_token", "repair", "wire",
+    "InvalidKeyError", "InvalidValueError", "JsonCodec", "KeySpace", "MalformedEntry",
+    "MalformedEnvelope", "Mode", "ModelValidationError", "Options", "OrderingError",
+    "OutcomeUnknownError", "PartialWriteError", "PayloadCodec", "ReadError", "ReadResult",
+    "ReadTimeout", "Reason", "Receipt", "RepairError", "RepliesLostError", "RetryPolicy",
+    "SetupError", "ShardError", "ShardResponseError", "ShardTimeout", "ShardUnavailable",
+    "Shards", "SlotMap", "Stampede", "StampedeError", "Status", "Topology", "TornReadError",
+    "Transaction", "TransactionAborted", "TransactionReceipt", "TypedGroup", "TypedRead",
+    "VersionSource", "WriteConflict", "WriteError", "WriteTimeout", "analyze", "atomic",
+    "connect", "eventlog", "fanout", "hash_tag", "keyslot", "lint", "new_token", "repair",
+    "wire",
 ]  # fmt: skip
 
 

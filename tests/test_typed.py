@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, TypeVar
 
 import pytest
 from mypy import api as mypy_api
 from pydantic import BaseModel
 
-from stampede import ConfigurationError, ModelValidationError, RetryPolicy, Stampede, TypedGroup
+from stampede import (
+    ConfigurationError,
+    JsonCodec,
+    ModelValidationError,
+    PayloadCodec,
+    RetryPolicy,
+    Stampede,
+    TypedGroup,
+)
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class Profile(BaseModel):
@@ -42,6 +53,30 @@ async def test_invalid_stored_part_names_its_key(st: Stampede) -> None:
         await USERS.read(st, "user:{9}")
     assert info.value.key == b"user:{9}:profile"
     assert "Profile" in str(info.value) and "Ada" not in str(info.value)
+
+
+class Compressed:
+    """A PayloadCodec of its own: the JSON codec's bytes, zlib-compressed."""
+
+    def encode(self, value: BaseModel) -> bytes:
+        return zlib.compress(JsonCodec().encode(value))
+
+    def decode(self, model: type[M], payload: bytes) -> M:
+        return JsonCodec().decode(model, zlib.decompress(payload))
+
+
+async def test_a_payload_codec_of_ones_own(st: Stampede) -> None:
+    """A TypedGroup stores its parts with the codec it is given, and reads them back."""
+    assert isinstance(Compressed(), PayloadCodec)
+    packed = TypedGroup({"profile": Profile, "settings": Settings}, codec=Compressed())
+    await packed.write(st, "user:{10}", profile=Profile(name="Ada", age=36), settings=Settings())
+    got = await packed.read(st, "user:{10}")
+    assert got["profile"] == Profile(name="Ada", age=36)
+    raw = await st.read("user:{10}", ["user:{10}:profile"])
+    stored = raw.values["user:{10}:profile"]
+    assert stored is not None and zlib.decompress(stored).startswith(b"{")
+    with pytest.raises(ConfigurationError, match="PayloadCodec"):
+        TypedGroup({"profile": Profile}, codec=object())  # type: ignore[call-overload]
 
 
 async def test_not_found_group_has_no_parts(st: Stampede) -> None:

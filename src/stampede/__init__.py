@@ -8,6 +8,7 @@ from . import wire as wire
 from ._client import Stampede as Stampede
 from ._connect import connect as connect
 from ._txn import Transaction as Transaction
+from ._typed import JsonCodec as JsonCodec
 from ._typed import TypedGroup as TypedGroup
 from ._typed import TypedRead as TypedRead
 from .errors import ClockSkewError as ClockSkewError
@@ -54,6 +55,7 @@ from .results import TransactionReceipt as TransactionReceipt
 from .topology import Cluster as Cluster
 from .topology import Shards as Shards
 from .topology import Topology as Topology
+from .typing import PayloadCodec as PayloadCodec
 from .typing import VersionSource as VersionSource
 from .verdict import Mode as Mode
 from .verdict import Reason as Reason
@@ -79,6 +81,7 @@ __all__ = [
     "HybridClock",
     "InvalidKeyError",
     "InvalidValueError",
+    "JsonCodec",
     "KeySpace",
     "MalformedEntry",
     "MalformedEnvelope",
@@ -88,6 +91,7 @@ __all__ = [
     "OrderingError",
     "OutcomeUnknownError",
     "PartialWriteError",
+    "PayloadCodec",
     "ReadError",
     "ReadResult",
     "ReadTimeout",

@@ -20,7 +20,8 @@ what `write` is given and types `TypedRead.parts`. A plain mapping
 
 Each part is stored under `<group>:<part>` as JSON inside the envelope. A stored
 value that does not validate raises `ModelValidationError` naming the key and the
-failing fields. A part added to the model later can have a default
+failing fields. The payload codec is JSON by default (`JsonCodec`); any `PayloadCodec` (msgpack,
+a compressed form...) can take its place. A part added to the model later can have a default
 (`defaults={"prefs": Prefs()}`): groups written before it existed read whole,
 with the default in its place, until they are written again.
 """
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ValidationError
 from .errors import ConfigurationError, InvalidValueError, ModelValidationError, TornReadError
 from .keys import to_bytes
 from .results import ReadResult, Receipt
+from .typing import PayloadCodec
 from .verdict import Status
 
 if TYPE_CHECKING:
@@ -46,7 +48,23 @@ if TYPE_CHECKING:
     from .typing import RepairStrategy
     from .verdict import Observation
 
-__all__ = ["TypedGroup", "TypedRead"]
+__all__ = ["JsonCodec", "TypedGroup", "TypedRead"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class JsonCodec:
+    """The default `PayloadCodec`: each part as its model's JSON (`model_dump_json`)."""
+
+    def encode(self, value: BaseModel) -> bytes:
+        return value.model_dump_json().encode()
+
+    def decode(self, model: type[M], payload: bytes) -> M:
+        return model.model_validate_json(payload)
+
+    def __repr__(self) -> str:
+        return "JsonCodec()"
+
 
 T = TypeVar("T", bound=Mapping[str, object])
 
@@ -122,6 +140,7 @@ class TypedGroup(Generic[T]):
         *,
         separator: str = ":",
         defaults: Mapping[str, BaseModel] | None = None,
+        codec: PayloadCodec | None = None,
     ) -> None: ...
 
     @overload
@@ -131,6 +150,7 @@ class TypedGroup(Generic[T]):
         *,
         separator: str = ":",
         defaults: Mapping[str, BaseModel] | None = None,
+        codec: PayloadCodec | None = None,
     ) -> None: ...
 
     def __init__(
@@ -139,8 +159,14 @@ class TypedGroup(Generic[T]):
         *,
         separator: str = ":",
         defaults: Mapping[str, BaseModel] | None = None,
+        codec: PayloadCodec | None = None,
     ) -> None:
         self.parts = _models_of(parts)
+        self.codec: PayloadCodec = JsonCodec() if codec is None else codec
+        if not isinstance(self.codec, PayloadCodec):
+            raise ConfigurationError(
+                f"codec must be a PayloadCodec (encode, decode), got {type(codec).__name__}"
+            )
         if not isinstance(separator, str) or not separator:
             raise ConfigurationError(f"separator must be non-empty text, got {separator!r}")
         self.separator = separator
@@ -225,7 +251,7 @@ class TypedGroup(Generic[T]):
             value = given[part]
             if not isinstance(value, model):
                 value = self._validate(keys[part], model, value)
-            payloads[keys[part]] = value.model_dump_json().encode()
+            payloads[keys[part]] = self.codec.encode(value)
         return payloads
 
     def set(self, tx: Transaction, group: str, values: T | None = None, /, **parts: Any) -> None:
@@ -333,10 +359,11 @@ class TypedGroup(Generic[T]):
         )
         return TypedRead(typing.cast(T, parts), result, tuple(missing))
 
-    @staticmethod
-    def _validate(key: str, model: type[BaseModel], raw: Any) -> BaseModel:
+    def _validate(self, key: str, model: type[BaseModel], raw: Any) -> BaseModel:
         try:
-            if isinstance(raw, bytes | str):
+            if isinstance(raw, bytes):
+                return self.codec.decode(model, raw)
+            if isinstance(raw, str):
                 return model.model_validate_json(raw)
             return model.model_validate(raw)
         except ValidationError as exc:

@@ -4,7 +4,8 @@
   or the application's own);
 - `RepairStrategy` and the `RepairContext` it is given: how a group that stays
   torn is made whole (`NewestWins`, `Refetch`, `Enqueue`, or the application's own);
-- `HasTopology`: anything that works over a topology (a `Stampede`).
+- `HasTopology`: anything that works over a topology (a `Stampede`);
+- `PayloadCodec`: how a typed group stores a part's model in the envelope's payload.
 
 Nothing here talks to Redis or imports a Redis client.
 """
@@ -12,14 +13,23 @@ Nothing here talks to Redis or imports a Redis client.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from .results import RepairOutcome
     from .topology.base import Topology
     from .verdict import Mode, Observation, Verdict
 
-__all__ = ["DEFAULT_GRACE", "HasTopology", "RepairContext", "RepairStrategy", "VersionSource"]
+__all__ = [
+    "DEFAULT_GRACE",
+    "HasTopology",
+    "PayloadCodec",
+    "RepairContext",
+    "RepairStrategy",
+    "VersionSource",
+]
 
 DEFAULT_GRACE = 300.0
 """Seconds a repair's tombstones keep late older writes out (`Options.tombstone_grace`)."""
@@ -78,4 +88,22 @@ class HasTopology(Protocol):
     @property
     def topology(self) -> Topology:
         """The topology its reads and writes go through."""
+        ...
+
+
+M = TypeVar("M", bound="BaseModel")
+
+
+@runtime_checkable
+class PayloadCodec(Protocol):
+    """How a `TypedGroup` turns a part's pydantic model into the payload stored inside
+    the envelope, and back (`JsonCodec` by default)."""
+
+    def encode(self, value: BaseModel) -> bytes:
+        """The payload for `value`."""
+        ...
+
+    def decode(self, model: type[M], payload: bytes) -> M:
+        """`payload` as a `model`; pydantic's `ValidationError` when it does not fit
+        (the group reports it as `ModelValidationError`, naming the key)."""
         ...
