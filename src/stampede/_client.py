@@ -6,7 +6,6 @@ import asyncio
 import difflib
 import time
 from collections.abc import Coroutine, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
 from . import metrics, tracing
@@ -74,12 +73,7 @@ class Stampede:
             await self.aclose()  # `async with` will not call __aexit__ for a failed enter
             raise
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def _versions_for(self, versions: str | VersionSource | None) -> VersionSource:

@@ -107,14 +107,7 @@ async def open_strategy(spec: str) -> AsyncIterator[RepairStrategy]:
     what = "the object"
     if not isinstance(target, RepairStrategy) and callable(target):
         what = "the factory"
-        try:
-            target = target()
-            if inspect.isawaitable(target):
-                target = await target
-        except Exception as exc:
-            raise ConfigurationError(
-                f"strategy {spec!r}: the factory raised {type(exc).__name__}: {exc}"
-            ) from exc
+        target = await _built(spec, target)
     async with contextlib.AsyncExitStack() as stack:
         if _is_context(target):
             what = "the factory's context"
@@ -135,16 +128,22 @@ async def load_strategy(spec: str) -> RepairStrategy:
     """
     target = resolve_strategy(spec) if spec not in BUILTIN else BUILTIN[spec]()
     if not isinstance(target, RepairStrategy) and callable(target):
-        try:
-            target = target()
-            if inspect.isawaitable(target):
-                target = await target
-        except Exception as exc:
-            raise ConfigurationError(
-                f"strategy {spec!r}: the factory raised {type(exc).__name__}: {exc}"
-            ) from exc
+        target = await _built(spec, target)
     if _is_context(target):
         raise ConfigurationError(
             f"strategy {spec!r}: the factory returned a context manager; use open_strategy()"
         )
     return _checked(spec, target, "the factory")
+
+
+async def _built(spec: str, factory: Any) -> Any:
+    """What a strategy factory returns (awaited when it is a coroutine)."""
+    try:
+        target = factory()
+        if inspect.isawaitable(target):
+            target = await target
+    except Exception as exc:
+        raise ConfigurationError(
+            f"strategy {spec!r}: the factory raised {type(exc).__name__}: {exc}"
+        ) from exc
+    return target
