@@ -11,13 +11,14 @@ as usual; stampede then records, on the tracer named `stampede`:
 
 Each attribute is named `stampede.<name>`. An error ends the span with its
 exception recorded. Attributes carry names and counts, never payloads. Without
-OpenTelemetry every call here is a no-op.
+OpenTelemetry, or before a tracer provider is configured, every call here is a
+no-op that costs one check (no span object, no context change).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 __all__ = ["Span", "span"]
@@ -51,12 +52,31 @@ class Span:
                 self._span.set_attribute(f"stampede.{name}", value)
 
 
-@contextmanager
-def span(name: str, **attributes: str | int | float | bool | None) -> Iterator[Span]:
+class _Idle:
+    """The span of an operation when nothing records spans: enters as a no-op `Span`."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        return _IDLE_SPAN
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+_IDLE_SPAN = Span()
+_IDLE = _Idle()
+
+
+def span(name: str, **attributes: str | int | float | bool | None) -> AbstractContextManager[Span]:
     """A span named `stampede.<name>` around an operation (see the module table)."""
-    if _trace is None:
-        yield Span()
-        return
+    if _trace is None or isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
+        return _IDLE  # nothing records: no span, no context change
+    return _recorded(name, attributes)
+
+
+@contextmanager
+def _recorded(name: str, attributes: dict[str, str | int | float | bool | None]) -> Iterator[Span]:
     global _tracer
     if _tracer is None:  # a proxy: it follows a tracer provider configured later
         _tracer = _trace.get_tracer("stampede")
