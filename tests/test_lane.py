@@ -1,76 +1,128 @@
-"""The lean connection lane: its own send path keeps redis-py's error semantics."""
+"""stampede's own connections and lanes, against real servers (and a reply-losing proxy)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
-from redis import exceptions as rex
-from redis.asyncio import Redis
 
 from stampede import OutcomeUnknownError
 from stampede.testing import LocalPrimaries, RedisProxy
+from stampede.topology._endpoint import parse_url
+from stampede.topology._resp import (
+    Connection,
+    ConnectionLost,
+    NoScriptError,
+    ReplyError,
+    ReplyTimeout,
+)
 from stampede.topology.guard import GUARD_SHA
-from stampede.topology.lane import Lane, send
+from stampede.topology.lane import Lane
+
+
+def _lane(url: str, **kwargs: Any) -> Lane:
+    return Lane(parse_url(url), **kwargs)
 
 
 async def test_a_pipeline_round_trip_returns_replies_and_error_replies(
     redis_primaries: LocalPrimaries,
 ) -> None:
     """Replies in order; an error reply is that command's result, the lane stays usable."""
-    client = Redis.from_url(redis_primaries.urls[0])
-    lane = Lane(client)
+    lane = _lane(redis_primaries.urls[0])
     try:
         replies = await lane.pipeline([("SET", "k", "v"), ("INCR", "k"), ("GET", "k")])
         assert replies[0] == b"OK" and replies[2] == b"v"
-        assert isinstance(replies[1], rex.ResponseError)
+        assert isinstance(replies[1], ReplyError) and replies[1].code == "ERR"
         assert await lane.call("PING") == b"PONG"
     finally:
         await lane.aclose()
-        await client.aclose()
 
 
-async def test_a_send_that_cannot_drain_times_out_and_drops_the_connection(
+async def test_many_pipelines_share_a_connection_and_each_gets_its_own_replies(
     redis_primaries: LocalPrimaries,
 ) -> None:
-    """A paused server stops reading: a big write times out as redis-py's TimeoutError."""
-    node = redis_primaries.nodes[0]
-    client = Redis.from_url(node.url, socket_timeout=0.5)
-    conn = _connection(client)
-    await conn.connect()
-    node.pause()
+    """Pipelines sent together on one connection come back in order, each to its caller."""
+    lane = _lane(redis_primaries.urls[0], limit=1)
     try:
-        with pytest.raises(rex.TimeoutError, match="writing to socket"):
-            await send(conn, b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$67108864\r\n" + b"x" * 2**26)
-        assert not conn.is_connected
+        await lane.pipeline([("SET", f"n:{i}", i) for i in range(200)])
+        got = await asyncio.gather(*(lane.call("GET", f"n:{i}") for i in range(200)))
+        assert got == [str(i).encode() for i in range(200)]
+        assert lane.open_connections == 1
+    finally:
+        await lane.aclose()
+
+
+async def test_a_cancelled_callers_replies_never_reach_the_next_caller(
+    redis_primaries: LocalPrimaries,
+) -> None:
+    """A caller that gives up leaves its replies to be read and dropped, in order."""
+    node = redis_primaries.nodes[0]
+    lane = _lane(node.url, limit=1)
+    try:
+        await lane.call("SET", "a", "first")
+        await lane.call("SET", "b", "second")
+        slow = asyncio.ensure_future(lane.pipeline([("DEBUG", "SLEEP", "0.2"), ("GET", "a")]))
+        await asyncio.sleep(0.05)
+        slow.cancel()
+        assert await lane.call("GET", "b") == b"second"
+    finally:
+        await lane.aclose()
+
+
+async def test_a_timeout_ends_the_connection_and_fails_everything_on_it(
+    redis_primaries: LocalPrimaries,
+) -> None:
+    """No reply in time: ReplyTimeout, and pipelines queued behind it fail too (their
+    replies would no longer line up); a fresh connection works after."""
+    node = redis_primaries.nodes[0]
+    conn = await Connection.open(parse_url(node.url).at(node.host, node.port))
+    try:
+        node.pause()
+        first = conn.send([("GET", "x")], timeout=0.2)
+        second = conn.send([("GET", "y")], timeout=5)
+        with pytest.raises(ReplyTimeout):
+            await first
+        with pytest.raises(ReplyTimeout):
+            await second
+        assert not conn.usable
     finally:
         node.resume()
-        await conn.disconnect()
-        await client.aclose()
-
-
-async def test_a_connection_the_server_closed_fails_as_a_connection_error(
-    redis_primaries: LocalPrimaries,
-) -> None:
-    """A killed connection: redis-py's ConnectionError; the lane retries on a new one."""
-    client = Redis.from_url(redis_primaries.urls[0], socket_timeout=2)
-    conn = _connection(client)
-    await conn.connect()
-    await client.client_kill_filter(_id=str(await _client_id(conn)))
-    with pytest.raises(rex.ConnectionError):
-        await send(conn, b"*1\r\n$4\r\nPING\r\n")
-        await conn.read_response()
-    await conn.disconnect()
-
-    lane = Lane(client)
+        conn.close()
+    lane = _lane(node.url)
     try:
-        (ident,) = await lane.pipeline([("CLIENT", "ID")])
-        await client.client_kill_filter(_id=str(ident))
-        # Nothing was answered on the dead connection, so the lane sends again.
         assert await lane.call("PING") == b"PONG"
     finally:
         await lane.aclose()
-        await client.aclose()
+
+
+async def test_a_connection_the_server_closed_is_replaced(
+    redis_primaries: LocalPrimaries,
+) -> None:
+    """A killed connection: idempotent commands go again on a new one."""
+    lane = _lane(redis_primaries.urls[0], retries=2)
+    other = _lane(redis_primaries.urls[0])
+    try:
+        ident = await lane.call("CLIENT", "ID")
+        await other.call("CLIENT", "KILL", "ID", ident)
+        assert await lane.call("PING") == b"PONG"
+    finally:
+        await lane.aclose()
+        await other.aclose()
+
+
+async def test_an_argument_that_cannot_be_sent_is_refused_before_sending(
+    redis_primaries: LocalPrimaries,
+) -> None:
+    """A None (or a bool) is a TypeError naming the type; nothing reaches the server."""
+    lane = _lane(redis_primaries.urls[0])
+    try:
+        with pytest.raises(TypeError, match="NoneType"):
+            await lane.call("SET", "k", None)
+        assert await lane.call("SET", "k", bytearray(b"v")) == b"OK"
+        assert await lane.call("GET", "k") == b"v"
+    finally:
+        await lane.aclose()
 
 
 @pytest.mark.parametrize(
@@ -85,11 +137,10 @@ async def test_a_non_idempotent_command_whose_reply_was_lost_is_not_resent(
     redis_primaries: LocalPrimaries, command: tuple[str, ...], check: tuple[str, ...], applied: Any
 ) -> None:
     """INCR, XADD, DEL: the server ran it, the reply was lost: OutcomeUnknownError, sent once."""
-    direct = Redis.from_url(redis_primaries.urls[0])
-    await direct.set("d", "x")
+    direct = _lane(redis_primaries.urls[0])
+    await direct.call("SET", "d", "x")
     async with RedisProxy(redis_primaries.nodes[0].address) as proxy:
-        client = Redis.from_url(proxy.url)
-        lane = Lane(client, retries=3)
+        lane = _lane(proxy.url, retries=3)
         rule = proxy.drop_reply(lambda cmd: cmd[0].decode() == command[0])
         try:
             with pytest.raises(OutcomeUnknownError, match=command[0]) as info:
@@ -100,7 +151,6 @@ async def test_a_non_idempotent_command_whose_reply_was_lost_is_not_resent(
             assert await lane.call(*check) == applied
         finally:
             await lane.aclose()
-            await client.aclose()
             await direct.aclose()
 
 
@@ -109,8 +159,7 @@ async def test_reads_and_guarded_writes_whose_reply_was_lost_are_resent(
 ) -> None:
     """GET, MGET and a guarded-script call are idempotent: sent again on a new connection."""
     async with RedisProxy(redis_primaries.nodes[0].address) as proxy:
-        client = Redis.from_url(proxy.url)
-        lane = Lane(client, retries=1)
+        lane = _lane(proxy.url, retries=1)
         try:
             await lane.call("SET", "k", "v")
             proxy.drop_reply(lambda cmd: cmd[0] == b"GET")
@@ -119,23 +168,18 @@ async def test_reads_and_guarded_writes_whose_reply_was_lost_are_resent(
             assert await lane.call("MGET", "k") == [b"v"]
             assert proxy.count(lambda cmd: cmd[0] in (b"GET", b"MGET")) == 4
             await lane.call("SCRIPT", "FLUSH")
-            with pytest.raises(rex.NoScriptError):
+            with pytest.raises(NoScriptError):
                 await lane.call("EVALSHA", GUARD_SHA, 0)
             proxy.drop_reply(lambda cmd: cmd[0] == b"EVALSHA")
-            with pytest.raises(rex.NoScriptError):  # the resent call's own reply
+            with pytest.raises(NoScriptError):  # the resent call's own reply
                 await lane.call("EVALSHA", GUARD_SHA, 0)
             assert proxy.count(lambda cmd: cmd[0] == b"EVALSHA") == 3
         finally:
             await lane.aclose()
-            await client.aclose()
 
 
-def _connection(client: Redis) -> Any:
-    """A bare connection from the client's pool, as a `Lane` makes them."""
-    pool: Any = client.connection_pool
-    return pool.make_connection()
-
-
-async def _client_id(conn: Any) -> int:
-    await send(conn, b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n")
-    return int(await conn.read_response())
+async def test_a_refused_connection_is_a_connection_error_not_a_hang() -> None:
+    """Nothing listens: ConnectionLost after the retries, quickly."""
+    lane = Lane(parse_url("redis://127.0.0.1:1"), retries=1, retry_base=0.001)
+    with pytest.raises(ConnectionLost, match=r"127\.0\.0\.1:1"):
+        await lane.call("PING")

@@ -7,7 +7,6 @@ import random
 import pytest
 
 from stampede.keys import HashPolicy, keyslot
-from stampede.options import ConnectOptions, redis_kwargs
 from stampede.testing.proxy import _reply_end
 from stampede.topology.guard import CROSS_SLOT_GUARD_SHA, GUARD_SCRIPT, GUARD_SHA
 from stampede.topology.retries import Markers, all_idempotent, describe, is_idempotent
@@ -70,11 +69,6 @@ def test_markers_share_the_slot_of_the_keys() -> None:
     policy = HashPolicy(r"^stampede:op:(?P<tag>\{\d+\})")
     custom = Markers(policy.keyslot)
     assert policy.keyslot(custom.key(b"user:{42}:x", "T")) == policy.keyslot(b"user:{42}:x")
-
-
-def test_clients_stampede_builds_do_not_retry() -> None:
-    retry = redis_kwargs(ConnectOptions(connection_retries=5))["retry"]
-    assert retry.get_retries() == 0
 
 
 @pytest.mark.parametrize(

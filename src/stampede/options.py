@@ -25,7 +25,6 @@ __all__ = [
     "RetryPolicy",
     "check_strategy",
     "load_options",
-    "redis_kwargs",
     "strategy_problem",
 ]
 
@@ -61,8 +60,7 @@ class ConnectOptions(_Frozen):
     `connection_retries` times, sleeping a full-jitter backoff between `retry_base`
     and `retry_cap` seconds. A non-idempotent command is never sent again once it
     may have reached the server (`OutcomeUnknownError`, or the exactly-once fence
-    of a transaction), and a timeout is never retried. redis-py's own retries are
-    off.
+    of a transaction), and a timeout is never retried.
     """
 
     socket_timeout: float = Field(
@@ -198,26 +196,3 @@ def load_options(options: Options | None, overrides: dict[str, Any]) -> Options:
             for err in exc.errors()
         )
         raise ConfigurationError(f"invalid stampede options: {problems}") from None
-
-
-def redis_kwargs(opts: ConnectOptions) -> dict[str, Any]:
-    """redis-py client arguments, with redis-py's own retries off.
-
-    redis-py 8 resends any command after a dropped connection or a timeout, which
-    applies a non-idempotent one twice when only its reply was lost (and stalls a
-    paused primary's callers for several socket timeouts). stampede decides
-    retries itself (`stampede.topology.retries`), so the clients it builds never
-    retry.
-    """
-    from .topology.retries import no_retry
-
-    kwargs: dict[str, Any] = {
-        # RESP2: stampede reads raw replies on its hot path; redis-py 8 defaults to
-        # RESP3, whose maps and doubles would change their shape.
-        "protocol": 2,
-        "socket_timeout": opts.socket_timeout,
-        "socket_connect_timeout": opts.connect_timeout,
-        "retry": no_retry(),
-    }
-    kwargs["max_connections"] = opts.max_connections
-    return kwargs

@@ -20,7 +20,10 @@ import re
 from functools import cache
 from importlib.resources import files
 
-__all__ = ["Script", "script", "source"]
+__all__ = ["IDEMPOTENT_SHAS", "Script", "script", "source"]
+
+IDEMPOTENT_SHAS: set[str] = set()
+"""The SHA1s of the loaded scripts marked `--! idempotent` (safe to resend)."""
 
 _INCLUDE = re.compile(rb"^[ \t]*--! include ([a-z0-9_]+)[ \t]*$", re.MULTILINE)
 _IDEMPOTENT = re.compile(rb"^--! idempotent[ \t]*\n", re.MULTILINE)
@@ -54,4 +57,7 @@ def source(name: str) -> bytes:
 def script(name: str) -> Script:
     """The script in `<name>.lua`, composed and hashed once."""
     raw = (files(__name__) / f"{name}.lua").read_bytes()
-    return Script(source(name), name=name, idempotent=_IDEMPOTENT.search(raw) is not None)
+    loaded = Script(source(name), name=name, idempotent=_IDEMPOTENT.search(raw) is not None)
+    if loaded.idempotent:
+        IDEMPOTENT_SHAS.add(loaded.sha)
+    return loaded

@@ -14,9 +14,11 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from .. import metrics
 from .._client import Stampede
 from ..errors import ConfigurationError, ShardError, StampedeError
+from ..options import ConnectOptions
 from ..repair._loading import BUILTIN, open_strategy, resolve_strategy
 from ..repair._queue import RepairQueue
 from ..repair._worker import RetryBackoff, Worker, event, serve_metrics
+from ..topology import cluster_mode
 from ..verdict import Mode
 from ._common import connect_from, from_env, unreachable, with_connection
 from ._logs import log_options, setup_logging
@@ -26,18 +28,8 @@ __all__ = ["worker_command"]
 
 async def _plain_server(url: str, socket_timeout: float) -> bool:
     """Whether `url` answers as a server with cluster mode off (INFO cluster)."""
-    import redis.asyncio as aioredis
-
-    client = aioredis.from_url(
-        url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
-    )
-    try:
-        info = await client.info("cluster")
-        return not int(info.get("cluster_enabled", 0))
-    except Exception:
-        return False
-    finally:
-        await client.aclose()
+    options = ConnectOptions(socket_timeout=socket_timeout, connect_timeout=socket_timeout)
+    return await cluster_mode(url, options) is False
 
 
 async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeout: float) -> None:

@@ -9,14 +9,21 @@ pipeline per shard, all shards at once, and translates redis-py errors into
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from redis import exceptions as rex
-
 from ..errors import ShardError, ShardResponseError, ShardTimeout, ShardUnavailable
+from ._resp import (
+    AuthError,
+    ConnectionLost,
+    NoPermissionError,
+    RedisError,
+    ReplyError,
+    ReplyTimeout,
+)
 from .guard import KEEP_MS
 
 if TYPE_CHECKING:
@@ -25,11 +32,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "READ_WATCH",
+    "TRANSPORT_ERRORS",
     "ReadWatch",
     "Topology",
     "WriteOutcome",
     "call_units",
     "fetch_watched",
+    "guarded",
+    "mapped",
     "translate",
 ]
 
@@ -241,53 +251,61 @@ class Topology(Protocol):
 
 
 def translate(exc: BaseException, shard: str) -> ShardError:
-    """The stampede error for a redis-py error on `shard` (messages carry no payloads)."""
+    """The stampede error for a transport error on `shard` (messages carry no payloads).
+
+    The one place where what the transport raises becomes a `ShardError`; the
+    topologies reach it through `mapped` (a context manager) or `guarded`.
+    """
     if isinstance(exc, ShardError):
         return exc
-    if isinstance(exc, rex.AuthenticationError | rex.AuthenticationWrongNumberOfArgsError):
+    if isinstance(exc, AuthError):
         return ShardUnavailable(
             f"authentication failed ({exc}); authentication required; put user:password in "
             "the URL (redis://user:password@host:port, or redis://:password@host:port for "
             "the default user)",
             shard=shard,
         )
-    if isinstance(exc, rex.NoPermissionError):
+    if isinstance(exc, NoPermissionError):
         return ShardResponseError(
             f"the ACL user may not do this ({exc}); grant it what stampede needs "
             "(ACL SETUSER <user> +@read +@write +@scripting +@transaction +@connection "
             "+info ~*), or connect as another user",
             shard=shard,
         )
-    if isinstance(exc, rex.TimeoutError | TimeoutError):
+    if isinstance(exc, ReplyTimeout | TimeoutError):
         return ShardTimeout(
             "did not answer in time; it may be paused, overloaded or partitioned "
             "(raise socket_timeout if it is just slow)",
             shard=shard,
         )
-    if isinstance(exc, rex.ConnectionError | ConnectionError | OSError):
+    if isinstance(exc, ConnectionLost | ConnectionError | OSError):
         return ShardUnavailable(
             f"connection failed ({type(exc).__name__}: {exc}); is the server up and "
             "reachable at that address?",
             shard=shard,
         )
-    if isinstance(exc, rex.RedisClusterException):
-        return ShardUnavailable(f"cluster client error: {exc}", shard=shard)
-    if isinstance(exc, rex.ResponseError):
+    if isinstance(exc, ReplyError):
         return ShardResponseError(f"server replied with an error: {exc}", shard=shard)
     return ShardError(f"{type(exc).__name__}: {exc}", shard=shard)
 
 
-async def send(client: Any, *args: Any) -> Any:
-    """`client.execute_command(*args)`: redis-py leaves it untyped, so type it here once."""
-    return await client.execute_command(*args)
+TRANSPORT_ERRORS = (RedisError, OSError, TimeoutError)
+"""What the transport raises (and `translate` turns into a `ShardError`)."""
+
+
+@contextmanager
+def mapped(shard: str) -> Iterator[None]:
+    """Inside: a transport error becomes the `ShardError` naming `shard`."""
+    try:
+        yield
+    except TRANSPORT_ERRORS as exc:
+        raise translate(exc, shard) from exc
 
 
 async def guarded(shard: str, call: Callable[[], Awaitable[T]]) -> T:
-    """Await `call()`, translating redis-py errors into errors naming `shard`."""
-    try:
+    """Await `call()` with its transport errors mapped (see `mapped`)."""
+    with mapped(shard):
         return await call()
-    except (rex.RedisError, rex.RedisClusterException, OSError, TimeoutError) as exc:
-        raise translate(exc, shard) from exc
 
 
 def call_units(topology: Topology, keys: Sequence[bytes]) -> list[list[int]]:

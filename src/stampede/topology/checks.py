@@ -24,15 +24,24 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from redis import exceptions as rex
-
 from ..errors import SetupError
+from ..options import ConnectOptions
+from ._endpoint import parse_url
+from ._resp import (
+    AuthError,
+    ConnectionLost,
+    ConnectTimeout,
+    NoPermissionError,
+    RedisError,
+    ReplyTimeout,
+)
 from .lane import Lane
 
 __all__ = [
     "IDENTITY_KEY",
     "Identity",
     "ServerInfo",
+    "cluster_mode",
     "probe",
     "redact",
 ]
@@ -93,7 +102,7 @@ def refusal(exc: BaseException, url: str, *, waited: float | None = None) -> Set
     shown = redact(url)
     if isinstance(exc, SetupError):
         return exc
-    if isinstance(exc, rex.AuthenticationError | rex.AuthenticationWrongNumberOfArgsError):
+    if isinstance(exc, AuthError):
         text = str(exc)
         if "WRONGPASS" in text or "invalid" in text.lower():
             why = "the user or password in the URL was refused"
@@ -106,7 +115,7 @@ def refusal(exc: BaseException, url: str, *, waited: float | None = None) -> Set
             url=shown,
             problem="auth",
         )
-    if isinstance(exc, rex.NoPermissionError):
+    if isinstance(exc, NoPermissionError):
         return SetupError(
             f"the ACL user may not run what stampede needs ({exc}); grant it, e.g. "
             "ACL SETUSER <user> on >password ~* +@read +@write +@scripting "
@@ -115,7 +124,9 @@ def refusal(exc: BaseException, url: str, *, waited: float | None = None) -> Set
             problem="permission",
         )
     scheme = url.split("://", 1)[0].lower()
-    if scheme == "rediss" and (_is_tls_failure(exc) or isinstance(exc, rex.TimeoutError)):
+    if scheme == "rediss" and (
+        _is_tls_failure(exc) or isinstance(exc, ReplyTimeout | ConnectTimeout)
+    ):
         # A plain port never answers a TLS hello: the handshake fails or times out.
         return SetupError(
             f"the TLS handshake did not complete ({type(exc).__name__}: {exc}); this port "
@@ -124,7 +135,7 @@ def refusal(exc: BaseException, url: str, *, waited: float | None = None) -> Set
             url=shown,
             problem="tls",
         )
-    if isinstance(exc, rex.TimeoutError | TimeoutError):
+    if isinstance(exc, ReplyTimeout | ConnectTimeout | TimeoutError):
         within = f" within {waited:g} s" if waited is not None else ""
         return SetupError(
             f"the server did not answer{within}; is it paused or overloaded? (raise "
@@ -132,7 +143,7 @@ def refusal(exc: BaseException, url: str, *, waited: float | None = None) -> Set
             url=shown,
             problem="timeout",
         )
-    if isinstance(exc, rex.ConnectionError | ConnectionError | OSError):
+    if isinstance(exc, ConnectionLost | ConnectionError | OSError):
         return SetupError(
             f"could not connect ({type(exc).__name__}: {exc}); is the server up, and are "
             "the host and port right?",
@@ -150,10 +161,10 @@ async def probe(lane: Lane, url: str, *, waited: float | None = None) -> ServerI
     """Ask the server at `url` who it is; `SetupError` when it cannot be used."""
     try:
         server, cluster = await lane.pipeline([("INFO", "server"), ("INFO", "cluster")])
-    except (rex.RedisError, OSError, TimeoutError) as exc:
+    except (RedisError, OSError, TimeoutError) as exc:
         raise refusal(exc, url, waited=waited) from exc
     for reply in (server, cluster):
-        if isinstance(reply, rex.NoPermissionError):
+        if isinstance(reply, NoPermissionError):
             raise refusal(reply, url) from reply
     run_id = None if isinstance(server, BaseException) else _fields(server).get("run_id")
     enabled = (
@@ -309,3 +320,15 @@ def _order(urls: Sequence[str], records: Sequence[Identity | None]) -> list[str]
             return None
         slots[rec.shard] = url
     return [u for u in slots if u is not None]
+
+
+async def cluster_mode(url: str, options: ConnectOptions | None = None) -> bool | None:
+    """Whether the server at `url` runs in cluster mode; None when it cannot be asked."""
+    lane = Lane(parse_url(url, options), retries=0)
+    try:
+        info = await probe(lane, url)
+    except SetupError:
+        return None
+    finally:
+        await lane.aclose()
+    return info.cluster_enabled

@@ -1,9 +1,10 @@
-"""`Cluster`: a Redis Cluster through `redis.asyncio.cluster.RedisCluster`.
+"""`Cluster`: a Redis Cluster, on stampede's own connections.
 
-A plan becomes one pipeline per node (one MGET or one guarded-script call per
-slot inside it), all nodes at once. redis-py follows MOVED and ASK and waits out
-TRYAGAIN while a slot migrates; what still fails is translated into a
-`ShardError` naming the node.
+The slot map comes from `CLUSTER SLOTS` (`_discovery`). A plan becomes one
+pipeline per node (one read or one guarded-script call per slot inside it), all
+nodes at once, straight to each node's lane. MOVED, ASK and TRYAGAIN are followed
+here, command by command (ASKING and the redirected command on one connection);
+what still fails is translated into a `ShardError` naming the node.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from redis import exceptions as rex
-from redis.asyncio import Redis, SSLConnection
-from redis.asyncio.cluster import ClusterNode, RedisCluster
-
+from .._lua import Script
 from ..errors import ConfigurationError, SetupError, ShardUnavailable
 from ..keys import keyslot
-from ..options import ConnectOptions, redis_kwargs
+from ..options import ConnectOptions
+from ._discovery import AddressRemap, SlotTable
+from ._endpoint import parse_url
+from ._resp import AskError, MovedError, NoScriptError, RedisError, TryAgainError
 from .base import READ_WATCH, Updater, WriteOutcome, fetch_watched, translate
 from .checks import probe, redact
 from .coalesce import Coalescer
@@ -39,14 +40,13 @@ from .lane import Lane
 from .node_ops import (
     Body,
     Command,
-    Script,
     marker_id,
     optimistic_once,
     transaction,
     updater_body,
 )
 from .plan import fetch_parts, write_parts
-from .retries import Markers, idempotent_script, no_retry
+from .retries import Markers, idempotent_script
 
 __all__ = ["Cluster"]
 
@@ -83,16 +83,10 @@ def _as_eval(cmd: tuple[Any, ...]) -> tuple[Any, ...] | None:
 
 
 def _redirect(result: Any) -> bool:
-    return isinstance(result, rex.AskError | rex.TryAgainError)
+    return isinstance(result, MovedError | AskError | TryAgainError)
 
 
-_NODE_KWARGS = frozenset(
-    """username password credential_provider client_name ssl_ca_certs
-    ssl_ca_data ssl_cert_reqs ssl_include_verify_flags ssl_exclude_verify_flags ssl_certfile
-    ssl_check_hostname ssl_keyfile ssl_min_version ssl_ciphers""".split()
-)
-
-_ERRORS = (rex.RedisError, rex.RedisClusterException, OSError, TimeoutError)
+_ERRORS = (RedisError, OSError, TimeoutError)
 _MAX_REDIRECTS = 16
 
 
@@ -102,12 +96,20 @@ class Cluster:
     kind = "cluster"
 
     def __init__(
-        self, client: RedisCluster, *, options: ConnectOptions | None = None, url: str | None = None
+        self,
+        url: str,
+        *,
+        options: ConnectOptions | None = None,
+        address_remap: AddressRemap | None = None,
     ) -> None:
-        self._client = client
+        """A cluster reached through one startup node's URL (its credentials and TLS
+        settings hold for every node). `address_remap` maps the addresses the cluster
+        announces to the ones to connect to (a proxy, a NAT)."""
+        opts = options or ConnectOptions()
         self._url = url
-        self._options = options or ConnectOptions()
-        self._node_clients: dict[str, Redis] = {}
+        self._options = opts
+        self._endpoint = parse_url(url, opts)
+        self._table = SlotTable(self._endpoint.name, address_remap)
         self._refreshing: asyncio.Future[None] | None = None
         self._lanes: dict[str, Lane] = {}
         self._no_read_script: set[str] = set()
@@ -116,46 +118,32 @@ class Cluster:
         self._markers = Markers(keyslot)
 
     @classmethod
-    def from_url(cls, url: str, *, options: ConnectOptions | None = None) -> Cluster:
-        """A cluster reached through one startup node's URL.
-
-        redis-py's cluster client keeps `redis_kwargs`' retry: none. It would
-        otherwise resend any command after a timeout or a dropped connection;
-        stampede's own retry policy (`topology.retries`) decides instead.
-        """
-        opts = options or ConnectOptions()
-        kwargs = redis_kwargs(opts)
-        kwargs["max_connections"] = opts.max_connections
-        kwargs["retry"] = no_retry()
-        try:
-            client = RedisCluster.from_url(url, **kwargs)
-        except (ValueError, rex.RedisClusterException) as exc:
-            raise ConfigurationError(f"bad Redis Cluster URL {url!r}: {exc}") from exc
-        return cls(client, options=opts, url=url)
-
-    @property
-    def client(self) -> RedisCluster:
-        return self._client
+    def from_url(
+        cls,
+        url: str,
+        *,
+        options: ConnectOptions | None = None,
+        address_remap: AddressRemap | None = None,
+    ) -> Cluster:
+        """The same as `Cluster(url, ...)`."""
+        return cls(url, options=options, address_remap=address_remap)
 
     async def open(self) -> None:
         """Check the startup node, learn the slot map, and check every primary.
 
         `SetupError` (naming the URL and the fix) when the startup node cannot be
         reached or used (credentials, ACL, TLS), is not cluster-enabled, or a
-        primary does not answer. redis-py would load the slot map lazily.
+        primary does not answer.
         """
         timeout = self._options.socket_timeout
-        startup = list(self._client.nodes_manager.startup_nodes)
-        for name in startup[:1]:
-            url = self._url or f"redis://{name}"
-            info = await probe(self._lane_at(name), url, waited=timeout)
-            if info.cluster_enabled is False:
-                raise SetupError(
-                    "is not a Redis Cluster node (cluster_enabled:0); drop cluster=True and "
-                    "list every independent primary's URL instead, in one fixed order",
-                    url=redact(url),
-                    problem="not-cluster",
-                )
+        info = await probe(self._lane_at(self._endpoint.name), self._url, waited=timeout)
+        if info.cluster_enabled is False:
+            raise SetupError(
+                "is not a Redis Cluster node (cluster_enabled:0); drop cluster=True and "
+                "list every independent primary's URL instead, in one fixed order",
+                url=redact(self._url),
+                problem="not-cluster",
+            )
         await self._load_slots()
         primaries = self.shard_names
         found = await asyncio.gather(
@@ -170,7 +158,7 @@ class Cluster:
 
     def _node_url(self, name: str) -> str:
         """A URL for the node `name`, in the startup URL's scheme and credentials."""
-        if self._url is None or "://" not in self._url:
+        if "://" not in self._url:
             return f"redis://{name}"
         scheme, rest = self._url.split("://", 1)
         authority = rest.split("/", 1)[0]
@@ -179,28 +167,30 @@ class Cluster:
 
     async def _load_slots(self) -> None:
         try:
-            await self._client.initialize()
-            await self._release_idle()
+            await self._table.load(self._ask_slots)
         except _ERRORS as exc:
-            nodes = ", ".join(self._client.nodes_manager.startup_nodes) or "?"
+            nodes = self._endpoint.name
             raise ShardUnavailable(
                 f"could not load the cluster's slot map ({exc}); is it a cluster-enabled "
                 "node and is the cluster up (CLUSTER INFO: cluster_state:ok)?",
                 shard=nodes,
             ) from exc
 
+    async def _ask_slots(self, node: str) -> Any:
+        return await self._lane_at(node).call("CLUSTER", "SLOTS")
+
     @property
     def shard_names(self) -> list[str]:
-        return [node.name for node in self._client.get_primaries()]
+        return self._table.primaries
 
     def slot_of(self, key: bytes) -> int:
         return keyslot(key)
 
-    def _node(self, slot: int) -> ClusterNode:
-        return self._client.nodes_manager.get_node_from_slot(slot)
+    def _node(self, slot: int) -> str:
+        return self._table.node_of(slot)
 
     def shard_of(self, key: bytes) -> str:
-        return self._node(keyslot(key)).name
+        return self._node(keyslot(key))
 
     def _by_slots(self, slots: Sequence[int]) -> dict[str, list[int]]:
         """node name -> the positions whose slot it owns (as far as we know)."""
@@ -209,7 +199,7 @@ class Cluster:
         for pos, slot in enumerate(slots):
             name = nodes.get(slot)
             if name is None:
-                name = nodes[slot] = self._node(slot).name
+                name = nodes[slot] = self._node(slot)
             plan.setdefault(name, []).append(pos)
         return plan
 
@@ -236,9 +226,7 @@ class Cluster:
         except _ERRORS as exc:
             err = translate(exc, node)
             return [err] * len(commands)
-        redirected = [
-            i for i, r in enumerate(results) if isinstance(r, rex.AskError | rex.TryAgainError)
-        ]
+        redirected = [i for i, r in enumerate(results) if _redirect(r)]
         if redirected and follow:
             followed = await asyncio.gather(
                 *(self._follow(commands[i], keys[i], results[i]) for i in redirected),
@@ -251,17 +239,17 @@ class Cluster:
     async def _follow(self, cmd: tuple[Any, ...], key: bytes, error: BaseException) -> Any:
         """Follow MOVED, ASK and TRYAGAIN for one command, on one connection per hop."""
         for attempt in range(_MAX_REDIRECTS):
-            if isinstance(error, rex.MovedError):
-                target, asking = f"{error.host}:{error.port}", False
+            if isinstance(error, MovedError):
+                target, asking = self._table.moved(error.slot, error.host, error.port), False
                 await self._refresh()
-            elif isinstance(error, rex.AskError):
-                target, asking = f"{error.host}:{error.port}", True
+            elif isinstance(error, AskError):
+                target, asking = self._table.address(error.host, error.port), True
             else:  # TRYAGAIN: keys of a multi-key command are split mid-migration
                 await asyncio.sleep(min(0.2, 0.005 * 2**attempt))
-                target, asking = self._node(keyslot(key)).name, False
+                target, asking = self._node(keyslot(key)), False
             try:
                 return await self._hop(target, cmd, asking=asking)
-            except (rex.AskError, rex.TryAgainError) as exc:
+            except (MovedError, AskError, TryAgainError) as exc:
                 error = exc
             except _ERRORS as exc:
                 raise translate(exc, target) from exc
@@ -284,7 +272,7 @@ class Cluster:
                 break
             replies = await lane.pipeline([("ASKING",), command] if asking else [command])
             reply = replies[-1]
-            if not isinstance(reply, rex.NoScriptError):
+            if not isinstance(reply, NoScriptError):
                 break
         if isinstance(reply, BaseException):
             raise reply
@@ -298,18 +286,7 @@ class Cluster:
         await asyncio.shield(task)
 
     async def _reload(self) -> None:
-        await self._client.nodes_manager.initialize()
-        await self._release_idle()
-
-    async def _release_idle(self) -> None:
-        """Close the idle connections redis-py's cluster client opened to learn the
-        slot map: stampede's commands go through the lanes, and `max_connections`
-        bounds the lanes' connections to each node."""
-        nodes = list(self._client.nodes_manager.nodes_cache.values())
-        nodes += list(self._client.nodes_manager.startup_nodes.values())
-        await asyncio.gather(
-            *(n.disconnect_free_connections() for n in nodes), return_exceptions=True
-        )
+        await self._table.load(self._ask_slots)
 
     def _coalescers(self, node: str) -> tuple[Coalescer[Any, Any], Coalescer[Any, Any]]:
         pair = self._batchers.get(node)
@@ -355,7 +332,7 @@ class Cluster:
             (reply,) = await self._pipeline(
                 node, [("EVALSHA", _READ.sha, 0, *keys)], [keys[0]], follow=False
             )
-            if isinstance(reply, rex.NoScriptError):
+            if isinstance(reply, NoScriptError):
                 (reply,) = await self._pipeline(
                     node, [("EVAL", _READ.source, 0, *keys)], [keys[0]], follow=False
                 )
@@ -456,7 +433,7 @@ class Cluster:
         (reply,) = await self._pipeline(
             node, [("EVALSHA", CROSS_SLOT_GUARD_SHA, 0, *args)], [keys[0]], follow=False
         )
-        if isinstance(reply, rex.NoScriptError):
+        if isinstance(reply, NoScriptError):
             (reply,) = await self._pipeline(
                 node, [("EVAL", CROSS_SLOT_GUARD_SCRIPT, 0, *args)], [keys[0]], follow=False
             )
@@ -489,7 +466,7 @@ class Cluster:
         results = await self._pipeline(
             node, [command("EVALSHA", GUARD_SHA, g) for g in groups], first_keys, follow=follow
         )
-        missing = [i for i, r in enumerate(results) if isinstance(r, rex.NoScriptError)]
+        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
         if missing:
             again = await self._pipeline(
                 node,
@@ -546,7 +523,7 @@ class Cluster:
         slots = {keyslot(k) for k in keys}
         if len(slots) != 1:
             raise ConfigurationError(f"{what} needs every key in one slot")
-        return self._node(slots.pop()).name
+        return self._node(slots.pop())
 
     async def watch_update(
         self, keys: Sequence[bytes], update: Updater, *, expire_at_ms: int | None = None
@@ -560,9 +537,9 @@ class Cluster:
             node = self._single(keys, what)
             try:
                 return await call(self._lane_at(node))
-            except (rex.AskError, rex.TryAgainError):
-                # MovedError is an AskError. Mid-migration a transaction cannot
-                # follow ASK with its keys split, so wait for the slot to settle.
+            except (MovedError, AskError, TryAgainError):
+                # Mid-migration a transaction cannot follow ASK with its keys split,
+                # so wait for the slot to settle.
                 await self._refresh()
                 await asyncio.sleep(min(0.2, 0.005 * 2**attempt))
             except _ERRORS as exc:
@@ -599,7 +576,7 @@ class Cluster:
         results = await self._pipeline(
             node, [("EVALSHA", script.sha, len(keys), *keys, *args)], [keys[0]]
         )
-        if isinstance(results[0], rex.NoScriptError):
+        if isinstance(results[0], NoScriptError):
             results = await self._pipeline(
                 node, [("EVAL", script.source, len(keys), *keys, *args)], [keys[0]]
             )
@@ -608,12 +585,13 @@ class Cluster:
         return results[0]
 
     def _lane_at(self, name: str) -> Lane:
-        """The lean connection lane to one node, for batched and redirected commands."""
+        """The connection lane to one node (the startup URL's settings, that address)."""
         lane = self._lanes.get(name)
         if lane is None:
             opts = self._options
+            host, port = name.rsplit(":", 1)
             lane = self._lanes[name] = Lane(
-                self._client_at(name),
+                self._endpoint.at(host, int(port)),
                 limit=opts.max_connections,
                 name=name,
                 retries=opts.connection_retries,
@@ -621,22 +599,6 @@ class Cluster:
                 retry_cap=opts.retry_cap,
             )
         return lane
-
-    def _client_at(self, name: str) -> Redis:
-        """A plain client for one node, for transactions and redirected commands."""
-        client = self._node_clients.get(name)
-        if client is None:
-            host, port = name.rsplit(":", 1)
-            kwargs = redis_kwargs(self._options)
-            # The startup URL's credentials, TLS settings and client name hold for
-            # every node (redis-py's cluster client keeps them in connection_kwargs).
-            given = getattr(self._client, "connection_kwargs", {})
-            kwargs.update({k: v for k, v in given.items() if k in _NODE_KWARGS and v is not None})
-            if given.get("connection_class") is SSLConnection:
-                kwargs["ssl"] = True
-            client = Redis(host=host, port=int(port), **kwargs)
-            self._node_clients[name] = client
-        return client
 
     def _safe_shard(self, key: bytes) -> str:
         try:
@@ -650,8 +612,3 @@ class Cluster:
                 await coalescer.aclose()
         for lane in self._lanes.values():
             await lane.aclose()
-        clients = list(self._node_clients.values())
-        self._node_clients.clear()
-        await asyncio.gather(
-            self._client.aclose(), *(c.aclose() for c in clients), return_exceptions=True
-        )

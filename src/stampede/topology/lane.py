@@ -1,32 +1,24 @@
-"""A lean lane of connections to one server, for stampede's batched round trips.
+"""A lane of connections to one server, for stampede's batched round trips.
 
-redis-py's `execute_command` wraps every call in pool locking, retry, response
-callbacks and observability hooks, which on this hot path cost more than the
-round trip itself. A `Lane` keeps its own free list of redis-py `Connection`s
-(made by the client's pool, so they share its address, timeouts and retry
-settings), sends packed commands, and reads raw replies:
+A `Lane` holds stampede's own connections to one server (`_resp.Connection`) and
+runs pipelines on them:
 
-- an error reply of one command (`ResponseError`) comes back as that command's
-  result and leaves the connection usable;
-- a timeout or connection error drops the connection. What happens next is the
-  one retry policy of `retries`: a pipeline of idempotent commands (reads,
-  stampede's guarded writes) is sent again on a fresh connection after a
-  connection error, up to `retries` times; anything else is never sent again once
-  it may have reached the server and raises `OutcomeUnknownError` naming it. A
+- a pipeline goes on an idle connection when there is one; while every connection
+  is busy, a new one is opened (at most `limit`, `ConnectOptions.max_connections`),
+  and past that the pipeline is queued behind others on the least busy connection
+  (pipelining: replies still come back in order, to the right caller);
+- an error reply of one command comes back as that command's result;
+- a lost connection follows the one retry policy of `retries`: a pipeline of
+  idempotent commands (reads, stampede's guarded writes) is sent again on a fresh
+  connection, up to `retries` times; anything else is never sent again once it
+  may have reached the server and raises `OutcomeUnknownError` naming it. A
   failure to connect (nothing sent) is retried for every command;
-- a free connection the server closed meanwhile is replaced before anything is
-  sent on it;
-- at most `limit` connections are open (`ConnectOptions.max_connections`);
-  callers beyond wait for a free one;
-- an authentication error (`NOAUTH`, `WRONGPASS`) is a refusal, not a lost
-  reply: it is raised at once and never retried.
+- a timeout is never retried (a paused server would stall the caller): an
+  idempotent pipeline raises `ReplyTimeout`, another `OutcomeUnknownError`;
+- a refusal of the credentials (`NOAUTH`, `WRONGPASS`) raises `AuthError` at once
+  and is never retried.
 
-Commands are written straight to the connection's stream (redis-py's own send
-path costs a task per call; see `send`) and packed by hiredis's C encoder
-(`hiredis.pack_command`), about five times faster than the pure-Python one
-redis-py's asyncio connections use; an argument hiredis does not take (or a
-command name with a space in it) goes through redis-py's packer, which also gives
-redis-py's error for a value it cannot send.
+`session()` holds one connection alone for several round trips (WATCH ... EXEC).
 """
 
 from __future__ import annotations
@@ -35,99 +27,52 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from hiredis import pack_command as _hiredis_pack
-from redis import exceptions as rex
-from redis.asyncio import Redis
-
 from ..errors import OutcomeUnknownError
+from ._resp import (
+    AuthError,
+    Connection,
+    ConnectionLost,
+    ConnectTimeout,
+    Endpoint,
+    ReplyError,
+    ReplyTimeout,
+    is_auth_refusal,
+)
 from .retries import all_idempotent, backoff, describe
 
-__all__ = ["Lane", "Session", "pack", "send"]
+__all__ = ["LOST", "Lane", "Session"]
 
-LOST = (rex.ConnectionError, rex.TimeoutError, OSError, TimeoutError)
-"""What a lost reply raises: the connection dropped or did not answer in time."""
+LOST = (ConnectionLost, ReplyTimeout)
+"""What a lost reply raises: the connection dropped, or did not answer in time."""
 
-
-def pack(conn: Any, commands: Sequence[Sequence[Any]]) -> bytes | list[bytes]:
-    """The wire bytes of `commands`, by hiredis when it can, else by redis-py."""
-    try:
-        out = []
-        for command in commands:
-            name = command[0]
-            if (b" " if isinstance(name, bytes) else " ") in name:
-                break  # "CONFIG GET"-style names are split by redis-py's packer
-            out.append(_hiredis_pack(tuple(command)))
-        else:
-            return b"".join(out)
-    except TypeError:
-        pass
-    packed: list[bytes] = conn.pack_commands(commands)
-    return packed
-
-
-async def send(conn: Any, data: bytes | list[bytes]) -> None:
-    """Write `data` to a connected redis-py connection, as `send_packed_command` would.
-
-    redis-py wraps every send in `asyncio.wait_for`, which on Python 3.11 makes a
-    task and so delays the bytes by a loop turn. Here they go to the transport at
-    once, and only waiting for a full buffer to drain is under the socket timeout.
-    Errors become redis-py's (`TimeoutError`, `ConnectionError`), as there.
-    """
-    writer = getattr(conn, "_writer", None)
-    if writer is None or not conn.is_connected:  # not connected yet (or another redis-py)
-        await conn.send_packed_command(data, check_health=False)
-        return
-    try:
-        if isinstance(data, bytes):
-            writer.write(data)
-        else:
-            writer.writelines(data)
-        transport = writer.transport
-        if transport.get_write_buffer_size() or transport.is_closing():
-            async with asyncio.timeout(conn.socket_timeout):
-                await writer.drain()
-    except TimeoutError:
-        await conn.disconnect(nowait=True)
-        raise rex.TimeoutError("Timeout writing to socket") from None
-    except OSError as exc:
-        await conn.disconnect(nowait=True)
-        raise rex.ConnectionError(f"Error while writing to socket: {exc}") from exc
-
-
-def _stale(conn: Any) -> bool:
-    """True when a connection cannot be used as it is: closed, or closed by the server."""
-    if not conn.is_connected:
-        return True
-    reader = getattr(conn, "_reader", None)
-    writer = getattr(conn, "_writer", None)
-    if reader is None or writer is None:
-        return False  # not redis-py's asyncio connection: trust is_connected
-    return bool(reader.at_eof() or writer.transport.is_closing())
+_BUSY = 2
+"""Pipelines waiting on every connection before the lane opens another."""
 
 
 class Lane:
-    """Connections to one Redis server, used one round trip at a time each.
+    """Connections to one Redis server (see the module for the rules).
 
-    `name` names the server in errors; `retries` is how often a failed connection
-    attempt, or an idempotent pipeline whose connection died, is tried again
-    (with full-jitter backoff between `retry_base` and `retry_cap` seconds).
+    `retries` is how often a failed connection attempt, or an idempotent pipeline
+    whose connection died, is tried again (with full-jitter backoff between
+    `retry_base` and `retry_cap` seconds).
     """
 
     __slots__ = (
         "_base",
         "_cap",
-        "_client",
-        "_free",
+        "_exclusive",
         "_limit",
-        "_open",
+        "_opening",
+        "_shared",
         "_waiters",
+        "endpoint",
         "name",
         "retries",
     )
 
     def __init__(
         self,
-        client: Redis,
+        endpoint: Endpoint,
         *,
         limit: int = 64,
         name: str | None = None,
@@ -135,16 +80,16 @@ class Lane:
         retry_base: float = 0.01,
         retry_cap: float = 0.5,
     ) -> None:
-        self._client = client
-        self._limit = limit
-        self._free: list[Any] = []
-        self._open = 0
-        self._waiters: list[asyncio.Future[None]] = []
-        kwargs = client.connection_pool.connection_kwargs
-        self.name = name or f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+        self.endpoint = endpoint
+        self.name = name or endpoint.name
         self.retries = retries
+        self._limit = limit
         self._base = retry_base
         self._cap = retry_cap
+        self._shared: list[Connection] = []
+        self._exclusive: list[Connection] = []  # held by sessions
+        self._opening = 0
+        self._waiters: list[asyncio.Future[None]] = []
 
     @property
     def limit(self) -> int:
@@ -153,74 +98,70 @@ class Lane:
 
     @property
     def open_connections(self) -> int:
-        """Connections open (or being opened) now, in use or free."""
-        return self._open
+        """Connections open (or being opened) now, in use or idle."""
+        return len(self._shared) + len(self._exclusive) + self._opening
 
-    async def _take(self) -> Any:
-        while not self._free and self._open >= self._limit:
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                # Woken and cancelled at once (a deadline): pass the wake-up on, or
-                # the connection given back would wait for the next release.
-                if waiter.done() and not waiter.cancelled():
-                    self._wake()
-                elif waiter in self._waiters:
-                    self._waiters.remove(waiter)
-                raise
-        if self._free:
-            return self._free.pop()
-        self._open += 1
-        pool: Any = self._client.connection_pool
-        return pool.make_connection()
+    # -- connections --------------------------------------------------------------
 
-    def _give(self, conn: Any, *, broken: bool) -> None:
-        if broken:
-            self._open -= 1
-        else:
-            self._free.append(conn)
-        self._wake()
-
-    def _wake(self) -> None:
-        """Let the longest waiter try for a connection."""
-        while self._waiters:
-            waiter = self._waiters.pop(0)
-            if not waiter.done():
-                waiter.set_result(None)
-                break
-
-    async def _ready(self) -> Any:
-        """A connected connection; connecting is retried (nothing was sent yet)."""
+    async def _connect(self) -> Connection:
+        """A new connection; connecting is retried with backoff (nothing was sent)."""
         attempt = 0
         while True:
-            conn = await self._take()
+            self._opening += 1
             try:
-                if _stale(conn):
-                    await conn.disconnect(nowait=True)
-                    await conn.connect()
-                return conn
-            except rex.AuthenticationError:
-                await self._drop(conn)  # a refusal: trying again cannot help
-                raise
-            except rex.ConnectionError:
-                await self._drop(conn)
+                return await Connection.open(self.endpoint)
+            except ConnectTimeout:
+                raise  # a host that does not answer: trying again only waits longer
+            except ConnectionLost:
                 if attempt >= self.retries:
                     raise
-                attempt += 1
-                await asyncio.sleep(backoff(attempt, self._base, self._cap))
-            except BaseException:
-                await self._drop(conn)
-                raise
+            finally:
+                self._opening -= 1
+            attempt += 1
+            await asyncio.sleep(backoff(attempt, self._base, self._cap))
 
-    def parse(self, command: Sequence[Any], reply: Any) -> Any:
-        """`reply` as redis-py's own call of `command` would return it (its callback)."""
-        name = command[0]
-        if isinstance(reply, BaseException) or not isinstance(name, str):
-            return reply
-        callback = self._client.response_callbacks.get(name)
-        return reply if callback is None else callback(reply)
+    async def _shared_connection(self) -> Connection:
+        """An idle connection, a new one while under the limit, else the least busy."""
+        best: Connection | None = None
+        for conn in list(self._shared):
+            if not conn.usable:
+                self._shared.remove(conn)
+                continue
+            if conn.pending == 0:
+                return conn
+            if best is None or conn.pending < best.pending:
+                best = conn
+        if best is not None and (best.pending < _BUSY or self.open_connections >= self._limit):
+            return best
+        if best is None and self.open_connections >= self._limit:
+            return await self._wait_for_one()
+        conn = await self._connect()
+        self._shared.append(conn)
+        return conn
+
+    async def _released(self) -> None:
+        """Wait until a held connection comes back (or a moment passes: one may close)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait([waiter], timeout=0.05)
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    async def _wait_for_one(self) -> Connection:
+        """Every connection is held by a session: wait until one comes back or closes."""
+        while True:
+            await self._released()
+            usable = [c for c in self._shared if c.usable]
+            if usable:
+                return min(usable, key=lambda c: c.pending)
+            if self.open_connections < self._limit:
+                conn = await self._connect()
+                self._shared.append(conn)
+                return conn
+
+    # -- pipelines ----------------------------------------------------------------
 
     async def call(self, *args: Any) -> Any:
         """One command; its reply (an error reply raises)."""
@@ -232,69 +173,86 @@ class Lane:
     async def pipeline(
         self, commands: Sequence[Sequence[Any]], *, resend: bool | None = None
     ) -> list[Any]:
-        """Send `commands` at once; one reply or `ResponseError` per command, in order.
+        """Send `commands` at once; one reply or `ReplyError` per command, in order.
 
         After a lost reply the pipeline is sent again only when every command is
         idempotent (`resend` overrides that judgement for callers who know better);
-        else `OutcomeUnknownError`. Timeouts are never retried (a paused server
-        would stall the caller): an idempotent pipeline raises redis-py's
-        `TimeoutError`, another `OutcomeUnknownError`.
+        else `OutcomeUnknownError`. Timeouts are never resent.
         """
         safe = all_idempotent(commands) if resend is None else resend
         attempt = 0
         while True:
-            conn = await self._ready()
-            replies: list[Any] = []
+            conn = await self._shared_connection()
             try:
-                await send(conn, pack(conn, commands))
-                for _ in commands:
-                    try:
-                        replies.append(await conn.read_response())
-                    except rex.ResponseError as exc:
-                        replies.append(exc)
-            except rex.AuthenticationError:
-                # NOAUTH: the server refused the command unrun; not a lost reply.
-                await self._drop(conn)
-                raise
+                replies = await conn.send(commands)
             except LOST as exc:
-                await self._drop(conn)
                 if not safe:
                     raise OutcomeUnknownError(
                         describe(commands), shard=self.name, cause=exc
                     ) from exc
-                if isinstance(exc, rex.TimeoutError | TimeoutError) or attempt >= self.retries:
+                if isinstance(exc, ReplyTimeout) or attempt >= self.retries:
                     raise
                 attempt += 1
                 await asyncio.sleep(backoff(attempt, self._base, self._cap))
                 continue
-            except BaseException:
-                await self._drop(conn)
-                raise
-            self._give(conn, broken=False)
+            _check_auth(conn, replies)
             return replies
 
     def session(self) -> Session:
         """One connection for several round trips (WATCH ... EXEC): `async with`."""
         return Session(self)
 
-    async def _drop(self, conn: Any) -> None:
-        try:
-            await conn.disconnect()
-        finally:
-            self._give(conn, broken=True)
+    async def hold(self) -> Connection:
+        """A connection of its own, for a session (`release` it after)."""
+        for conn in self._shared:
+            if conn.usable and conn.pending == 0:
+                self._shared.remove(conn)
+                self._exclusive.append(conn)
+                return conn
+        while self.open_connections >= self._limit:
+            idle = next((c for c in self._shared if c.usable and c.pending == 0), None)
+            if idle is not None:
+                self._shared.remove(idle)
+                self._exclusive.append(idle)
+                return idle
+            await self._released()
+        conn = await self._connect()
+        self._exclusive.append(conn)
+        return conn
+
+    def release(self, conn: Connection, *, broken: bool) -> None:
+        """A held connection back: to the shared ones, or closed when `broken`."""
+        if conn in self._exclusive:
+            self._exclusive.remove(conn)
+        if broken or not conn.usable or conn.pending:
+            conn.close()
+        else:
+            self._shared.append(conn)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+                break
 
     async def aclose(self) -> None:
-        free, self._free = self._free, []
-        for conn in free:
-            self._open -= 1
-            await conn.disconnect()
+        conns, self._shared = self._shared, []
+        held, self._exclusive = self._exclusive, []
+        for conn in [*conns, *held]:
+            conn.close()
+
+
+def _check_auth(conn: Connection, replies: list[Any]) -> None:
+    """NOAUTH / WRONGPASS: the server refused the connection's credentials unrun."""
+    for reply in replies:
+        if isinstance(reply, ReplyError) and is_auth_refusal(reply):
+            conn.close()
+            raise AuthError(str(reply))
 
 
 class Session:
     """One lane connection held for several round trips; nothing in it is ever resent.
 
-    Errors propagate as redis-py's (a lost reply as `ConnectionError` or
-    `TimeoutError`): the caller knows what the exchange means. The connection goes
+    Errors propagate as the transport's (a lost reply as `ConnectionLost` or
+    `ReplyTimeout`): the caller knows what the exchange means. The connection goes
     back to the lane when the block ends cleanly, and is closed otherwise (it may
     still hold a WATCH or an open MULTI).
     """
@@ -303,19 +261,18 @@ class Session:
 
     def __init__(self, lane: Lane) -> None:
         self._lane = lane
-        self._conn: Any = None
+        self._conn: Connection | None = None
         self.broken = False
 
     async def __aenter__(self) -> Session:
-        self._conn = await self._lane._ready()
+        self._conn = await self._lane.hold()
         return self
 
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    async def __aexit__(self, exc_type: Any, *_: object) -> None:
         conn, self._conn = self._conn, None
-        if exc_type is None and not self.broken:
-            self._lane._give(conn, broken=False)
-        else:
-            await self._lane._drop(conn)
+        if conn is not None:
+            broken = exc_type is not None or self.broken
+            self._lane.release(conn, broken=broken)
 
     @property
     def lane(self) -> Lane:
@@ -329,16 +286,13 @@ class Session:
         return reply
 
     async def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """Raw replies (error replies as `ResponseError` values), in order."""
+        """Raw replies (error replies as `ReplyError` values), in order."""
         conn = self._conn
-        replies: list[Any] = []
+        if conn is None:
+            raise RuntimeError("a session is used inside `async with` only")
         try:
-            await send(conn, pack(conn, commands))
-            for _ in commands:
-                try:
-                    replies.append(await conn.read_response())
-                except rex.ResponseError as exc:
-                    replies.append(exc)
+            replies = await conn.send(commands)
+            _check_auth(conn, replies)
         except BaseException:
             self.broken = True
             raise

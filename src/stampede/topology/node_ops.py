@@ -24,10 +24,10 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from redis import exceptions as rex
-
 from .._lua import Script
 from ..errors import OutcomeUnknownError, RepliesLostError
+from ._resp import ConnectionLost, NoScriptError
+from ._shape import shape
 from .lane import LOST, Lane, Session
 from .retries import MARKER_TTL_MS, all_idempotent, describe
 
@@ -37,6 +37,7 @@ __all__ = [
     "NotApplied",
     "Read",
     "Script",
+    "evalsha",
     "fence",
     "marker_id",
     "optimistic_once",
@@ -50,7 +51,7 @@ Read = Callable[..., Awaitable[Any]]
 Body = Callable[[Read], Awaitable[Sequence[Command] | None]]
 
 
-class NotApplied(rex.ConnectionError):
+class NotApplied(ConnectionLost):
     """A transaction's reply was lost, and the fence made sure it never applies."""
 
 
@@ -65,12 +66,37 @@ async def run_script(lane: Lane, script: Script, keys: Sequence[bytes], args: Se
     Never resent after a lost reply unless the script was declared idempotent
     (`retries.idempotent_script`): `OutcomeUnknownError` instead.
     """
-    (reply,) = await lane.pipeline([("EVALSHA", script.sha, len(keys), *keys, *args)])
-    if isinstance(reply, rex.NoScriptError):
-        (reply,) = await lane.pipeline([("EVAL", script.source, len(keys), *keys, *args)])
+    (reply,) = await evalsha(lane, [(script, keys, args)])
     if isinstance(reply, BaseException):
         raise reply
     return reply
+
+
+async def evalsha(
+    lane: Lane,
+    calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+    *,
+    prefix: Sequence[Sequence[Any]] = (),
+    resend: bool | None = None,
+) -> list[Any]:
+    """The one EVALSHA -> EVAL path: run `calls` (script, keys, args) as one pipeline
+    (after the `prefix` commands, e.g. ASKING), and once more as EVAL (which also
+    caches the script) for the calls the node answered NOSCRIPT; their replies, an
+    error reply as a value. Resent after a lost reply only when `resend` allows it
+    (default: every script idempotent)."""
+    commands = [("EVALSHA", s.sha, len(k), *k, *a) for s, k, a in calls]
+    head = [tuple(c) for c in prefix]
+    replies = (await lane.pipeline([*head, *commands], resend=resend))[len(head) :]
+    missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+    if missing:
+        again = [
+            ("EVAL", calls[i][0].source, len(calls[i][1]), *calls[i][1], *calls[i][2])
+            for i in missing
+        ]
+        redone = (await lane.pipeline([*head, *again], resend=resend))[len(head) :]
+        for i, reply in zip(missing, redone, strict=True):
+            replies[i] = reply
+    return replies
 
 
 async def fence(lane: Lane, marker: bytes, operation: str, cause: BaseException) -> bool:
@@ -121,7 +147,7 @@ def _results(lane: Lane, commands: Sequence[Command], replies: list[Any]) -> lis
     error = next((r for r in results if isinstance(r, BaseException)), None)
     if error is not None:
         raise error
-    return [lane.parse(cmd, r) for cmd, r in zip(commands, results, strict=True)]
+    return [shape(cmd, r) for cmd, r in zip(commands, results, strict=True)]
 
 
 async def transaction_once(
@@ -178,7 +204,7 @@ async def optimistic_once(
         await session.call("WATCH", *keys, marker)
 
         async def read(*args: Any) -> Any:
-            return lane.parse(args, await session.call(*args))
+            return shape(args, await session.call(*args))
 
         commands = await body(read)
         if commands is None:

@@ -13,8 +13,8 @@ while *connecting* (nothing sent yet) may always be retried. MULTI/EXEC
 transactions are made exactly-once instead, with an operation marker and a fence
 (`node_ops`), so they can be retried safely.
 
-redis-py's own retries are off for every client stampede builds (`NO_RETRY`):
-it would resend anything, timeouts included.
+A stampede script whose `.lua` file says `--! idempotent` counts as idempotent
+without being declared.
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-
 from .._backoff import backoff as shared_backoff
+from .._lua import IDEMPOTENT_SHAS
 from ..keys import hash_tag
 from .guard import CROSS_SLOT_GUARD_SCRIPT, CROSS_SLOT_GUARD_SHA, GUARD_SCRIPT, GUARD_SHA
 
@@ -41,7 +39,6 @@ __all__ = [
     "describe",
     "idempotent_script",
     "is_idempotent",
-    "no_retry",
 ]
 
 READ_ONLY: frozenset[str] = frozenset(
@@ -77,11 +74,6 @@ MARKER_TTL_MS = 600_000
 """How long an operation marker lives: ten minutes, far beyond any fence."""
 
 
-def no_retry() -> Retry:
-    """A redis-py `Retry` that never retries: stampede decides retries itself."""
-    return Retry(NoBackoff(), 0)
-
-
 def idempotent_script(source: bytes | str) -> str:
     """Declare a Lua script idempotent (safe to resend after a lost reply); its SHA1."""
     raw = source.encode() if isinstance(source, str) else source
@@ -106,13 +98,16 @@ def is_idempotent(command: Sequence[Any]) -> bool:
     if name in READ_ONLY:
         return True
     if name == "EVALSHA":
-        return len(command) > 1 and _name(command[1]).lower() in _SCRIPT_SHAS
+        if len(command) < 2:
+            return False
+        sha = _name(command[1]).lower()
+        return sha in _SCRIPT_SHAS or sha in IDEMPOTENT_SHAS
     if name == "EVAL":
         if len(command) < 2:
             return False
         body = command[1]
         raw = body.encode() if isinstance(body, str) else bytes(body)
-        return raw in _SCRIPT_SOURCES
+        return raw in _SCRIPT_SOURCES or hashlib.sha1(raw).hexdigest() in IDEMPOTENT_SHAS
     subs = _READ_ONLY_SUB.get(name)
     if subs is None:
         return False

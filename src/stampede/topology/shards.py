@@ -14,14 +14,22 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from redis import exceptions as rex
-from redis.asyncio import Redis
 from ulid import ULID
 
+from .._lua import Script
 from ..errors import ConfigurationError, SetupError
 from ..keys import HashPolicy, SlotMap, keyslot
-from ..options import ConnectOptions, redis_kwargs
-from .base import READ_WATCH, Updater, WriteOutcome, fetch_watched, guarded, translate
+from ..options import ConnectOptions
+from ._endpoint import parse_url
+from .base import (
+    READ_WATCH,
+    TRANSPORT_ERRORS,
+    Updater,
+    WriteOutcome,
+    fetch_watched,
+    guarded,
+    mapped,
+)
 from .checks import (
     IDENTITY_KEY,
     Identity,
@@ -34,12 +42,12 @@ from .checks import (
     same_servers,
 )
 from .coalesce import Coalescer
-from .guard import GUARD_SCRIPT, GUARD_SHA, KEEP_MS, WriteRequest, joined, split_codes
+from .guard import GUARD_SCRIPT, KEEP_MS, WriteRequest, joined, split_codes
 from .lane import Lane
 from .node_ops import (
     Body,
     Command,
-    Script,
+    evalsha,
     marker_id,
     optimistic_once,
     run_script,
@@ -51,6 +59,8 @@ from .retries import Markers
 
 __all__ = ["Shards"]
 
+_GUARD = Script(GUARD_SCRIPT)
+
 
 class Shards:
     """A client-side sharded set of independent Redis primaries."""
@@ -59,50 +69,50 @@ class Shards:
 
     def __init__(
         self,
-        clients: Sequence[Redis],
+        urls: Sequence[str],
         *,
-        names: Sequence[str] | None = None,
         slot_map: SlotMap | None = None,
         policy: HashPolicy | None = None,
         options: ConnectOptions | None = None,
-        urls: Sequence[str] | None = None,
     ) -> None:
-        if not clients:
+        """One primary per URL, in slot-range order (connections open lazily)."""
+        if isinstance(urls, str):
+            urls = [urls]
+        if not urls:
             raise ConfigurationError("Shards needs at least one Redis primary")
-        self._clients = list(clients)
-        self._names = list(names) if names is not None else [_name_of(c) for c in clients]
-        if len(self._names) != len(self._clients):
-            raise ConfigurationError("Shards: one name per client is needed")
-        self._map = slot_map or SlotMap.even(len(self._clients))
-        if self._map.shards != len(self._clients):
+        if len(set(urls)) != len(urls):
+            raise ConfigurationError("the same URL is listed twice; each shard needs its own")
+        opts = options or ConnectOptions()
+        self._options = opts
+        self._urls = list(urls)
+        endpoints = [parse_url(url, opts) for url in self._urls]
+        self._names = [e.name for e in endpoints]
+        self._map = slot_map or SlotMap.even(len(endpoints))
+        if self._map.shards != len(endpoints):
             raise ConfigurationError(
-                f"the slot map names {self._map.shards} shards but {len(self._clients)} "
+                f"the slot map names {self._map.shards} shards but {len(endpoints)} "
                 "URLs were given; give one URL per shard of the map"
             )
         self._policy = policy
-        opts = options or ConnectOptions()
-        self._options = opts
-        self._urls = list(urls) if urls is not None else list(self._names)
         self._lanes = [
             Lane(
-                c,
+                endpoint,
                 limit=opts.max_connections,
-                name=name,
                 retries=opts.connection_retries,
                 retry_base=opts.retry_base,
                 retry_cap=opts.retry_cap,
             )
-            for c, name in zip(self._clients, self._names, strict=True)
+            for endpoint in endpoints
         ]
         self._markers = Markers(self.slot_of)
         batch = opts.batch_keys if opts.coalesce else 1
         self._readers = [
             Coalescer(partial(self._mget_batch, i), size=len, max_items=batch)
-            for i in range(len(self._clients))
+            for i in range(len(endpoints))
         ]
         self._writers = [
             Coalescer(partial(self._write_batch, i), size=len, max_items=batch)
-            for i in range(len(self._clients))
+            for i in range(len(endpoints))
         ]
 
     @classmethod
@@ -114,24 +124,8 @@ class Shards:
         slot_map: SlotMap | None = None,
         policy: HashPolicy | None = None,
     ) -> Shards:
-        """Connect (lazily) to one primary per URL, in slot-range order."""
-        opts = options or ConnectOptions()
-        if len(set(urls)) != len(urls):
-            raise ConfigurationError("the same URL is listed twice; each shard needs its own")
-        clients = []
-        for url in urls:
-            try:
-                clients.append(Redis.from_url(url, **redis_kwargs(opts)))
-            except ValueError as exc:
-                raise ConfigurationError(f"bad Redis URL {url!r}: {exc}") from exc
-        return cls(
-            clients,
-            names=[_name_of(c) for c in clients],
-            slot_map=slot_map,
-            policy=policy,
-            options=opts,
-            urls=urls,
-        )
+        """The same as `Shards(urls, ...)`."""
+        return cls(urls, options=options, slot_map=slot_map, policy=policy)
 
     async def open(self) -> None:
         """Check every primary before anything is written; `SetupError` if one is unfit.
@@ -175,7 +169,7 @@ class Shards:
         async def one(i: int) -> Identity | None:
             try:
                 raw = await self._lanes[i].call("GET", IDENTITY_KEY)
-            except (rex.RedisError, OSError, TimeoutError) as exc:
+            except TRANSPORT_ERRORS as exc:
                 raise refusal(exc, self._urls[i]) from exc
             return None if raw is None else Identity.decode(raw, self._urls[i])
 
@@ -187,7 +181,7 @@ class Shards:
             old = await self._lanes[i].pipeline(
                 [("SET", IDENTITY_KEY, record.encode(), "NX", "GET")], resend=True
             )
-        except (rex.RedisError, OSError, TimeoutError) as exc:
+        except TRANSPORT_ERRORS as exc:
             raise refusal(exc, self._urls[i]) from exc
         reply = old[0]
         if isinstance(reply, BaseException):
@@ -232,7 +226,7 @@ class Shards:
             record = Identity.fresh(i, n, topology, layout).encode()
             try:
                 await self._lanes[i].pipeline([("SET", IDENTITY_KEY, record)], resend=True)
-            except (rex.RedisError, OSError, TimeoutError) as exc:
+            except TRANSPORT_ERRORS as exc:
                 raise refusal(exc, self._urls[i]) from exc
 
         await asyncio.gather(*(one(i) for i in range(n)))
@@ -253,10 +247,6 @@ class Shards:
     @property
     def shard_names(self) -> list[str]:
         return list(self._names)
-
-    @property
-    def clients(self) -> list[Redis]:
-        return list(self._clients)
 
     @property
     def slot_map(self) -> SlotMap:
@@ -316,10 +306,8 @@ class Shards:
     async def _mget_batch(self, shard: int, requests: list[list[bytes]]) -> list[Any]:
         """One MGET for every read of this loop turn on `shard`."""
         flat = [key for keys in requests for key in keys]
-        try:
+        with mapped(self._names[shard]):
             values = await self._lanes[shard].call("MGET", *flat)
-        except (rex.RedisError, OSError, TimeoutError) as exc:
-            raise translate(exc, self._names[shard]) from exc
         out: list[Any] = []
         pos = 0
         for keys in requests:
@@ -330,14 +318,10 @@ class Shards:
     async def _write_batch(self, shard: int, requests: list[WriteRequest]) -> list[Any]:
         """One guarded-script call for every write of this loop turn on `shard`."""
         keys, argv, _ = joined(requests)
-        lane = self._lanes[shard]
-        try:
-            try:
-                codes = await lane.call("EVALSHA", GUARD_SHA, len(keys), *keys, *argv)
-            except rex.NoScriptError:
-                codes = await lane.call("EVAL", GUARD_SCRIPT, len(keys), *keys, *argv)
-        except (rex.RedisError, OSError, TimeoutError) as exc:
-            raise translate(exc, self._names[shard]) from exc
+        with mapped(self._names[shard]):
+            (codes,) = await evalsha(self._lanes[shard], [(_GUARD, keys, argv)])
+            if isinstance(codes, BaseException):
+                raise codes
         return split_codes(requests, codes, self._names[shard])
 
     async def incr(self, key: bytes) -> int:
@@ -407,11 +391,3 @@ class Shards:
             await coalescer.aclose()
         for lane in self._lanes:
             await lane.aclose()
-        await asyncio.gather(*(c.aclose() for c in self._clients), return_exceptions=True)
-
-
-def _name_of(client: Redis) -> str:
-    kwargs = client.connection_pool.connection_kwargs
-    if "path" in kwargs:
-        return str(kwargs["path"])
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"

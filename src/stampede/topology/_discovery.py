@@ -1,0 +1,113 @@
+"""A Redis Cluster's slot map, learnt with `CLUSTER SLOTS`.
+
+`SlotTable.load` asks the primaries it knows (then the startup node) in turn and
+keeps the first complete answer: which primary (`host:port`) serves each of the
+16384 slots. A MOVED reply updates one slot at once; the caller then reloads the
+whole map (once, however many callers met MOVED meanwhile).
+
+`address_remap` maps each announced `(host, port)` to the one to connect to (a
+proxy, a NAT), as the cluster announces addresses from its own point of view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from ..keys import SLOTS
+from ._resp import RedisError
+
+__all__ = ["AddressRemap", "SlotTable", "SlotsUnknown"]
+
+AddressRemap = Callable[[tuple[str, int]], tuple[str, int]]
+"""`(host, port)` as the cluster announces it -> `(host, port)` to connect to."""
+
+
+class SlotsUnknown(RedisError):
+    """No node gave a slot map (or a slot has no owner): the cluster is not usable yet."""
+
+
+class SlotTable:
+    """Which primary serves each slot (see the module)."""
+
+    __slots__ = ("_owners", "_primaries", "remap", "startup")
+
+    def __init__(self, startup: str, remap: AddressRemap | None = None) -> None:
+        self.startup = startup
+        self.remap = remap
+        self._owners: list[str | None] = [None] * SLOTS
+        self._primaries: list[str] = []
+
+    @property
+    def loaded(self) -> bool:
+        return bool(self._primaries)
+
+    @property
+    def primaries(self) -> list[str]:
+        """Every primary that serves a slot, in the order the cluster listed them."""
+        return list(self._primaries)
+
+    def node_of(self, slot: int) -> str:
+        """The primary serving `slot`; `SlotsUnknown` before a map is loaded."""
+        owner = self._owners[slot]
+        if owner is None:
+            raise SlotsUnknown(
+                "no node is known to serve slot "
+                f"{slot}" + ("" if self._primaries else " (the slot map is not loaded: open())")
+            )
+        return owner
+
+    def address(self, host: str, port: int) -> str:
+        """`host:port` to connect to for an announced address (after `remap`)."""
+        if self.remap is not None:
+            host, port = self.remap((host, port))
+        return f"{host}:{port}"
+
+    def moved(self, slot: int, host: str, port: int) -> str:
+        """A MOVED reply: `slot` is served by the announced address; its node name."""
+        name = self.address(host, port)
+        self._owners[slot] = name
+        if name not in self._primaries:
+            self._primaries.append(name)
+        return name
+
+    async def load(self, ask: Callable[[str], Awaitable[Any]]) -> None:
+        """Learn the map from the first node that answers `CLUSTER SLOTS` (`ask(node)`
+        sends it to one node); `SlotsUnknown` with every node's error when none does."""
+        candidates = [*self._primaries, self.startup]
+        errors: list[str] = []
+        for node in dict.fromkeys(candidates):
+            try:
+                reply = await ask(node)
+            except (RedisError, OSError, TimeoutError) as exc:
+                errors.append(f"{node}: {exc}")
+                continue
+            owners, primaries = self._parse(reply, node)
+            if primaries:
+                self._owners, self._primaries = owners, primaries
+                return
+            errors.append(f"{node}: no slots assigned")
+        raise SlotsUnknown("; ".join(errors) or "no node to ask")
+
+    def _parse(self, reply: Any, asked: str) -> tuple[list[str | None], list[str]]:
+        owners: list[str | None] = [None] * SLOTS
+        primaries: list[str] = []
+        if not isinstance(reply, Sequence):
+            return owners, primaries
+        for entry in reply:
+            if not isinstance(entry, Sequence) or len(entry) < 3:
+                continue
+            first, last, master = int(entry[0]), int(entry[1]), entry[2]
+            host = _text(master[0]) or asked.rsplit(":", 1)[0]  # "" or "?": the node asked
+            if host == "?":
+                host = asked.rsplit(":", 1)[0]
+            name = self.address(host, int(master[1]))
+            if name not in primaries:
+                primaries.append(name)
+            for slot in range(first, last + 1):
+                owners[slot] = name
+        return owners, primaries
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

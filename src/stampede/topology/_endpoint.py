@@ -1,0 +1,94 @@
+"""Redis URLs: what `stampede.connect` and the topologies accept, parsed into an `Endpoint`.
+
+```
+redis://[[user]:password@]host[:port][/db][?option=value&...]
+rediss://...          the same over TLS
+unix://[[user]:password@]/path/to/socket[?db=n&...]
+```
+
+Options: `db`, `client_name`, and for TLS `ssl_cert_reqs` (`required`, the
+default, `optional` or `none`), `ssl_ca_certs`, `ssl_certfile`, `ssl_keyfile`,
+`ssl_check_hostname` (`true`/`false`). User and password are URL-decoded.
+Timeouts come from `ConnectOptions`.
+"""
+
+from __future__ import annotations
+
+import ssl
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ..errors import ConfigurationError
+from ..options import ConnectOptions
+from ._resp import Endpoint
+
+__all__ = ["parse_url"]
+
+_SCHEMES = ("redis", "rediss", "unix")
+_OPTIONS = frozenset(
+    "db client_name ssl_cert_reqs ssl_ca_certs ssl_certfile ssl_keyfile ssl_check_hostname".split()
+)
+_CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+
+
+def parse_url(url: str, options: ConnectOptions | None = None) -> Endpoint:
+    """The `Endpoint` of `url`; `ConfigurationError` naming what is wrong."""
+    opts = options or ConnectOptions()
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(f"{url!r} is not a Redis URL; write redis://host:port")
+    parts = urlsplit(url)
+    if parts.scheme not in _SCHEMES:
+        raise ConfigurationError(
+            f"bad Redis URL: scheme {parts.scheme!r} is not one of {', '.join(_SCHEMES)}"
+        )
+    query = dict(parse_qsl(parts.query))
+    unknown = sorted(set(query) - _OPTIONS)
+    if unknown:
+        raise ConfigurationError(
+            f"bad Redis URL: unknown option(s) {', '.join(unknown)}; known: "
+            f"{', '.join(sorted(_OPTIONS))}"
+        )
+    db = _db(parts.path if parts.scheme != "unix" else "", query.get("db"))
+    username = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    common = {
+        "username": username,
+        "password": password,
+        "db": db,
+        "client_name": query.get("client_name"),
+        "connect_timeout": opts.connect_timeout,
+        "socket_timeout": opts.socket_timeout,
+    }
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise ConfigurationError("bad Redis URL: unix:// needs the socket's path")
+        return Endpoint(path=parts.path, **common)  # type: ignore[arg-type]
+    try:
+        port = parts.port or 6379
+    except ValueError as exc:
+        raise ConfigurationError(f"bad Redis URL: {exc}") from None
+    tls = _tls(query) if parts.scheme == "rediss" else None
+    return Endpoint(parts.hostname or "localhost", port, tls=tls, **common)  # type: ignore[arg-type]
+
+
+def _db(path: str, given: str | None) -> int:
+    text = given if given is not None else path.strip("/")
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise ConfigurationError(f"bad Redis URL: the database must be a number, got {text!r}")
+    return int(text)
+
+
+def _tls(query: dict[str, str]) -> ssl.SSLContext:
+    reqs = query.get("ssl_cert_reqs", "required").lower()
+    if reqs not in _CERT_REQS:
+        raise ConfigurationError(
+            f"bad Redis URL: ssl_cert_reqs must be required, optional or none, got {reqs!r}"
+        )
+    context = ssl.create_default_context(cafile=query.get("ssl_ca_certs"))
+    check = query.get("ssl_check_hostname", "true" if reqs == "required" else "false")
+    context.check_hostname = check.lower() in ("1", "true", "yes")
+    context.verify_mode = _CERT_REQS[reqs]
+    if "ssl_certfile" in query:
+        context.load_cert_chain(query["ssl_certfile"], query.get("ssl_keyfile"))
+    return context

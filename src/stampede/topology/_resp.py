@@ -1,0 +1,439 @@
+"""stampede's own Redis connection: RESP2 over an asyncio protocol, parsed by hiredis.
+
+One `Connection` carries many pipelines at once (pipelining): `send(commands)`
+writes a pipeline's packed commands at once and returns one future that resolves
+with its replies, in order, when the last one has arrived. Replies are matched to
+pipelines strictly in the order they were sent, so:
+
+- a pipeline whose caller gave up (cancelled) still has its replies read and
+  dropped, never handed to the next pipeline;
+- a timeout (no reply within `socket_timeout`) or a lost connection ends the
+  connection and fails every pipeline still waiting on it: after either, the
+  replies would no longer line up. A timeout fails the pipelines with
+  `ReplyTimeout`, a drop with `ConnectionLost`;
+- an error reply of one command (`ReplyError` and its kinds: `NoScriptError`,
+  `MovedError`, `AskError`, ...) comes back as that command's result, not raised,
+  and leaves the connection usable.
+
+RESP2 is all stampede needs (its replies are strings, integers, arrays and nil);
+the connection says HELLO to no one. At connect it authenticates (`AUTH`, with an
+ACL user or the password alone), selects the database and sets the client name in
+one round trip. TLS is the transport's (`ssl.SSLContext`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import hiredis
+
+__all__ = [
+    "AskError",
+    "AuthError",
+    "BusyLoadingError",
+    "ClusterDownError",
+    "ConnectTimeout",
+    "Connection",
+    "ConnectionLost",
+    "Endpoint",
+    "MovedError",
+    "NoPermissionError",
+    "NoScriptError",
+    "ReadOnlyError",
+    "RedisError",
+    "ReplyError",
+    "ReplyTimeout",
+    "TryAgainError",
+    "pack",
+]
+
+
+class RedisError(Exception):
+    """What the transport raises: a reply error, a lost connection or a timeout."""
+
+
+class ReplyError(RedisError):
+    """The server answered one command with an error reply (`-ERR ...`)."""
+
+    @property
+    def code(self) -> str:
+        """The error's first word: ERR, WRONGTYPE, NOSCRIPT, MOVED..."""
+        text = str(self.args[0]) if self.args else ""
+        return text.split(" ", 1)[0]
+
+
+class NoScriptError(ReplyError):
+    """EVALSHA of a script the server has not cached (NOSCRIPT)."""
+
+
+class _Redirect(ReplyError):
+    """MOVED or ASK: `slot` is served by `host:port`."""
+
+    @property
+    def slot(self) -> int:
+        return int(str(self.args[0]).split()[1])
+
+    @property
+    def address(self) -> str:
+        return str(self.args[0]).split()[2]
+
+    @property
+    def host(self) -> str:
+        return self.address.rsplit(":", 1)[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rsplit(":", 1)[1])
+
+
+class MovedError(_Redirect):
+    """MOVED: the slot lives on another node for good."""
+
+
+class AskError(_Redirect):
+    """ASK: the slot is migrating; ask the importing node once, after ASKING."""
+
+
+class TryAgainError(ReplyError):
+    """TRYAGAIN: a multi-key command's keys are split by a migrating slot."""
+
+
+class ClusterDownError(ReplyError):
+    """CLUSTERDOWN: the cluster cannot serve the slot now."""
+
+
+class BusyLoadingError(ReplyError):
+    """LOADING: the server is still loading its dataset."""
+
+
+class ReadOnlyError(ReplyError):
+    """READONLY: a write sent to a replica."""
+
+
+class NoPermissionError(ReplyError):
+    """NOPERM: the ACL user may not run the command or touch the key."""
+
+
+class AuthError(RedisError):
+    """The server refused the credentials (or wanted some): never a lost reply."""
+
+
+class ConnectionLost(RedisError):
+    """The connection failed (or could not be made); replies not yet read are lost."""
+
+
+class ConnectTimeout(ConnectionLost):
+    """Connecting (or the TLS handshake, or the hello) took longer than `connect_timeout`."""
+
+
+class ReplyTimeout(RedisError):
+    """No reply within the socket timeout; the connection was closed."""
+
+
+_KINDS: dict[str, type[ReplyError]] = {
+    "NOSCRIPT": NoScriptError,
+    "MOVED": MovedError,
+    "ASK": AskError,
+    "TRYAGAIN": TryAgainError,
+    "CLUSTERDOWN": ClusterDownError,
+    "LOADING": BusyLoadingError,
+    "READONLY": ReadOnlyError,
+    "NOPERM": NoPermissionError,
+}
+_AUTH_CODES = frozenset({"NOAUTH", "WRONGPASS"})
+
+
+def _kind_of(error: ReplyError) -> ReplyError:
+    """The specific kind of an error reply (hiredis makes them all `ReplyError`)."""
+    kind = _KINDS.get(error.code)
+    return error if kind is None else kind(*error.args)
+
+
+def is_auth_refusal(reply: object) -> bool:
+    """True for a reply that refuses the connection's credentials (NOAUTH, WRONGPASS,
+    or AUTH given a password the server has none for)."""
+    if not isinstance(reply, ReplyError):
+        return False
+    text = str(reply)
+    return reply.code in _AUTH_CODES or (
+        "AUTH" in text and ("password" in text or "invalid username" in text)
+    )
+
+
+def pack(commands: Sequence[Sequence[Any]]) -> bytes:
+    """The RESP wire bytes of `commands` (hiredis's C encoder).
+
+    Arguments are bytes, str (UTF-8), int or float; bytearray and memoryview are
+    copied to bytes; anything else is a `TypeError` naming the argument's type.
+    """
+    out = []
+    for command in commands:
+        try:
+            out.append(hiredis.pack_command(tuple(command)))
+        except TypeError:
+            coerced: tuple[Any, ...] = tuple(_arg(a) for a in command)
+            out.append(hiredis.pack_command(coerced))
+    return b"".join(out)
+
+
+def _arg(value: Any) -> bytes | str | int | float:
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, bool) or not isinstance(value, bytes | str | int | float):
+        raise TypeError(
+            f"a Redis command argument must be bytes, str, int or float, got "
+            f"{type(value).__name__}; convert it first"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where and how to connect to one server."""
+
+    host: str = "localhost"
+    port: int = 6379
+    path: str | None = None
+    username: str | None = None
+    password: str | None = None
+    db: int = 0
+    tls: ssl.SSLContext | None = None
+    client_name: str | None = None
+    connect_timeout: float = 5.0
+    socket_timeout: float = 5.0
+
+    @property
+    def name(self) -> str:
+        """`host:port` (or the socket path): how errors and metrics name the server."""
+        return self.path if self.path is not None else f"{self.host}:{self.port}"
+
+    def at(self, host: str, port: int) -> Endpoint:
+        """The same settings for another node (cluster nodes share credentials and TLS)."""
+        return Endpoint(
+            host,
+            port,
+            None,
+            self.username,
+            self.password,
+            self.db,
+            self.tls,
+            self.client_name,
+            self.connect_timeout,
+            self.socket_timeout,
+        )
+
+
+class _Waiting:
+    """One pipeline waiting for its replies."""
+
+    __slots__ = ("count", "future", "replies", "timer")
+
+    def __init__(self, future: asyncio.Future[list[Any]], count: int) -> None:
+        self.future = future
+        self.count = count
+        self.replies: list[Any] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class Connection(asyncio.Protocol):
+    """One connection to one server; pipelines share it in order (see the module)."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self._loop = asyncio.get_running_loop()
+        self._reader = hiredis.Reader(replyError=ReplyError)
+        self._waiting: deque[_Waiting] = deque()
+        self._transport: asyncio.Transport | None = None
+        self._closed: RedisError | None = None
+        self._paused = False
+        self._drained: asyncio.Future[None] | None = None
+
+    # -- opening ----------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, endpoint: Endpoint) -> Connection:
+        """A connected, authenticated connection; `ConnectionLost` (nothing sent) or
+        `AuthError` when the server cannot be used."""
+        loop = asyncio.get_running_loop()
+        conn = cls(endpoint)
+        try:
+            async with asyncio.timeout(endpoint.connect_timeout):
+                if endpoint.path is not None:
+                    await loop.create_unix_connection(lambda: conn, endpoint.path)
+                else:
+                    await loop.create_connection(
+                        lambda: conn,
+                        endpoint.host,
+                        endpoint.port,
+                        ssl=endpoint.tls,
+                        server_hostname=endpoint.host if endpoint.tls is not None else None,
+                    )
+        except TimeoutError:
+            conn.close()
+            raise ConnectTimeout(
+                f"connecting to {endpoint.name} timed out after {endpoint.connect_timeout} s"
+            ) from None
+        except OSError as exc:
+            conn.close()
+            raise ConnectionLost(f"connecting to {endpoint.name} failed: {exc}") from exc
+        await conn._hello()
+        return conn
+
+    async def _hello(self) -> None:
+        """AUTH, SELECT and CLIENT SETNAME in one round trip, as needed."""
+        ep = self.endpoint
+        commands: list[tuple[Any, ...]] = []
+        if ep.password is not None:
+            commands.append(
+                ("AUTH", ep.username, ep.password) if ep.username else ("AUTH", ep.password)
+            )
+        if ep.db:
+            commands.append(("SELECT", ep.db))
+        if ep.client_name:
+            commands.append(("CLIENT", "SETNAME", ep.client_name))
+        if not commands:
+            return
+        try:
+            replies = await self.send(commands, timeout=ep.connect_timeout)
+        except ReplyTimeout as exc:
+            self.close()
+            raise ConnectTimeout(f"{ep.name} did not answer the hello in time") from exc
+        except RedisError:
+            self.close()
+            raise
+        for reply in replies:
+            if is_auth_refusal(reply):
+                self.close()
+                raise AuthError(str(reply))
+            if isinstance(reply, ReplyError):
+                self.close()
+                raise reply
+
+    # -- sending ----------------------------------------------------------------
+
+    @property
+    def usable(self) -> bool:
+        """True while the connection can take another pipeline."""
+        transport = self._transport
+        return self._closed is None and transport is not None and not transport.is_closing()
+
+    @property
+    def pending(self) -> int:
+        """Pipelines sent and not yet answered."""
+        return len(self._waiting)
+
+    def send(
+        self, commands: Sequence[Sequence[Any]], *, timeout: float | None = None
+    ) -> asyncio.Future[list[Any]]:
+        """Write `commands` now; a future of their replies (error replies as values).
+
+        The future fails with `ConnectionLost` or `ReplyTimeout` when the
+        connection ends before the last reply; `TypeError` (before anything is
+        written) for an argument that cannot be sent.
+        """
+        data = pack(commands)
+        future: asyncio.Future[list[Any]] = self._loop.create_future()
+        if self._closed is not None or self._transport is None:
+            future.set_exception(self._closed or ConnectionLost("not connected"))
+            return future
+        waiting = _Waiting(future, len(commands))
+        wait = self.endpoint.socket_timeout if timeout is None else timeout
+        if wait:
+            waiting.timer = self._loop.call_later(wait, self._timed_out, waiting)
+        self._waiting.append(waiting)
+        self._transport.write(data)
+        return future
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is above its high-water mark."""
+        if self._paused:
+            if self._drained is None or self._drained.done():
+                self._drained = self._loop.create_future()
+            await self._drained
+
+    def close(self) -> None:
+        """End the connection; pipelines still waiting fail with `ConnectionLost`."""
+        self._fail(ConnectionLost(f"the connection to {self.endpoint.name} was closed"))
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- asyncio.Protocol -------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        reader = self._reader
+        reader.feed(data)
+        waiting = self._waiting
+        while True:
+            reply = reader.gets()
+            if reply is False:
+                return
+            if not waiting:  # a reply nobody asked for: the stream is out of step
+                self._broken(ConnectionLost(f"{self.endpoint.name} sent an unexpected reply"))
+                return
+            head = waiting[0]
+            if isinstance(reply, ReplyError):
+                reply = _kind_of(reply)
+            elif isinstance(reply, list):
+                reply = _kinds_in(reply)
+            head.replies.append(reply)
+            if len(head.replies) == head.count:
+                waiting.popleft()
+                if head.timer is not None:
+                    head.timer.cancel()
+                if not head.future.done():  # a cancelled caller's replies are dropped
+                    head.future.set_result(head.replies)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        why = f": {exc}" if exc is not None else ""
+        self._fail(ConnectionLost(f"the connection to {self.endpoint.name} was lost{why}"))
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # -- failing ----------------------------------------------------------------
+
+    def _timed_out(self, waiting: _Waiting) -> None:
+        """No reply in time: the connection ends (later replies would not line up)."""
+        seconds = self.endpoint.socket_timeout
+        self._broken(ReplyTimeout(f"{self.endpoint.name} did not answer within {seconds} s"))
+
+    def _broken(self, error: RedisError) -> None:
+        self._fail(error)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _fail(self, error: RedisError) -> None:
+        if self._closed is None:
+            self._closed = error
+        while self._waiting:
+            waiting = self._waiting.popleft()
+            if waiting.timer is not None:
+                waiting.timer.cancel()
+            if not waiting.future.done():
+                waiting.future.set_exception(error)
+
+
+def _kinds_in(reply: list[Any]) -> list[Any]:
+    """An array reply with its nested error replies given their kinds (EXEC, scripts)."""
+    for i, item in enumerate(reply):
+        if isinstance(item, ReplyError):
+            reply[i] = _kind_of(item)
+        elif isinstance(item, list):
+            _kinds_in(item)
+    return reply
