@@ -1,0 +1,373 @@
+"""stampede against the ceiling and other Python clients, on the same servers in one run.
+
+    python -m benchmarks.ceiling [--seconds 1.0] [--slices 3] [--json out.json]
+    python -m benchmarks.ceiling --profile     # where stampede's read spends its CPU
+
+Three local primaries; 4-key groups drawn from 256 (keys spread over the
+primaries). Rows, each a read and a write of one group:
+
+- **ceiling**: a bare asyncio + hiredis client written here, one connection per
+  server, that merges the keys of every request pending at one moment into one
+  MGET (MSET) per server: the most keys per second a Python client moves here;
+- **stampede**: stamped group reads and writes (`st.read`, `st.write`, HybridClock);
+- **redis-py**: one pipeline of GETs (SETs) per server, in parallel;
+- **valkey-glide**, **coredis**: MGET (MSET) per server, in parallel (the `bench`
+  extra installs them; a missing one is skipped with a note).
+
+Each contender runs `--slices` slices of `--seconds` at 64 requests in flight,
+alternating with the others so machine noise hits all alike, then once at
+concurrency 1 for latency. Printed: keys/s at 64, that as % of the ceiling, p50
+and p99 at 64, µs per operation at 1, and client CPU µs per operation at 64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import importlib.metadata
+import json
+import platform
+import pstats
+import random
+import statistics
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import hiredis
+from redis.asyncio import Redis
+
+import stampede
+from stampede.testing import LocalPrimaries
+
+Op = Callable[[int], Awaitable[Any]]
+GROUPS = 256
+KEYS_PER_GROUP = 4
+IN_FLIGHT = 64
+VALUE = b"v" * 32
+
+
+def group_keys(g: int) -> list[str]:
+    return [f"bench:{g}:{part}" for part in "abcd"]
+
+
+# -- the ceiling: a bare merging client ------------------------------------------------
+
+
+class _Conn(asyncio.Protocol):
+    """One connection; batches go out in order and come back in order."""
+
+    def __init__(self) -> None:
+        self.reader = hiredis.Reader()
+        self.waiting: deque[asyncio.Future[Any]] = deque()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        while (reply := self.reader.gets()) is not False:
+            self.waiting.popleft().set_result(reply)
+
+    def send(self, command: tuple[Any, ...]) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.waiting.append(future)
+        assert self.transport is not None
+        self.transport.write(hiredis.pack_command(command))
+        return future
+
+
+class _Merger:
+    """Every request pending on one server goes out as one MGET (or MSET)."""
+
+    def __init__(self, conn: _Conn, write: bool) -> None:
+        self.conn = conn
+        self.write = write
+        self.pending: list[tuple[list[bytes], Callable[[list[Any]], None]]] = []
+        self.busy = False
+
+    def submit(self, keys: list[bytes], done: Callable[[list[Any]], None]) -> None:
+        self.pending.append((keys, done))
+        if not self.busy:
+            self.busy = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        batch, self.pending = self.pending, []
+        if not batch:
+            self.busy = False
+            return
+        flat = [k for keys, _ in batch for k in keys]
+        if self.write:
+            command: tuple[Any, ...] = ("MSET", *[p for k in flat for p in (k, VALUE)])
+        else:
+            command = ("MGET", *flat)
+        self.conn.send(command).add_done_callback(lambda f: self.answered(batch, f.result()))
+
+    def answered(self, batch: list[Any], reply: Any) -> None:
+        pos = 0
+        for keys, done in batch:
+            done(reply if self.write else reply[pos : pos + len(keys)])
+            pos += len(keys)
+        self.flush()
+
+
+class Ceiling:
+    """The merging client: one connection and one merger per server and direction."""
+
+    def __init__(self, addresses: list[tuple[str, int]], shard_of: Callable[[bytes], int]):
+        self.addresses = addresses
+        self.shard_of = shard_of
+        self.readers: list[_Merger] = []
+        self.writers: list[_Merger] = []
+
+    async def open(self) -> None:
+        loop = asyncio.get_running_loop()
+        for host, port in self.addresses:
+            conns = [_Conn(), _Conn()]
+            for conn in conns:
+                await loop.create_connection(lambda c=conn: c, host, port)  # type: ignore[misc]
+            self.readers.append(_Merger(conns[0], write=False))
+            self.writers.append(_Merger(conns[1], write=True))
+
+    def close(self) -> None:
+        for merger in [*self.readers, *self.writers]:
+            if merger.conn.transport is not None:
+                merger.conn.transport.close()
+
+    def run(self, keys: list[bytes], write: bool) -> asyncio.Future[None]:
+        by_shard: dict[int, list[bytes]] = {}
+        for key in keys:
+            by_shard.setdefault(self.shard_of(key), []).append(key)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        left = [len(by_shard)]
+
+        def done(_: list[Any]) -> None:
+            left[0] -= 1
+            if not left[0]:
+                future.set_result(None)
+
+        mergers = self.writers if write else self.readers
+        for shard, part in by_shard.items():
+            mergers[shard].submit(part, done)
+        return future
+
+
+# -- measuring ------------------------------------------------------------------------
+
+
+async def run_for(op: Op, concurrency: int, seconds: float, lat: list[float]) -> tuple[int, float]:
+    """`op` from `concurrency` loops for `seconds`; (operations, client CPU seconds)."""
+    stop = time.perf_counter() + seconds
+    done = 0
+
+    async def loop(seed: int) -> None:
+        nonlocal done
+        rng = random.Random(seed)
+        while time.perf_counter() < stop:
+            g = rng.randrange(GROUPS)
+            t0 = time.perf_counter()
+            await op(g)
+            lat.append(time.perf_counter() - t0)
+            done += 1
+
+    cpu = time.process_time()
+    await asyncio.gather(*(loop(i) for i in range(concurrency)))
+    return done, time.process_time() - cpu
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e6 if ordered else 0.0
+
+
+async def measure(rows: dict[str, Op], seconds: float, slices: int) -> dict[str, dict[str, float]]:
+    lat: dict[str, list[float]] = {name: [] for name in rows}
+    ops = dict.fromkeys(rows, 0)
+    cpu = dict.fromkeys(rows, 0.0)
+    for _ in range(slices):
+        for name, op in rows.items():
+            n, c = await run_for(op, IN_FLIGHT, seconds, lat[name])
+            ops[name] += n
+            cpu[name] += c
+    out: dict[str, dict[str, float]] = {}
+    for name, op in rows.items():
+        single: list[float] = []
+        await run_for(op, 1, min(seconds, 1.0), single)
+        per_s = ops[name] / (seconds * slices)
+        out[name] = {
+            "ops_per_s": per_s,
+            "keys_per_s": per_s * KEYS_PER_GROUP,
+            "p50_us": pct(lat[name], 0.5),
+            "p99_us": pct(lat[name], 0.99),
+            "c1_us": statistics.fmean(single) * 1e6 if single else 0.0,
+            "cpu_us_per_op": cpu[name] / ops[name] * 1e6 if ops[name] else 0.0,
+        }
+    return out
+
+
+# -- the contenders -----------------------------------------------------------------------
+
+
+async def peers(stack: AsyncExitStack, addresses: list[tuple[str, int]], shard_of: Any) -> dict[str, Op]:
+    """valkey-glide and coredis rows, when installed."""
+    rows: dict[str, Op] = {}
+    split = _splitter(shard_of)
+    try:
+        from glide import GlideClient, GlideClientConfiguration, NodeAddress
+    except ImportError:
+        print("note: valkey-glide is not installed (pip install 'stampede-redis[bench]')")
+    else:
+        glide = [
+            await GlideClient.create(GlideClientConfiguration([NodeAddress(h, p)]))
+            for h, p in addresses
+        ]
+        stack.push_async_callback(lambda: asyncio.gather(*(c.close() for c in glide)))
+        rows["valkey-glide read"] = lambda g: asyncio.gather(
+            *(glide[s].mget(ks) for s, ks in split(g))
+        )
+        rows["valkey-glide write"] = lambda g: asyncio.gather(
+            *(glide[s].mset(dict.fromkeys(ks, VALUE)) for s, ks in split(g))
+        )
+    try:
+        import coredis
+    except ImportError:
+        print("note: coredis is not installed (pip install 'stampede-redis[bench]')")
+    else:
+        cored = [
+            await stack.enter_async_context(coredis.Redis(host=h, port=p)) for h, p in addresses
+        ]
+        rows["coredis read"] = lambda g: asyncio.gather(*(cored[s].mget(ks) for s, ks in split(g)))
+        rows["coredis write"] = lambda g: asyncio.gather(
+            *(cored[s].mset(dict.fromkeys(ks, VALUE)) for s, ks in split(g))
+        )
+    return rows
+
+
+def _splitter(shard_of: Callable[[bytes], int]) -> Callable[[int], list[tuple[int, list[str]]]]:
+    plans: dict[int, list[tuple[int, list[str]]]] = {}
+    for g in range(GROUPS):
+        by: dict[int, list[str]] = {}
+        for key in group_keys(g):
+            by.setdefault(shard_of(key.encode()), []).append(key)
+        plans[g] = list(by.items())
+    return plans.__getitem__
+
+
+async def contenders(
+    stack: AsyncExitStack, prim: LocalPrimaries
+) -> tuple[dict[str, Op], stampede.Stampede]:
+    st = await stack.enter_async_context(stampede.connect(prim.urls))
+    index = {name: i for i, name in enumerate(st.topology.shard_names)}
+
+    def shard_of(key: bytes) -> int:
+        return index[st.topology.shard_of(key)]
+
+    addresses = [(n.host, n.port) for n in prim.nodes]
+    split = _splitter(shard_of)
+    ceiling = Ceiling(addresses, shard_of)
+    await ceiling.open()
+    stack.callback(ceiling.close)
+    encoded = {g: [k.encode() for k in group_keys(g)] for g in range(GROUPS)}
+    raw = [Redis(host=h, port=p) for h, p in addresses]
+    stack.push_async_callback(lambda: asyncio.gather(*(c.aclose() for c in raw)))
+
+    async def raw_op(g: int, write: bool) -> Any:
+        async def one(s: int, ks: list[str]) -> Any:
+            pipe = raw[s].pipeline(transaction=False)
+            for k in ks:
+                if write:
+                    pipe.set(k, VALUE)
+                else:
+                    pipe.get(k)
+            return await pipe.execute()
+
+        return await asyncio.gather(*(one(s, ks) for s, ks in split(g)))
+
+    values = {k: VALUE for k in group_keys(0)}
+    rows: dict[str, Op] = {
+        "ceiling read": lambda g: ceiling.run(encoded[g], write=False),
+        "ceiling write": lambda g: ceiling.run(encoded[g], write=True),
+        "stampede read": lambda g: st.read(f"bench:{g}", group_keys(g)),
+        "stampede write": lambda g: st.write(
+            f"bench:{g}", dict(zip(group_keys(g), values.values(), strict=True))
+        ),
+        "redis-py read": lambda g: raw_op(g, write=False),
+        "redis-py write": lambda g: raw_op(g, write=True),
+    }
+    rows.update(await peers(stack, addresses, shard_of))
+    for g in range(GROUPS):
+        await st.write(f"bench:{g}", dict(zip(group_keys(g), values.values(), strict=True)))
+    return rows, st
+
+
+def report(results: dict[str, dict[str, float]]) -> None:
+    top = {
+        kind: results[f"ceiling {kind}"]["keys_per_s"] for kind in ("read", "write")
+    }
+    print(f"\n{'':22} {'keys/s':>9} {'% ceil':>7} {'p50 µs':>8} {'p99 µs':>8} {'c=1 µs':>8} {'CPU µs/op':>10}")
+    for name, row in results.items():
+        share = row["keys_per_s"] / top[name.rsplit(" ", 1)[1]] * 100
+        print(
+            f"{name:22} {row['keys_per_s']:9.0f} {share:6.1f}% {row['p50_us']:8.0f} "
+            f"{row['p99_us']:8.0f} {row['c1_us']:8.0f} {row['cpu_us_per_op']:10.1f}"
+        )
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for dist in ("redis", "hiredis", "valkey-glide", "coredis", "stampede-redis"):
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+async def profile(seconds: float) -> None:
+    with LocalPrimaries(3) as prim:
+        async with AsyncExitStack() as stack:
+            rows, _ = await contenders(stack, prim)
+            prof = cProfile.Profile()
+            lat: list[float] = []
+            prof.enable()
+            n, cpu = await run_for(rows["stampede read"], IN_FLIGHT, seconds, lat)
+            prof.disable()
+            print(f"stampede read under the profiler: {n / seconds:.0f} reads/s")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    with LocalPrimaries(3) as prim:
+        print(f"servers: {prim.nodes[0].binary.describe() if hasattr(prim.nodes[0], 'binary') else '3 primaries'}")
+        async with AsyncExitStack() as stack:
+            rows, _ = await contenders(stack, prim)
+            results = await measure(rows, args.seconds, args.slices)
+    report(results)
+    return {"versions": versions(), "seconds": args.seconds, "slices": args.slices, "rows": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--slices", type=int, default=3)
+    parser.add_argument("--json", dest="json_path")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    if args.profile:
+        asyncio.run(profile(args.seconds * 3))
+        return
+    data = asyncio.run(main_async(args))
+    print(json.dumps(data["versions"]))
+    if args.json_path:
+        with open(args.json_path, "w") as out:
+            json.dump(data, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()
