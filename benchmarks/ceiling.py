@@ -54,6 +54,11 @@ def group_keys(g: int) -> list[str]:
     return [f"bench:{g}:{part}" for part in "abcd"]
 
 
+def plain_keys(g: int) -> list[str]:
+    """What the plain (unstamped) writers write: other keys than stampede's groups."""
+    return [f"plain:{g}:{part}" for part in "abcd"]
+
+
 # -- the ceiling: a bare merging client ------------------------------------------------
 
 
@@ -217,7 +222,7 @@ async def measure(rows: dict[str, Op], seconds: float, slices: int) -> dict[str,
 async def peers(stack: AsyncExitStack, addresses: list[tuple[str, int]], shard_of: Any) -> dict[str, Op]:
     """valkey-glide and coredis rows, when installed."""
     rows: dict[str, Op] = {}
-    split = _splitter(shard_of)
+    split, plain = _splitter(shard_of), _splitter(shard_of, plain_keys)
     try:
         from glide import GlideClient, GlideClientConfiguration, NodeAddress
     except ImportError:
@@ -232,7 +237,7 @@ async def peers(stack: AsyncExitStack, addresses: list[tuple[str, int]], shard_o
             *(glide[s].mget(ks) for s, ks in split(g))
         )
         rows["valkey-glide write"] = lambda g: asyncio.gather(
-            *(glide[s].mset(dict.fromkeys(ks, VALUE)) for s, ks in split(g))
+            *(glide[s].mset(dict.fromkeys(ks, VALUE)) for s, ks in plain(g))
         )
     try:
         import coredis
@@ -244,16 +249,18 @@ async def peers(stack: AsyncExitStack, addresses: list[tuple[str, int]], shard_o
         ]
         rows["coredis read"] = lambda g: asyncio.gather(*(cored[s].mget(ks) for s, ks in split(g)))
         rows["coredis write"] = lambda g: asyncio.gather(
-            *(cored[s].mset(dict.fromkeys(ks, VALUE)) for s, ks in split(g))
+            *(cored[s].mset(dict.fromkeys(ks, VALUE)) for s, ks in plain(g))
         )
     return rows
 
 
-def _splitter(shard_of: Callable[[bytes], int]) -> Callable[[int], list[tuple[int, list[str]]]]:
+def _splitter(
+    shard_of: Callable[[bytes], int], keys_of: Callable[[int], list[str]] = group_keys
+) -> Callable[[int], list[tuple[int, list[str]]]]:
     plans: dict[int, list[tuple[int, list[str]]]] = {}
     for g in range(GROUPS):
         by: dict[int, list[str]] = {}
-        for key in group_keys(g):
+        for key in keys_of(g):
             by.setdefault(shard_of(key.encode()), []).append(key)
         plans[g] = list(by.items())
     return plans.__getitem__
@@ -269,11 +276,12 @@ async def contenders(
         return index[st.topology.shard_of(key)]
 
     addresses = [(n.host, n.port) for n in prim.nodes]
-    split = _splitter(shard_of)
+    split, plain = _splitter(shard_of), _splitter(shard_of, plain_keys)
     ceiling = Ceiling(addresses, shard_of)
     await ceiling.open()
     stack.callback(ceiling.close)
     encoded = {g: [k.encode() for k in group_keys(g)] for g in range(GROUPS)}
+    encoded_plain = {g: [k.encode() for k in plain_keys(g)] for g in range(GROUPS)}
     raw = [Redis(host=h, port=p) for h, p in addresses]
     stack.push_async_callback(lambda: asyncio.gather(*(c.aclose() for c in raw)))
 
@@ -287,12 +295,12 @@ async def contenders(
                     pipe.get(k)
             return await pipe.execute()
 
-        return await asyncio.gather(*(one(s, ks) for s, ks in split(g)))
+        return await asyncio.gather(*(one(s, ks) for s, ks in (plain if write else split)(g)))
 
     values = {k: VALUE for k in group_keys(0)}
     rows: dict[str, Op] = {
         "ceiling read": lambda g: ceiling.run(encoded[g], write=False),
-        "ceiling write": lambda g: ceiling.run(encoded[g], write=True),
+        "ceiling write": lambda g: ceiling.run(encoded_plain[g], write=True),
         "stampede read": lambda g: st.read(f"bench:{g}", group_keys(g)),
         "stampede write": lambda g: st.write(
             f"bench:{g}", dict(zip(group_keys(g), values.values(), strict=True))
