@@ -17,6 +17,7 @@ MODULES = [
     "benchmarks.fanout",
     "benchmarks.repair",
     "benchmarks.ramp",
+    "benchmarks.ceiling",
 ]
 
 

@@ -219,7 +219,9 @@ async def measure(rows: dict[str, Op], seconds: float, slices: int) -> dict[str,
 # -- the contenders -----------------------------------------------------------------------
 
 
-async def peers(stack: AsyncExitStack, addresses: list[tuple[str, int]], shard_of: Any) -> dict[str, Op]:
+async def peers(
+    stack: AsyncExitStack, addresses: list[tuple[str, int]], shard_of: Any
+) -> dict[str, Op]:
     """valkey-glide and coredis rows, when installed."""
     rows: dict[str, Op] = {}
     split, plain = _splitter(shard_of), _splitter(shard_of, plain_keys)
@@ -315,15 +317,14 @@ async def contenders(
 
 
 def report(results: dict[str, dict[str, float]]) -> None:
-    top = {
-        kind: results[f"ceiling {kind}"]["keys_per_s"] for kind in ("read", "write")
-    }
-    print(f"\n{'':22} {'keys/s':>9} {'% ceil':>7} {'p50 µs':>8} {'p99 µs':>8} {'c=1 µs':>8} {'CPU µs/op':>10}")
+    top = {kind: results[f"ceiling {kind}"]["keys_per_s"] for kind in ("read", "write")}
+    heads = ("keys/s", "% ceil", "p50 µs", "p99 µs", "c=1 µs", "CPU µs/op")
+    print("\n" + " " * 22 + "".join(f"{h:>10}" for h in heads))
     for name, row in results.items():
         share = row["keys_per_s"] / top[name.rsplit(" ", 1)[1]] * 100
         print(
-            f"{name:22} {row['keys_per_s']:9.0f} {share:6.1f}% {row['p50_us']:8.0f} "
-            f"{row['p99_us']:8.0f} {row['c1_us']:8.0f} {row['cpu_us_per_op']:10.1f}"
+            f"{name:22}{row['keys_per_s']:10.0f}{share:9.1f}%{row['p50_us']:10.0f}"
+            f"{row['p99_us']:10.0f}{row['c1_us']:10.0f}{row['cpu_us_per_op']:10.1f}"
         )
 
 
@@ -344,7 +345,7 @@ async def profile(seconds: float) -> None:
             prof = cProfile.Profile()
             lat: list[float] = []
             prof.enable()
-            n, cpu = await run_for(rows["stampede read"], IN_FLIGHT, seconds, lat)
+            n, _ = await run_for(rows["stampede read"], IN_FLIGHT, seconds, lat)
             prof.disable()
             print(f"stampede read under the profiler: {n / seconds:.0f} reads/s")
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
@@ -352,7 +353,6 @@ async def profile(seconds: float) -> None:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     with LocalPrimaries(3) as prim:
-        print(f"servers: {prim.nodes[0].binary.describe() if hasattr(prim.nodes[0], 'binary') else '3 primaries'}")
         async with AsyncExitStack() as stack:
             rows, _ = await contenders(stack, prim)
             results = await measure(rows, args.seconds, args.slices)

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ..errors import ConfigurationError, MalformedEnvelope
-from ..repair._jobs import encode_fields, flatten
+from ..repair._jobs import encode_fields, flatten, parse_job
 from ..repair._queue import RepairQueue
 from ..scan import compile_pattern
 from ..topology.shards import Shards
@@ -92,11 +92,11 @@ def _repro_deep_record() -> object:
 
 
 def _repro_deep_job() -> object:
-    return offline_queue()._job(b"s", b"1-1", [b"group", b"g", b"keys", b"[" * DEEP + b"]" * DEEP])
+    return parse_job(b"s", b"1-1", [b"group", b"g", b"keys", b"[" * DEEP + b"]" * DEEP], 1, 5)
 
 
 def _repro_seen_not_object() -> object:
-    job = offline_queue()._job(b"s", b"1-1", [b"group", b"g", b"keys", b'["g:a"]', b"seen", b"0"])
+    job = parse_job(b"s", b"1-1", [b"group", b"g", b"keys", b'["g:a"]', b"seen", b"0"], 1, 5)
     return job.fields()
 
 
@@ -361,7 +361,7 @@ def offline_queue() -> RepairQueue:
 def check_stream_entry(entry: Any) -> None:
     """Any entry becomes a Job that can be written back (retried or dead-lettered);
     an entry the queue wrote parses back to the same group and keys."""
-    job = offline_queue()._job(b"stampede:repairs", b"1700000000000-0", entry)
+    job = parse_job(b"stampede:repairs", b"1700000000000-0", entry, 1, 5)
     assert job.id == "1700000000000-0"
     again = job.fields()  # what fail() and dead_letter() write: must work for any job
     fields = _as_fields(entry)

@@ -126,7 +126,7 @@ async def lost_reply(run: Run) -> None:
         finally:
             workload.stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
-        dropped = sum(rule.hits for p in proxies for rule in p._rules)
+        dropped = sum(rule.hits for p in proxies for rule in p.rules)
         direct = Stampede(run.topology, options=Options(version_grace=CHAOS_GRACE))
         for group in banks:
             await read_balance(direct, run.history, group, f"{group}:balance")

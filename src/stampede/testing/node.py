@@ -86,7 +86,7 @@ def stop_nodes(nodes: Sequence[RedisNode]) -> None:
     errors: list[Exception] = []
     for node in nodes:
         try:
-            node._ask_to_stop()
+            node.ask_to_stop()
         except Exception as exc:  # collected; the node's own stop() below retries
             errors.append(exc)
     for node in nodes:
@@ -229,7 +229,7 @@ class RedisNode:
 
     def stop(self) -> None:
         """Shut the server down gracefully (SIGTERM), then remove its directory."""
-        self._ask_to_stop()
+        self.ask_to_stop()
         popen = self._res.popen
         if popen is not None and popen.poll() is None:
             try:
@@ -296,7 +296,7 @@ class RedisNode:
 
     # -- internals -------------------------------------------------------------------
 
-    def _ask_to_stop(self) -> None:
+    def ask_to_stop(self) -> None:
         """Send SIGTERM (after SIGCONT if paused) without waiting; stop() then waits."""
         popen = self._res.popen
         if popen is not None and popen.poll() is None:

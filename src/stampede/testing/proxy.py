@@ -93,6 +93,11 @@ class RedisProxy:
         self._links: set[asyncio.Task[None]] = set()
         self._streams: set[asyncio.StreamWriter] = set()
 
+    @property
+    def rules(self) -> list[ProxyRule]:
+        """The rules in force, oldest first (each counts its `hits`)."""
+        return list(self._rules)
+
     def __repr__(self) -> str:
         return f"<RedisProxy {self.address} -> {self.target[0]}:{self.target[1]}>"
 
