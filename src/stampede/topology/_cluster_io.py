@@ -1,0 +1,198 @@
+"""What a `Cluster` sends to one node for a batch of reads or guarded writes.
+
+Reads: one script call reading keys of many slots (Redis 7's `allow-cross-slot-keys`
+flag); a node that refuses it (a slot moving, or a server before 7.0) gets one GET
+per key, each following its own redirection. Writes: one cross-slot guarded call
+for the batch, else one call per slot; the keys of a slot that is migrating go
+again one write at a time, following ASK and TRYAGAIN.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._lua import Script
+from ._resp import NoScriptError
+from ._router import Router, known_script, redirected
+from .base import translate
+from .guard import (
+    ARGS_PER_KEY,
+    CROSS_SLOT_GUARD_SCRIPT,
+    CROSS_SLOT_GUARD_SHA,
+    GUARD_SCRIPT,
+    GUARD_SHA,
+    WriteRequest,
+    joined,
+    split_codes,
+)
+from .retries import idempotent_script
+
+__all__ = ["NodeIO"]
+
+# Keys go in ARGV (no declared keys, so no CROSSSLOT check up front); each GET
+# inside is still checked by the node, which errors for a key it does not serve
+# right now (moved, or migrating away) instead of answering nil.
+_READ = Script(
+    b"#!lua flags=no-writes,allow-cross-slot-keys\n"
+    b"local out = {}\n"
+    b"for i, key in ipairs(ARGV) do out[i] = redis.call('GET', key) end\n"
+    b"return out\n"
+)
+idempotent_script(_READ.source)
+for _script in (_READ, Script(GUARD_SCRIPT), Script(CROSS_SLOT_GUARD_SCRIPT)):
+    known_script(_script)
+
+
+class NodeIO:
+    """Batched reads and guarded writes on the nodes of one cluster."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self._no_read_script: set[str] = set()
+        self._no_write_script: set[str] = set()
+
+    async def get_batch(self, node: str, requests: list[list[bytes]]) -> list[Any]:
+        flat = [key for keys in requests for key in keys]
+        results = await self._read_many(node, flat)
+        out: list[Any] = []
+        pos = 0
+        for keys in requests:
+            mine = results[pos : pos + len(keys)]
+            pos += len(keys)
+            error = next((r for r in mine if isinstance(r, BaseException)), None)
+            out.append(mine if error is None else translate(error, node))
+        return out
+
+    async def _read_many(self, node: str, keys: list[bytes]) -> list[Any]:
+        """Values of `keys` from `node`: one script call when the node serves them all.
+
+        The script reads keys of many slots at once (Redis 7's allow-cross-slot-keys
+        flag). While a slot migrates or after it moved, the node refuses a key it
+        does not serve ("non local key") and the keys are read with one GET each,
+        which follow ASK and MOVED one by one; a server without script flags (before
+        7.0) always gets the GETs.
+        """
+        if len(keys) > 1 and node not in self._no_read_script:
+            (reply,) = await self.router.pipeline(
+                node, [("EVALSHA", _READ.sha, 0, *keys)], [keys[0]], follow=False
+            )
+            if isinstance(reply, NoScriptError):
+                (reply,) = await self.router.pipeline(
+                    node, [("EVAL", _READ.source, 0, *keys)], [keys[0]], follow=False
+                )
+            if not isinstance(reply, BaseException):
+                return list(reply)
+            if "non local key" not in str(reply) and not redirected(reply):
+                self._no_read_script.add(node)  # e.g. Redis 6: no script flags
+        return await self.router.pipeline(node, [("GET", k) for k in keys], keys)
+
+    async def write_batch(self, node: str, requests: list[WriteRequest]) -> list[Any]:
+        """One guarded-script call for every write of this loop turn on `node`.
+
+        Keys of several slots go in one cross-slot call; a node that refuses it (a
+        slot moving, or a server before 7.0) gets one call per slot instead.
+        """
+        keys, argv, slots = joined(requests)
+        if slots.count(slots[0]) == len(slots):
+            groups = [list(range(len(keys)))]
+        else:
+            if node not in self._no_write_script:
+                whole = await self._guard_node(node, keys, argv)
+                if whole is not None:
+                    return split_codes(requests, whole, node)
+            by_slot: dict[int, list[int]] = {}
+            for i, slot in enumerate(slots):
+                by_slot.setdefault(slot, []).append(i)
+            groups = list(by_slot.values())
+        results = await self._guard_calls(node, keys, argv, groups, follow=False)
+        if len(results) == 1 and not isinstance(results[0], BaseException):
+            return split_codes(requests, results[0], node)
+        if any(redirected(r) for r in results):
+            groups, results = await self._settle_moving(node, requests, keys, argv, groups, results)
+        codes: list[Any] = [None] * len(keys)
+        for group, res in zip(groups, results, strict=True):
+            if isinstance(res, BaseException):
+                error = translate(res, node)
+                for i in group:
+                    codes[i] = error
+            else:
+                for i, code in zip(group, res, strict=True):
+                    codes[i] = code
+        return split_codes(requests, codes, node)
+
+    async def _settle_moving(
+        self,
+        node: str,
+        requests: list[WriteRequest],
+        keys: list[bytes],
+        argv: list[object],
+        groups: list[list[int]],
+        results: list[Any],
+    ) -> tuple[list[list[int]], list[Any]]:
+        """Resend redirected slots' keys one write at a time, following ASK and TRYAGAIN.
+
+        A redirected slot is migrating: the keys of several writes in one call could
+        be split between the two nodes (TRYAGAIN), while each write's own keys move
+        together often enough to get through.
+        """
+        owner = [r for r, request in enumerate(requests) for _ in request.keys]
+        moving = [g for g, r in zip(groups, results, strict=True) if redirected(r)]
+        alone = [
+            [i for i in g if owner[i] == r] for g in moving for r in sorted({owner[i] for i in g})
+        ]
+        settled = await self._guard_calls(node, keys, argv, alone)
+        kept = [(g, r) for g, r in zip(groups, results, strict=True) if not redirected(r)]
+        return [g for g, _ in kept] + alone, [r for _, r in kept] + settled
+
+    async def _guard_node(
+        self, node: str, keys: list[bytes], argv: list[object]
+    ) -> list[Any] | None:
+        """The whole batch in one cross-slot guard call; None when the node refuses it."""
+        args = (len(keys), *keys, *argv)
+        (reply,) = await self.router.pipeline(
+            node, [("EVALSHA", CROSS_SLOT_GUARD_SHA, 0, *args)], [keys[0]], follow=False
+        )
+        if isinstance(reply, NoScriptError):
+            (reply,) = await self.router.pipeline(
+                node, [("EVAL", CROSS_SLOT_GUARD_SCRIPT, 0, *args)], [keys[0]], follow=False
+            )
+        if not isinstance(reply, BaseException):
+            return list(reply)
+        text = str(reply)
+        if not ("non local key" in text or "WRONGTYPE" in text or redirected(reply)):
+            self._no_write_script.add(node)  # e.g. Redis 6: no script flags
+        return None
+
+    async def _guard_calls(
+        self,
+        node: str,
+        keys: list[bytes],
+        argv: list[object],
+        groups: list[list[int]],
+        *,
+        follow: bool = True,
+    ) -> list[Any]:
+        """One guarded-script call per group of key indexes (each group in one slot)."""
+
+        def command(op: str, body: bytes | str, group: list[int]) -> tuple[Any, ...]:
+            if len(group) == len(keys):
+                return (op, body, len(keys), *keys, *argv)
+            n = ARGS_PER_KEY
+            chosen = [arg for i in group for arg in argv[n * i : n * i + n]]
+            return (op, body, len(group), *[keys[i] for i in group], *chosen)
+
+        first_keys = [keys[g[0]] for g in groups]
+        results = await self.router.pipeline(
+            node, [command("EVALSHA", GUARD_SHA, g) for g in groups], first_keys, follow=follow
+        )
+        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+        if missing:
+            again = await self.router.pipeline(
+                node,
+                [command("EVAL", GUARD_SCRIPT, groups[i]) for i in missing],
+                [first_keys[i] for i in missing],
+                follow=follow,
+            )
+            for i, res in zip(missing, again, strict=True):
+                results[i] = res
+        return results

@@ -1,0 +1,190 @@
+"""Routing inside a Redis Cluster: a lane to each node, and MOVED / ASK / TRYAGAIN.
+
+`Router.pipeline` sends commands to one node as one pipeline and follows the
+redirections of the commands that meet one, command by command: MOVED updates the
+slot map (and reloads it once), ASK sends ASKING and the command on one
+connection of the importing node, TRYAGAIN waits for the migrating slot. The node
+a command is redirected to may not have stampede's script cached yet: an EVALSHA
+of a known script that meets NOSCRIPT goes again as EVAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from .._lua import Script
+from ..errors import ShardUnavailable
+from ..keys import keyslot
+from ..options import ConnectOptions
+from ._discovery import SlotTable
+from ._resp import AskError, Endpoint, MovedError, NoScriptError, RedisError, TryAgainError
+from .base import translate
+from .guard import without_keeping
+from .lane import Lane
+
+__all__ = ["ERRORS", "Router", "known_script", "redirected"]
+
+ERRORS = (RedisError, OSError, TimeoutError)
+_MAX_REDIRECTS = 16
+_SCRIPTS: dict[str, bytes] = {}
+
+
+def known_script(script: Script) -> None:
+    """Remember `script`, so a redirected EVALSHA of it can go again as EVAL."""
+    _SCRIPTS.setdefault(script.sha, script.source)
+
+
+def _as_eval(cmd: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The EVAL form of an EVALSHA of one of stampede's own scripts, else None."""
+    if cmd[0] != "EVALSHA":
+        return None
+    source = _SCRIPTS.get(cmd[1])
+    return None if source is None else ("EVAL", source, *cmd[2:])
+
+
+def redirected(result: Any) -> bool:
+    """True for a reply that says the command belongs elsewhere (or later)."""
+    return isinstance(result, MovedError | AskError | TryAgainError)
+
+
+class Router:
+    """The lanes to a cluster's nodes and the slot map they are chosen by."""
+
+    def __init__(self, endpoint: Endpoint, table: SlotTable, options: ConnectOptions) -> None:
+        self.endpoint = endpoint
+        self.table = table
+        self.options = options
+        self.lanes: dict[str, Lane] = {}
+        self._refreshing: asyncio.Future[None] | None = None
+
+    def node(self, slot: int) -> str:
+        return self.table.node_of(slot)
+
+    def shard_of(self, key: bytes) -> str:
+        return self.node(keyslot(key))
+
+    def by_slots(self, slots: Sequence[int]) -> dict[str, list[int]]:
+        """node name -> the positions whose slot it owns (as far as we know)."""
+        plan: dict[str, list[int]] = {}
+        nodes: dict[int, str] = {}
+        for pos, slot in enumerate(slots):
+            name = nodes.get(slot)
+            if name is None:
+                name = nodes[slot] = self.node(slot)
+            plan.setdefault(name, []).append(pos)
+        return plan
+
+    async def pipeline(
+        self,
+        node: str,
+        commands: list[tuple[Any, ...]],
+        keys: list[bytes],
+        *,
+        follow: bool = True,
+        resend: bool | None = None,
+    ) -> list[Any]:
+        """Run `commands` as one pipeline on `node`; results or per-command exceptions.
+
+        `keys[i]` is a key of command i (where its redirection is looked up). With
+        `follow`, a command redirected by MOVED, ASK or TRYAGAIN is sent on to where
+        it belongs, command by command.
+        """
+        try:
+            results = await self.lane_at(node).pipeline(commands, resend=resend)
+        except ERRORS as exc:
+            err = translate(exc, node)
+            return [err] * len(commands)
+        moved = [i for i, r in enumerate(results) if redirected(r)]
+        if moved and follow:
+            followed = await asyncio.gather(
+                *(self.follow(commands[i], keys[i], results[i]) for i in moved),
+                return_exceptions=True,
+            )
+            for i, res in zip(moved, followed, strict=True):
+                results[i] = res
+        return results
+
+    async def follow(self, cmd: tuple[Any, ...], key: bytes, error: BaseException) -> Any:
+        """Follow MOVED, ASK and TRYAGAIN for one command, on one connection per hop."""
+        for attempt in range(_MAX_REDIRECTS):
+            if isinstance(error, MovedError):
+                target, asking = self.table.moved(error.slot, error.host, error.port), False
+                await self.refresh()
+            elif isinstance(error, AskError):
+                target, asking = self.table.address(error.host, error.port), True
+            else:  # TRYAGAIN: keys of a multi-key command are split mid-migration
+                await asyncio.sleep(min(0.2, 0.005 * 2**attempt))
+                target, asking = self.node(keyslot(key)), False
+            try:
+                return await self.hop(target, cmd, asking=asking)
+            except (MovedError, AskError, TryAgainError) as exc:
+                error = exc
+            except ERRORS as exc:
+                raise translate(exc, target) from exc
+        raise ShardUnavailable(
+            f"still redirected after {_MAX_REDIRECTS} hops; is a resharding stuck?",
+            shard=self.safe_shard(key),
+        )
+
+    async def hop(self, target: str, cmd: tuple[Any, ...], *, asking: bool) -> Any:
+        """Send `cmd` to `target` (after ASKING on the same connection when asked to).
+
+        The node a command is redirected to may not have stampede's script cached
+        yet: an EVALSHA of a known script that meets NOSCRIPT is sent again as EVAL.
+        """
+        lane = self.lane_at(target)
+        if asking:  # the importing node: keep no versions there (`without_keeping`)
+            cmd = without_keeping(cmd)
+        for command in (cmd, _as_eval(cmd)):
+            if command is None:
+                break
+            replies = await lane.pipeline([("ASKING",), command] if asking else [command])
+            reply = replies[-1]
+            if not isinstance(reply, NoScriptError):
+                break
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def refresh(self) -> None:
+        """Reload the slot map once, however many callers met MOVED meanwhile."""
+        task = self._refreshing
+        if task is None or task.done():
+            task = self._refreshing = asyncio.ensure_future(self.reload())
+        await asyncio.shield(task)
+
+    async def reload(self) -> None:
+        await self.table.load(self.ask_slots)
+
+    async def ask_slots(self, node: str) -> Any:
+        return await self.lane_at(node).call("CLUSTER", "SLOTS")
+
+    def lane_at(self, name: str) -> Lane:
+        """The connection lane to one node (the startup URL's settings, that address)."""
+        lane = self.lanes.get(name)
+        if lane is None:
+            opts = self.options
+            host, port = name.rsplit(":", 1)
+            lane = self.lanes[name] = Lane(
+                self.endpoint.at(host, int(port)),
+                limit=opts.max_connections,
+                name=name,
+                retries=opts.connection_retries,
+                retry_base=opts.retry_base,
+                retry_cap=opts.retry_cap,
+            )
+        return lane
+
+    def safe_shard(self, key: bytes) -> str:
+        """The node of `key` for an error message ("cluster" when the map is unknown)."""
+        try:
+            return self.shard_of(key)
+        except ERRORS:
+            return "cluster"
+
+    async def aclose(self) -> None:
+        lanes, self.lanes = list(self.lanes.values()), {}
+        for lane in lanes:
+            await lane.aclose()
