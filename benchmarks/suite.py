@@ -37,7 +37,7 @@ from redis.asyncio.cluster import RedisCluster
 
 import stampede
 from stampede.testing import LocalCluster, LocalPrimaries
-from stampede.topology.guard import GUARD_SCRIPT, GUARD_SHA
+from stampede.topology._guard import GUARD_SCRIPT, GUARD_SHA
 from stampede.wire import new_token
 
 Op = Callable[[int], Awaitable[Any]]

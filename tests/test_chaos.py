@@ -31,7 +31,7 @@ from stampede.chaos.workload import make_layout
 from stampede.repair import RepairContext
 from stampede.results import RepairAction, RepairOutcome
 from stampede.testing import LocalCluster, LocalPrimaries
-from stampede.topology.shards import Shards
+from stampede.topology._shards import Shards
 from stampede.verdict import Observation, Verdict
 from stampede.wire import new_token
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from stampede import PartialWriteError, Stampede
-from stampede.topology.coalesce import Coalescer
+from stampede.topology._coalesce import Coalescer
 
 from .support import spread_keys
 

@@ -16,7 +16,7 @@ import pytest
 import stampede
 from stampede import ConnectOptions, RetryPolicy, SetupError, Shards
 from stampede.testing import LocalCluster, LocalPrimaries, RedisNode
-from stampede.topology.checks import IDENTITY_KEY
+from stampede.topology._checks import IDENTITY_KEY
 
 from .support import FAST, open_stampede, spread_keys
 

@@ -10,6 +10,8 @@ import pytest
 from stampede import OutcomeUnknownError
 from stampede.testing import LocalPrimaries, RedisProxy
 from stampede.topology._endpoint import parse_url
+from stampede.topology._guard import GUARD_SHA
+from stampede.topology._lane import Lane
 from stampede.topology._resp import (
     Connection,
     ConnectionLost,
@@ -17,8 +19,6 @@ from stampede.topology._resp import (
     ReplyError,
     ReplyTimeout,
 )
-from stampede.topology.guard import GUARD_SHA
-from stampede.topology.lane import Lane
 
 
 def _lane(url: str, **kwargs: Any) -> Lane:

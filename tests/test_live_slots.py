@@ -18,8 +18,8 @@ from stampede.cli import main
 from stampede.errors import ConfigurationError
 from stampede.keys import SLOTS, ScanProgress, SlotMap, keyslot, live_slots
 from stampede.testing import LocalCluster, LocalPrimaries, ServerBinary
-from stampede.topology.cluster import Cluster
-from stampede.topology.shards import Shards
+from stampede.topology._cluster import Cluster
+from stampede.topology._shards import Shards
 
 HOT_TAG = b"global"
 HOT_KEYS = 100

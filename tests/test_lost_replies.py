@@ -4,7 +4,7 @@ Every test runs stampede through `RedisProxy`s in front of the real servers (one
 per primary, or per cluster master with the cluster client's `address_remap`),
 which forward a chosen command to the server and then close the client's
 connection instead of relaying its reply. Each case applied the operation twice,
-or resent it blindly, before the retry policy of `stampede.topology.retries`.
+or resent it blindly, before the retry policy of `stampede.topology._retries`.
 """
 
 from __future__ import annotations

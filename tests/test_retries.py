@@ -8,8 +8,8 @@ import pytest
 
 from stampede.keys import HashPolicy, keyslot
 from stampede.testing.proxy import _reply_end
-from stampede.topology.guard import CROSS_SLOT_GUARD_SHA, GUARD_SCRIPT, GUARD_SHA
-from stampede.topology.retries import Markers, all_idempotent, describe, is_idempotent
+from stampede.topology._guard import CROSS_SLOT_GUARD_SHA, GUARD_SCRIPT, GUARD_SHA
+from stampede.topology._retries import Markers, all_idempotent, describe, is_idempotent
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from stampede import (
     TornReadError,
 )
 from stampede._kept import drop_kept
-from stampede.topology.guard import KEPT, SAME, WRITTEN
+from stampede.topology._guard import KEPT, SAME, WRITTEN
 from stampede.wire import new_token
 
 from .support import raw_get, spread_keys

@@ -22,7 +22,7 @@ from .errors import (
 from .keys import to_bytes
 from .options import Options, RetryPolicy, check_strategy, resolve_versions
 from .results import AtomicRead, ReadResult, Receipt
-from .topology.base import READ_WATCH, ReadWatch, Topology
+from .topology._base import READ_WATCH, ReadWatch, Topology
 from .typing import RepairStrategy, VersionSource
 from .verdict import Mode
 

@@ -11,10 +11,10 @@ from .errors import (
 )
 from .keys import HashPolicy, SlotMap
 from .options import Options, load_options
-from .topology.base import Topology
-from .topology.checks import redact
-from .topology.cluster import Cluster
-from .topology.shards import Shards
+from .topology._base import Topology
+from .topology._checks import redact
+from .topology._cluster import Cluster
+from .topology._shards import Shards
 
 __all__ = ["connect"]
 

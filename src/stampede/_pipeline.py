@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from . import metrics
 from .results import RepairAction, RepairOutcome
-from .topology.base import Topology
+from .topology._base import Topology
 from .typing import RepairContext, RepairStrategy
 from .verdict import Mode, Observation, Verdict, judge
 from .wire import commit_key

@@ -29,8 +29,8 @@ from .errors import (
 )
 from .keys import to_bytes
 from .results import Receipt
-from .topology.base import Topology, WriteOutcome
-from .topology.guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
+from .topology._base import Topology, WriteOutcome
+from .topology._guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
 from .typing import VersionSource
 from .verdict import Mode
 from .versions import HybridClock

@@ -36,8 +36,8 @@ from .errors import (
     WriteConflict,
 )
 from .keys import to_bytes
-from .topology.base import Topology
-from .topology.node_ops import Read, Script
+from .topology._base import Topology
+from .topology._node_ops import Read, Script
 from .typing import HasTopology
 
 __all__ = [

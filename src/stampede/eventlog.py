@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 from .atomic import Command, Target, topology_of
 from .errors import InvalidKeyError, MalformedEntry, PartialWriteError, RepliesLostError, ShardError
 from .keys import to_bytes
-from .topology.base import Topology
+from .topology._base import Topology
 from .wire import MAX_VERSION, TOKEN_LENGTH, is_token, new_token
 
 __all__ = [

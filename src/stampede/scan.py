@@ -31,7 +31,7 @@ from typing import Any
 
 from . import _pipeline as pipeline
 from .errors import ConfigurationError
-from .topology.base import Topology
+from .topology._base import Topology
 from .verdict import Mode, Observation, Reason, Status, judge
 from .wire import COMMIT_SUFFIX, commit_key, decode_commit, is_reserved
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from .results import RepairOutcome
-    from .topology.base import Topology
+    from .topology._base import Topology
     from .verdict import Mode, Observation, Verdict
 
 __all__ = [

@@ -22,7 +22,7 @@ from .errors import ConfigurationError
 from .wire import CLOCK_FLOOR, MAX_VERSION, version_key
 
 if TYPE_CHECKING:
-    from .topology.base import Topology
+    from .topology._base import Topology
 
 __all__ = ["DEFAULT_MAX_OFFSET", "Counter", "HybridClock"]
 

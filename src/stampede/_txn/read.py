@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from ..errors import InvalidKeyError, MalformedEnvelope, ReadError, StampedeError
 from ..keys import to_bytes
 from ..results import AtomicRead
-from ..topology.base import Topology
+from ..topology._base import Topology
 from ..typing import VersionSource
 from ..wire import Envelope
 from ..wire._txn import Stamp, decode_meta, side_key, stamp_text

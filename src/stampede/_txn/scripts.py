@@ -29,7 +29,7 @@ ROUND2    per pair ARGV: a stamp; the envelope of exactly that version, or nil
 from __future__ import annotations
 
 from .._lua import script
-from ..topology.retries import idempotent_script
+from ..topology._retries import idempotent_script
 
 __all__ = ["COLLECT", "COMMIT", "PREPARE", "ROUND1", "ROUND2"]
 

@@ -32,7 +32,7 @@ from .. import tracing
 from .._write import as_payload, check_version, limit_for, plan_keys, raise_refusals
 from ..errors import ConfigurationError, ShardError, TransactionAborted
 from ..results import TransactionReceipt
-from ..topology.base import Topology, call_units
+from ..topology._base import Topology, call_units
 from ..typing import VersionSource
 from ..versions import Counter
 from ..wire import expire_at, new_token

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..testing import LocalCluster, LocalPrimaries, RedisNode
-from ..topology.base import Topology
-from ..topology.cluster import Cluster
-from ..topology.shards import Shards
+from ..topology._base import Topology
+from ..topology._cluster import Cluster
+from ..topology._shards import Shards
 from ..typing import RepairStrategy
 from .faults import FaultyTopology
 from .history import History

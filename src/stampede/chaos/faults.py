@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from ..topology.base import Topology, Updater, WriteOutcome
-from ..topology.guard import KEEP_MS
+from ..topology._base import Topology, Updater, WriteOutcome
+from ..topology._guard import KEEP_MS
 from ..verdict import Mode
 from ..wire import commit_key
 from .history import CURRENT_OP, History, OpContext, text
@@ -49,7 +49,7 @@ from .late import Late
 
 if TYPE_CHECKING:
     from ..testing import LocalCluster, RedisNode
-    from ..topology.node_ops import Body, Command, Script
+    from ..topology._node_ops import Body, Command, Script
 
 __all__ = [
     "Crash",

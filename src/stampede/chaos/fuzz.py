@@ -36,7 +36,7 @@ from ..errors import ConfigurationError, MalformedEnvelope
 from ..repair._jobs import encode_fields, flatten, parse_job
 from ..repair._queue import RepairQueue
 from ..scan import compile_pattern
-from ..topology.shards import Shards
+from ..topology._shards import Shards
 from ..verdict import Mode, Observation, Status, judge
 from ..wire import MAX_VERSION, Envelope
 from ..wire import encode_commit as commit_payload

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..topology.base import WriteOutcome
+from ..topology._base import WriteOutcome
 from .history import OpContext, text
 
 if TYPE_CHECKING:

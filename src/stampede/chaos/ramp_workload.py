@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .._client import Stampede
 from .._txn.scripts import COMMIT, PREPARE
 from ..errors import TransactionAborted
-from ..topology.base import call_units
+from ..topology._base import call_units
 from ..versions import HybridClock
 from .faults import FaultyTopology
 from .history import History
 
 if TYPE_CHECKING:
-    from ..topology.node_ops import Script
+    from ..topology._node_ops import Script
 
 __all__ = [
     "KEYS",

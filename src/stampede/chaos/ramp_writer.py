@@ -19,8 +19,8 @@ import click
 from .._client import Stampede
 from ..errors import SetupError
 from ..options import Options
-from ..topology.cluster import Cluster
-from ..topology.shards import Shards
+from ..topology._cluster import Cluster
+from ..topology._shards import Shards
 from .history import History
 from .ramp_workload import STEPS, RampSession, Step, StepPlan, StepTopology, pick_keys
 from .workload import CHAOS_CONNECTION

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from .._client import Stampede
 from ..errors import StampedeError, WriteConflict
 from ..options import Options
-from ..topology.shards import Shards
+from ..topology._shards import Shards
 from ..versions import HybridClock
 from ..wire import Envelope, new_token
 from .env import Run

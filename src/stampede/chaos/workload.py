@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from .._client import Stampede
 from ..errors import StampedeError
 from ..options import ConnectOptions, Options, RetryPolicy
-from ..topology.base import Topology
+from ..topology._base import Topology
 from ..typing import RepairStrategy
 from ..verdict import Mode
 from ..versions import HybridClock

@@ -38,7 +38,7 @@ from ._slotmap import SlotMap
 from ._slots import SLOTS
 
 if TYPE_CHECKING:
-    from ..topology.base import Topology
+    from ..topology._base import Topology
 
 __all__ = [
     "TAG_SUMMARY_SIZE",

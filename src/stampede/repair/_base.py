@@ -31,10 +31,10 @@ from typing import Any
 from .. import _pipeline as pipeline
 from ..errors import RepairError, ShardResponseError
 from ..results import RepairAction, RepairOutcome
-from ..topology.base import Topology
-from ..topology.guard import CAS_SCRIPT, KEPT
-from ..topology.node_ops import Script
-from ..topology.retries import idempotent_script
+from ..topology._base import Topology
+from ..topology._guard import CAS_SCRIPT, KEPT
+from ..topology._node_ops import Script
+from ..topology._retries import idempotent_script
 from ..typing import RepairContext
 from ..verdict import Mode, Observation, Reason, Status, judge
 from ..wire import Envelope, commit_key, expire_at, kind_of, new_token, token_after

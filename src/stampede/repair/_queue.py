@@ -50,7 +50,7 @@ from typing import Any
 from .._lua import script
 from ..errors import ConfigurationError, ShardResponseError
 from ..keys import hash_tag, keyslot, to_bytes
-from ..topology.base import Topology
+from ..topology._base import Topology
 from . import _queue_admin as _admin
 from ._jobs import BASE, CONSUMER_GROUP, DEAD, Job, as_text, encode_fields, flatten, parse_job
 

@@ -12,10 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._lua import Script
-from ._resp import NoScriptError
-from ._router import Router, known_script, redirected
-from .base import translate
-from .guard import (
+from ._base import translate
+from ._guard import (
     ARGS_PER_KEY,
     CROSS_SLOT_GUARD_SCRIPT,
     CROSS_SLOT_GUARD_SHA,
@@ -25,7 +23,9 @@ from .guard import (
     joined,
     split_codes,
 )
-from .retries import idempotent_script
+from ._resp import NoScriptError
+from ._retries import idempotent_script
+from ._router import Router, known_script, redirected
 
 __all__ = ["NodeIO"]
 

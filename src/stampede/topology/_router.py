@@ -18,11 +18,11 @@ from .._lua import Script
 from ..errors import ShardUnavailable
 from ..keys import keyslot
 from ..options import ConnectOptions
+from ._base import translate
 from ._discovery import SlotTable
+from ._guard import without_keeping
+from ._lane import Lane
 from ._resp import AskError, Endpoint, MovedError, NoScriptError, RedisError, TryAgainError
-from .base import translate
-from .guard import without_keeping
-from .lane import Lane
 
 __all__ = ["ERRORS", "Router", "known_script", "redirected"]
 

@@ -27,7 +27,7 @@ from typing import Any
 from .._backoff import backoff as shared_backoff
 from .._lua import IDEMPOTENT_SHAS
 from ..keys import hash_tag
-from .guard import CROSS_SLOT_GUARD_SCRIPT, CROSS_SLOT_GUARD_SHA, GUARD_SCRIPT, GUARD_SHA
+from ._guard import CROSS_SLOT_GUARD_SCRIPT, CROSS_SLOT_GUARD_SHA, GUARD_SCRIPT, GUARD_SHA
 
 __all__ = [
     "MARKER_PREFIX",

@@ -20,8 +20,7 @@ from .._lua import Script
 from ..errors import ConfigurationError, SetupError
 from ..keys import HashPolicy, SlotMap, keyslot
 from ..options import ConnectOptions
-from ._endpoint import parse_url
-from .base import (
+from ._base import (
     READ_WATCH,
     TRANSPORT_ERRORS,
     Updater,
@@ -30,7 +29,7 @@ from .base import (
     guarded,
     mapped,
 )
-from .checks import (
+from ._checks import (
     IDENTITY_KEY,
     Identity,
     ServerInfo,
@@ -41,10 +40,11 @@ from .checks import (
     refusal,
     same_servers,
 )
-from .coalesce import Coalescer
-from .guard import GUARD_SCRIPT, KEEP_MS, WriteRequest, joined, split_codes
-from .lane import Lane
-from .node_ops import (
+from ._coalesce import Coalescer
+from ._endpoint import parse_url
+from ._guard import GUARD_SCRIPT, KEEP_MS, WriteRequest, joined, split_codes
+from ._lane import Lane
+from ._node_ops import (
     Body,
     Command,
     evalsha,
@@ -54,8 +54,8 @@ from .node_ops import (
     transaction,
     updater_body,
 )
-from .plan import fetch_parts, write_parts
-from .retries import Markers
+from ._plan import fetch_parts, write_parts
+from ._retries import Markers
 
 __all__ = ["Shards"]
 

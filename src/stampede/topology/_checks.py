@@ -27,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import SetupError
 from ..options import ConnectOptions
 from ._endpoint import parse_url
+from ._lane import Lane
 from ._resp import (
     AuthError,
     ConnectionLost,
@@ -35,7 +36,6 @@ from ._resp import (
     RedisError,
     ReplyTimeout,
 )
-from .lane import Lane
 
 __all__ = [
     "IDENTITY_KEY",

@@ -18,27 +18,18 @@ from .._lua import Script
 from ..errors import ConfigurationError, SetupError, ShardUnavailable
 from ..keys import keyslot
 from ..options import ConnectOptions
+from ._base import READ_WATCH, Updater, WriteOutcome, fetch_watched, translate
+from ._checks import probe, redact
 from ._cluster_io import NodeIO
+from ._coalesce import Coalescer
 from ._discovery import AddressRemap, SlotTable
 from ._endpoint import parse_url
+from ._guard import KEEP_MS
+from ._node_ops import Body, Command, marker_id, optimistic_once, transaction, updater_body
+from ._plan import fetch_parts, write_parts
 from ._resp import AskError, MovedError, NoScriptError, TryAgainError
+from ._retries import Markers
 from ._router import ERRORS, Router, known_script
-from .base import READ_WATCH, Updater, WriteOutcome, fetch_watched, translate
-from .checks import probe, redact
-from .coalesce import Coalescer
-from .guard import (
-    KEEP_MS,
-)
-from .node_ops import (
-    Body,
-    Command,
-    marker_id,
-    optimistic_once,
-    transaction,
-    updater_body,
-)
-from .plan import fetch_parts, write_parts
-from .retries import Markers
 
 __all__ = ["Cluster"]
 

@@ -38,7 +38,7 @@ from ._resp import (
     ReplyTimeout,
     is_auth_refusal,
 )
-from .retries import all_idempotent, backoff, describe
+from ._retries import all_idempotent, backoff, describe
 
 __all__ = ["LOST", "Lane", "Session"]
 

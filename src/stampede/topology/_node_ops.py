@@ -26,10 +26,10 @@ from typing import Any
 
 from .._lua import Script
 from ..errors import OutcomeUnknownError, RepliesLostError
+from ._lane import LOST, Lane, Session
 from ._resp import ConnectionLost, NoScriptError
+from ._retries import MARKER_TTL_MS, all_idempotent, describe
 from ._shape import shape
-from .lane import LOST, Lane, Session
-from .retries import MARKER_TTL_MS, all_idempotent, describe
 
 __all__ = [
     "Body",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import ShardError, ShardResponseError, ShardTimeout, ShardUnavailable
+from ._guard import KEEP_MS
 from ._resp import (
     AuthError,
     ConnectionLost,
@@ -24,11 +25,10 @@ from ._resp import (
     ReplyError,
     ReplyTimeout,
 )
-from .guard import KEEP_MS
 
 if TYPE_CHECKING:
-    from .coalesce import Coalescer
-    from .node_ops import Body, Command, Script
+    from ._coalesce import Coalescer
+    from ._node_ops import Body, Command, Script
 
 __all__ = [
     "READ_WATCH",

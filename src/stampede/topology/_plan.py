@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ShardError
-from .base import WriteOutcome
-from .coalesce import Coalescer
-from .guard import KEEP_MS, WriteRequest
+from ._base import WriteOutcome
+from ._coalesce import Coalescer
+from ._guard import KEEP_MS, WriteRequest
 
 __all__ = ["Part", "fetch_parts", "write_parts"]
 
