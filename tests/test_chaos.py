@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from stampede import Envelope, Mode, Options, Stampede
-from stampede._kept import drop_kept
-from stampede.chaos import (
+from chaos import (
     CHAOS_REPAIR,
     Crash,
     CrashPoint,
@@ -25,9 +23,11 @@ from stampede.chaos import (
     load_events,
     payload_of,
 )
-from stampede.chaos.history import Event
-from stampede.chaos.scenarios import SCENARIOS, Env, Timing, run_scenario
-from stampede.chaos.workload import make_layout
+from chaos.history import Event
+from chaos.scenarios import SCENARIOS, Env, Timing, run_scenario
+from chaos.workload import make_layout
+from stampede import Envelope, Mode, Options, Stampede
+from stampede._kept import drop_kept
 from stampede.repair import RepairContext
 from stampede.results import RepairAction, RepairOutcome
 from stampede.testing import LocalCluster, LocalPrimaries

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from stampede.chaos import check
-from stampede.chaos.race_checker import parse_balance
-from stampede.chaos.scenarios import SCENARIOS, Env, ScenarioRun, Timing, run_scenario
+from chaos import check
+from chaos.race_checker import parse_balance
+from chaos.scenarios import SCENARIOS, Env, ScenarioRun, Timing, run_scenario
 from stampede.testing import LocalCluster, LocalPrimaries
 
 from .test_chaos import KEYS, Hist, both

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stampede.chaos.env import Env, Timing
-from stampede.chaos.ramp_checker import (
+from chaos.env import Env, Timing
+from chaos.ramp_checker import (
     RampOp,
     check_lines,
     check_ramp,
@@ -14,7 +14,7 @@ from stampede.chaos.ramp_checker import (
     format_op,
     parse_line,
 )
-from stampede.chaos.scenarios import SCENARIOS, run_scenario
+from chaos.scenarios import SCENARIOS, run_scenario
 
 CLEAN = """
 w(1,11,1,1)

@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 
 from stampede import Mode
-from stampede.cli.demo import demo_command
-from stampede.demo import Counters, DemoConfig, Summary, run_demo
+from stampede.cli._demo import Counters, DemoConfig, Summary, run_demo
+from stampede.cli._demo_command import demo_command
 from stampede.testing import SERVER_ENV, LocalPrimaries
 
-LAUNCH = "from stampede.cli.demo import demo_command; demo_command(prog_name='stampede demo')"
+LAUNCH = (
+    "from stampede.cli._demo_command import demo_command; demo_command(prog_name='stampede demo')"
+)
 SMALL = ["--size", "60", "--duration", "2", "--seed", "7", "--json"]
 
 

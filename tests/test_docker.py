@@ -23,8 +23,8 @@ import pytest
 import redis
 import yaml
 
+from stampede.cli._demo import DemoConfig, run_demo
 from stampede.cli._repair import worker_command
-from stampede.demo import DemoConfig, run_demo
 from stampede.testing._server import launcher
 
 ROOT = Path(__file__).resolve().parent.parent

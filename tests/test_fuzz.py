@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stampede.chaos.fuzz import (
+from chaos.fuzz import (
     REGRESSIONS,
     Defect,
     check_commit_record,

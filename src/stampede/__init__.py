@@ -54,8 +54,8 @@ from .results import Receipt as Receipt
 from .results import TransactionReceipt as TransactionReceipt
 from .topology import Cluster as Cluster
 from .topology import Shards as Shards
-from .topology import Topology as Topology
 from .typing import PayloadCodec as PayloadCodec
+from .typing import Topology as Topology
 from .typing import VersionSource as VersionSource
 from .verdict import Mode as Mode
 from .verdict import Reason as Reason

@@ -22,8 +22,8 @@ from .errors import (
 from .keys import to_bytes
 from .options import Options, RetryPolicy, check_strategy, resolve_versions
 from .results import AtomicRead, ReadResult, Receipt
-from .topology._base import READ_WATCH, ReadWatch, Topology
-from .typing import RepairStrategy, VersionSource
+from .topology._base import READ_WATCH, ReadWatch
+from .typing import RepairStrategy, Topology, VersionSource
 from .verdict import Mode
 
 __all__ = ["Stampede"]
@@ -58,9 +58,7 @@ class Stampede:
         agree with the shard identity records (see docs/operations.md). `async with`
         calls it.
         """
-        opener = getattr(self.topology, "open", None)
-        if opener is not None:
-            await opener()
+        await self.topology.open()
         return self
 
     async def aclose(self) -> None:

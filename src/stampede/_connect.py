@@ -11,10 +11,10 @@ from .errors import (
 )
 from .keys import HashPolicy, SlotMap
 from .options import Options, load_options
-from .topology._base import Topology
 from .topology._checks import redact
 from .topology._cluster import Cluster
 from .topology._shards import Shards
+from .typing import Topology
 
 __all__ = ["connect"]
 

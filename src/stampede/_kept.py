@@ -19,8 +19,9 @@ from typing import Any
 
 from ._lua import script
 from .errors import MalformedEnvelope, ShardError
-from .topology._base import Topology, call_units
+from .topology._base import call_units
 from .topology._retries import idempotent_script
+from .typing import Topology
 from .verdict import Mode, Observation, Status, judge
 from .wire import Envelope, commit_key
 

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 
 from . import metrics
 from .results import RepairAction, RepairOutcome
-from .topology._base import Topology
-from .typing import RepairContext, RepairStrategy
+from .typing import RepairContext, RepairStrategy, Topology
 from .verdict import Mode, Observation, Verdict, judge
 from .wire import commit_key
 

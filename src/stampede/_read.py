@@ -14,8 +14,7 @@ from ._kept import newest_whole
 from .errors import TornReadError
 from .options import RetryPolicy
 from .results import ReadResult, RepairAction, RepairOutcome
-from .topology._base import Topology
-from .typing import DEFAULT_GRACE, RepairContext, RepairStrategy, VersionSource
+from .typing import DEFAULT_GRACE, RepairContext, RepairStrategy, Topology, VersionSource
 from .verdict import Mode, Observation, Status, Verdict, judge
 from .versions import HybridClock
 

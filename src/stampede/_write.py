@@ -29,9 +29,10 @@ from .errors import (
 )
 from .keys import to_bytes
 from .results import Receipt
-from .topology._base import Topology, WriteOutcome
+from .topology._base import WriteOutcome
 from .topology._guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
-from .typing import VersionSource
+from .topology._node_ops import watch_update
+from .typing import Topology, VersionSource
 from .verdict import Mode
 from .versions import HybridClock
 from .wire import (
@@ -311,7 +312,7 @@ async def update_group(
 
     for _ in range(max_attempts):
         try:
-            done = await topology.watch_update(watched, apply, expire_at_ms=expire_at(ttl))
+            done = await watch_update(topology, watched, apply, expire_at_ms=expire_at(ttl))
         except RepliesLostError:
             done = True  # EXEC's reply was lost, but its operation marker says it applied
         if done:

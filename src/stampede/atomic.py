@@ -36,9 +36,8 @@ from .errors import (
     WriteConflict,
 )
 from .keys import to_bytes
-from .topology._base import Topology
 from .topology._node_ops import Read, Script
-from .typing import HasTopology
+from .typing import HasTopology, Topology
 
 __all__ = [
     "Command",

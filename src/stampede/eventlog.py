@@ -31,7 +31,8 @@ from typing import Any, Generic, TypeVar
 from .atomic import Command, Target, topology_of
 from .errors import InvalidKeyError, MalformedEntry, PartialWriteError, RepliesLostError, ShardError
 from .keys import to_bytes
-from .topology._base import Topology
+from .topology._base import unit_of
+from .typing import Topology
 from .wire import MAX_VERSION, TOKEN_LENGTH, is_token, new_token
 
 __all__ = [
@@ -168,11 +169,9 @@ async def _per_shard(
     replies (empty when they were lost after it applied), or the `ShardError` that
     batch met. Each transaction is exactly-once (see `Topology.transaction`).
     """
-    by_cluster_slot = topology.kind != "shards"
     batches: dict[object, list[bytes]] = {}
     for key in dict.fromkeys(keys):
-        where = topology.slot_of(key) if by_cluster_slot else topology.shard_of(key)
-        batches.setdefault(where, []).append(key)
+        batches.setdefault(unit_of(topology, key), []).append(key)
     groups = list(batches.values())
     replies = await asyncio.gather(
         *(topology.transaction(g, build(g)) for g in groups), return_exceptions=True

@@ -31,7 +31,7 @@ from typing import Any
 
 from . import _pipeline as pipeline
 from .errors import ConfigurationError
-from .topology._base import Topology
+from .typing import Topology
 from .verdict import Mode, Observation, Reason, Status, judge
 from .wire import COMMIT_SUFFIX, commit_key, decode_commit, is_reserved
 
@@ -98,14 +98,12 @@ async def _scan_shard(
     misrouted: list[bytes],
 ) -> None:
     cursor: Any = 0
-    stray = getattr(topology, "misrouted", None)
     while True:
         cursor, keys = await topology.execute_on(
             shard, "SCAN", cursor, "MATCH", match, "COUNT", count
         )
         found = list(keys)
-        if stray is not None:
-            misrouted += stray(shard, found)
+        misrouted += topology.misrouted(shard, found)
         on_keys(found)
         if int(cursor) == 0:
             return

@@ -4,6 +4,8 @@
   or the application's own);
 - `RepairStrategy` and the `RepairContext` it is given: how a group that stays
   torn is made whole (`NewestWins`, `Refetch`, `Enqueue`, or the application's own);
+- `Topology`: where keys live and how one round trip per shard reaches them
+  (`Shards`, `Cluster`, the in-memory one of `stampede.testing`);
 - `HasTopology`: anything that works over a topology (a `Stampede`);
 - `PayloadCodec`: how a typed group stores a part's model in the envelope's payload.
 
@@ -16,10 +18,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
     from pydantic import BaseModel
 
+    from ._lua import Script
+    from .keys import SlotMap
     from .results import RepairOutcome
-    from .topology._base import Topology
+    from .topology._base import WriteOutcome
+    from .topology._node_ops import Body, Command
     from .verdict import Mode, Observation, Verdict
 
 __all__ = [
@@ -28,6 +36,7 @@ __all__ = [
     "PayloadCodec",
     "RepairContext",
     "RepairStrategy",
+    "Topology",
     "VersionSource",
 ]
 
@@ -106,4 +115,97 @@ class PayloadCodec(Protocol):
     def decode(self, model: type[M], payload: bytes) -> M:
         """`payload` as a `model`; pydantic's `ValidationError` when it does not fit
         (the group reports it as `ModelValidationError`, naming the key)."""
+        ...
+
+
+@runtime_checkable
+class Topology(Protocol):
+    """Where keys live and how a plan reaches them: one round trip per shard.
+
+    Writer, reader and repair talk to Redis only through these members. Errors
+    come out as `ShardError`s naming the shard; replies are raw RESP2 (bytes,
+    integers, nested lists) on every topology.
+    """
+
+    @property
+    def shard_names(self) -> list[str]:
+        """One name per shard (host:port), as errors and reports name them."""
+        ...
+
+    @property
+    def slot_bound(self) -> bool:
+        """True when one server call (a script, a MULTI/EXEC) may only touch keys of
+        one hash slot (a cluster); False when it may span a whole shard."""
+        ...
+
+    @property
+    def slot_map(self) -> SlotMap:
+        """Which shard (by its index in `shard_names`) serves each slot."""
+        ...
+
+    def slot_of(self, key: bytes) -> int:
+        """The hash slot of `key` under this topology's hashing rule."""
+        ...
+
+    def shard_of(self, key: bytes) -> str:
+        """The name of the shard that holds `key`."""
+        ...
+
+    def misrouted(self, shard: str, keys: Sequence[bytes]) -> list[bytes]:
+        """The keys of `keys`, found on `shard`, that this topology routes elsewhere."""
+        ...
+
+    async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """GET every key: one round trip per shard, all shards at once."""
+        ...
+
+    async def write_guarded(
+        self,
+        keys: Sequence[bytes],
+        values: Sequence[bytes],
+        *,
+        version: int,
+        token: str,
+        expire_at_ms: int | None = None,
+        limit: int = 0,
+        keep_ms: int = 5000,
+    ) -> WriteOutcome:
+        """Write each key through the guard; a shard that fails does not stop the others.
+
+        `limit` is the newest clock version the writer accepts as real (0: no
+        check); `keep_ms` how long a replaced value is kept for group reads (0: not).
+        """
+        ...
+
+    async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
+        """Run one command on the shard that holds `key`; its raw reply. After a lost
+        reply it is sent again only when idempotent (`resend` overrides)."""
+        ...
+
+    async def execute_on(self, shard: str, *args: Any) -> Any:
+        """Run one command on the named shard (SCAN, INFO and the like); raw reply."""
+        ...
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        """Run a Lua script on the node of `keys` (one unit): EVALSHA, EVAL on NOSCRIPT."""
+        ...
+
+    async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
+        """Run `commands` in one MULTI/EXEC on the node of `keys`, exactly once."""
+        ...
+
+    async def optimistic(self, keys: Sequence[bytes], body: Body) -> tuple[bool, list[Any]]:
+        """One WATCH / read / MULTI / EXEC attempt on the node of `keys`.
+
+        `body(read)` may read on the watched connection and returns the commands
+        for MULTI/EXEC (None: none). (False, []) when a watched key changed.
+        """
+        ...
+
+    async def open(self) -> None:
+        """Check the servers before anything is written (`SetupError` if unfit)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close every connection."""
         ...

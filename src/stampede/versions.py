@@ -19,10 +19,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .errors import ConfigurationError
+from .topology._base import incr
 from .wire import CLOCK_FLOOR, MAX_VERSION, version_key
 
 if TYPE_CHECKING:
-    from .topology._base import Topology
+    from .typing import Topology
 
 __all__ = ["DEFAULT_MAX_OFFSET", "Counter", "HybridClock"]
 
@@ -39,7 +40,7 @@ class Counter:
     needs_round_trip = True
 
     async def next_version(self, group: bytes, topology: Topology) -> int:
-        return await topology.incr(version_key(group))
+        return await incr(topology, version_key(group))
 
     def observe(self, version: int) -> None:
         """The counter lives in Redis: nothing to learn locally."""

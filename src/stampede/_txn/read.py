@@ -26,8 +26,7 @@ from typing import Any, TypeVar
 from ..errors import InvalidKeyError, MalformedEnvelope, ReadError, StampedeError
 from ..keys import to_bytes
 from ..results import AtomicRead
-from ..topology._base import Topology
-from ..typing import VersionSource
+from ..typing import Topology, VersionSource
 from ..wire import Envelope
 from ..wire._txn import Stamp, decode_meta, side_key, stamp_text
 from .scripts import COMMIT, ROUND1, ROUND2

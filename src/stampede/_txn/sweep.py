@@ -18,7 +18,7 @@ can also be called directly.
 from __future__ import annotations
 
 from ..errors import MalformedEnvelope, ShardResponseError
-from ..topology._base import Topology
+from ..typing import Topology
 from ..wire import Envelope
 from ..wire._txn import Stamp, decode_meta, parse_stamp
 from .scripts import COLLECT, COMMIT

@@ -32,8 +32,8 @@ from .. import tracing
 from .._write import as_payload, check_version, limit_for, plan_keys, raise_refusals
 from ..errors import ConfigurationError, ShardError, TransactionAborted
 from ..results import TransactionReceipt
-from ..topology._base import Topology, call_units
-from ..typing import VersionSource
+from ..topology._base import call_units
+from ..typing import Topology, VersionSource
 from ..versions import Counter
 from ..wire import expire_at, new_token
 from ..wire._txn import encode_meta, side_key

@@ -11,11 +11,11 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from ._demo_command import demo_command
 from ._keyspace import keyslot_command, lint_command, slots_command
 from ._queue import queue_command
 from ._repair import worker_command
 from ._scan import scan_command
-from .demo import demo_command
 
 __all__ = ["main"]
 

@@ -21,9 +21,9 @@ from ..keys import (
     live_slots,
 )
 from ..keys._live import Method
-from ..topology._base import Topology
 from ..topology._cluster import Cluster
 from ..topology._shards import Shards
+from ..typing import Topology
 from ._common import (
     console,
     show,

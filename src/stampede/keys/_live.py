@@ -38,7 +38,7 @@ from ._slotmap import SlotMap
 from ._slots import SLOTS
 
 if TYPE_CHECKING:
-    from ..topology._base import Topology
+    from ..typing import Topology
 
 __all__ = [
     "TAG_SUMMARY_SIZE",
@@ -172,13 +172,9 @@ async def cluster_slot_map(topology: Topology) -> tuple[tuple[str, ...], SlotMap
 
 
 async def _shard_layout(topology: Topology) -> tuple[tuple[str, ...], SlotMap]:
-    if topology.kind == "cluster":
+    if topology.slot_bound:  # the servers' own map, fresh
         return await cluster_slot_map(topology)
-    names = tuple(topology.shard_names)
-    slot_map = getattr(topology, "slot_map", None)
-    if not isinstance(slot_map, SlotMap):
-        slot_map = SlotMap.even(len(names))
-    return names, slot_map
+    return tuple(topology.shard_names), topology.slot_map
 
 
 # -- counting --------------------------------------------------------------------------
@@ -266,7 +262,7 @@ async def live_slots(
     pattern = match.encode() if isinstance(match, str) else match
     names, slot_map = await _shard_layout(topology)
     chosen: Literal["scan", "slot-stats"] = "scan"
-    if method != "scan" and topology.kind == "cluster" and pattern is None:
+    if method != "scan" and topology.slot_bound and pattern is None:
         if await _has_slot_stats(topology, names[0]):
             chosen = "slot-stats"
     if method == "slot-stats" and chosen != "slot-stats":
@@ -275,7 +271,7 @@ async def live_slots(
             if pattern is not None
             else (
                 "the servers have no CLUSTER SLOT-STATS (Valkey >= 8.0, Redis >= 8.2)"
-                if topology.kind == "cluster"
+                if topology.slot_bound
                 else "CLUSTER SLOT-STATS needs a cluster"
             )
         )
@@ -302,7 +298,7 @@ async def live_slots(
     )
     return LiveSlots(
         method="scan",
-        kind=topology.kind,
+        kind="cluster" if topology.slot_bound else "shards",
         shard_names=names,
         distribution=distribution,
         hottest=hottest,
@@ -348,7 +344,7 @@ async def _report_from_stats(
     )
     return LiveSlots(
         method="slot-stats",
-        kind=topology.kind,
+        kind="cluster" if topology.slot_bound else "shards",
         shard_names=names,
         distribution=distribution,
         hottest=hottest,

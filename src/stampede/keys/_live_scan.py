@@ -13,7 +13,7 @@ from ._slotmap import SlotMap
 from ._slots import SLOTS, hash_tag
 
 if TYPE_CHECKING:
-    from ..topology._base import Topology
+    from ..typing import Topology
 
 __all__ = ["TAG_SUMMARY_SIZE", "ScanProgress", "Tally", "by_scan", "sample_tags", "scan_shard"]
 

@@ -31,11 +31,10 @@ from typing import Any
 from .. import _pipeline as pipeline
 from ..errors import RepairError, ShardResponseError
 from ..results import RepairAction, RepairOutcome
-from ..topology._base import Topology
 from ..topology._guard import CAS_SCRIPT, KEPT
 from ..topology._node_ops import Script
 from ..topology._retries import idempotent_script
-from ..typing import RepairContext
+from ..typing import RepairContext, Topology
 from ..verdict import Mode, Observation, Reason, Status, judge
 from ..wire import Envelope, commit_key, expire_at, kind_of, new_token, token_after
 from ..wire import encode_commit as encode_commit

@@ -50,7 +50,7 @@ from typing import Any
 from .._lua import script
 from ..errors import ConfigurationError, ShardResponseError
 from ..keys import hash_tag, keyslot, to_bytes
-from ..topology._base import Topology
+from ..typing import Topology
 from . import _queue_admin as _admin
 from ._jobs import BASE, CONSUMER_GROUP, DEAD, Job, as_text, encode_fields, flatten, parse_job
 
@@ -83,7 +83,8 @@ class RepairQueue:
         marker_ttl: float = 3600.0,
     ) -> None:
         if partitions is None:
-            partitions = 8 if topology.kind == "cluster" else 1
+            # Slot-bound: one stream per slot would be one hot node; spread over eight.
+            partitions = 8 if topology.slot_bound else 1
         if not 1 <= partitions <= 1024:
             raise ConfigurationError(f"partitions must be in 1..1024, got {partitions}")
         if max_attempts < 1:

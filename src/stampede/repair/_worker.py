@@ -35,8 +35,7 @@ from .. import metrics, tracing
 from .._txn.sweep import sweep
 from ..errors import StampedeError
 from ..results import RepairAction
-from ..topology._base import Topology
-from ..typing import RepairContext, RepairStrategy, VersionSource
+from ..typing import RepairContext, RepairStrategy, Topology, VersionSource
 from ..verdict import Mode, Status, judge
 from ..versions import HybridClock
 from ._queue import Job, RepairQueue

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from .._backoff import backoff
 from ..errors import ConfigurationError
 from ..results import RepairAction
-from ..topology._base import Topology
+from ..typing import Topology
 
 if TYPE_CHECKING:
     from ._worker import Worker

@@ -1,7 +1,7 @@
 """Where keys live and how plans reach them: `Shards` and `Cluster`, on stampede's own
 connections (RESP2 over asyncio, parsed by hiredis)."""
 
-from ._base import Topology as Topology
+from ..typing import Topology as Topology
 from ._base import WriteOutcome as WriteOutcome
 from ._checks import cluster_mode as cluster_mode
 from ._cluster import Cluster as Cluster

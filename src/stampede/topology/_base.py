@@ -13,10 +13,9 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ShardError, ShardResponseError, ShardTimeout, ShardUnavailable
-from ._guard import KEEP_MS
 from ._resp import (
     AuthError,
     ConnectionLost,
@@ -27,20 +26,21 @@ from ._resp import (
 )
 
 if TYPE_CHECKING:
+    from ..typing import Topology
     from ._coalesce import Coalescer
-    from ._node_ops import Body, Command, Script
 
 __all__ = [
     "READ_WATCH",
     "TRANSPORT_ERRORS",
     "ReadWatch",
-    "Topology",
     "WriteOutcome",
     "call_units",
     "fetch_watched",
     "guarded",
+    "incr",
     "mapped",
     "translate",
+    "unit_of",
 ]
 
 T = TypeVar("T")
@@ -161,95 +161,6 @@ def _assemble(count: int, positions: list[list[int]], results: list[Any]) -> lis
 Updater = Callable[[list[bytes | None]], Awaitable[list[bytes] | None]]
 
 
-class Topology(Protocol):
-    """Where keys live and how a plan reaches them."""
-
-    @property
-    def kind(self) -> str:
-        """`"shards"` or `"cluster"`."""
-        ...
-
-    @property
-    def shard_names(self) -> list[str]:
-        """One name per shard (host:port), as errors and reports name them."""
-        ...
-
-    def slot_of(self, key: bytes) -> int:
-        """The hash slot of `key` under this topology's hashing rule."""
-        ...
-
-    def shard_of(self, key: bytes) -> str:
-        """The name of the shard that holds `key`."""
-        ...
-
-    async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        """GET every key: one round trip per shard, all shards at once."""
-        ...
-
-    async def write_guarded(
-        self,
-        keys: Sequence[bytes],
-        values: Sequence[bytes],
-        *,
-        version: int,
-        token: str,
-        expire_at_ms: int | None = None,
-        limit: int = 0,
-        keep_ms: int = KEEP_MS,
-    ) -> WriteOutcome:
-        """Write each key through the guard; a shard that fails does not stop the others.
-
-        `limit` is the newest clock version the writer accepts as real (0: no
-        check); a key holding a newer one is not written (`guard.FUTURE`).
-        `keep_ms` is how long a replaced value is kept for group reads (0: not).
-        """
-        ...
-
-    async def incr(self, key: bytes) -> int:
-        """INCR one key."""
-        ...
-
-    async def watch_update(
-        self, keys: Sequence[bytes], update: Updater, *, expire_at_ms: int | None = None
-    ) -> bool:
-        """WATCH `keys` (one slot), read them, and SET what `update` returns in MULTI/EXEC.
-
-        Returns False when a watched key changed (the caller retries), True when the
-        transaction ran or `update` returned None (nothing to write).
-        """
-        ...
-
-    async def optimistic(self, keys: Sequence[bytes], body: Body) -> tuple[bool, list[Any]]:
-        """One WATCH / read / MULTI / EXEC attempt on the node of `keys`.
-
-        `body(read)` may read on the watched connection and returns the commands
-        for MULTI/EXEC (None: none). (False, []) when a watched key changed.
-        """
-        ...
-
-    async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
-        """Run `commands` in one MULTI/EXEC on the node of `keys`."""
-        ...
-
-    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        """Run a Lua script on the node of `keys`: EVALSHA, EVAL on NOSCRIPT."""
-        ...
-
-    async def execute(self, key: bytes, *args: Any) -> Any:
-        """Run one command on the shard that holds `key`; its raw RESP2 reply.
-
-        Raw means as the server sent it: bytes, integers, nested lists (no redis-py
-        response callbacks), the same on every topology.
-        """
-        ...
-
-    async def execute_on(self, shard: str, *args: Any) -> Any:
-        """Run one command on the named shard (SCAN, INFO and the like); raw reply."""
-        ...
-
-    async def aclose(self) -> None: ...
-
-
 def translate(exc: BaseException, shard: str) -> ShardError:
     """The stampede error for a transport error on `shard` (messages carry no payloads).
 
@@ -308,12 +219,23 @@ async def guarded(shard: str, call: Callable[[], Awaitable[T]]) -> T:
         return await call()
 
 
+def unit_of(topology: Topology, key: bytes) -> int | str:
+    """Where `key` goes in a server call that may span one unit of `topology`: its
+    slot when calls are slot-bound (a cluster), else its shard."""
+    return topology.slot_of(key) if topology.slot_bound else topology.shard_of(key)
+
+
 def call_units(topology: Topology, keys: Sequence[bytes]) -> list[list[int]]:
     """Positions of `keys` grouped so that each group can go in one server call (one
-    script): per shard over independent primaries, per slot on a cluster."""
-    per_shard = getattr(topology, "kind", "") == "shards"
+    script, one MULTI/EXEC): per shard over independent primaries, per slot on a
+    cluster (`Topology.slot_bound`)."""
     groups: dict[object, list[int]] = {}
     for pos, key in enumerate(keys):
-        where = topology.shard_of(key) if per_shard else topology.slot_of(key)
-        groups.setdefault(where, []).append(pos)
+        groups.setdefault(unit_of(topology, key), []).append(pos)
     return list(groups.values())
+
+
+async def incr(topology: Topology, key: bytes) -> int:
+    """INCR one key. Resent after a lost reply: a counter (a version source) only has
+    to grow, and a resent INCR leaves a gap, never a repeat."""
+    return int(await topology.execute(key, "INCR", key, resend=True))

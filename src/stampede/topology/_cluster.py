@@ -16,16 +16,16 @@ from typing import Any
 
 from .._lua import Script
 from ..errors import ConfigurationError, SetupError, ShardUnavailable
-from ..keys import keyslot
+from ..keys import SlotMap, keyslot
 from ..options import ConnectOptions
-from ._base import READ_WATCH, Updater, WriteOutcome, fetch_watched, translate
+from ._base import READ_WATCH, WriteOutcome, fetch_watched, translate
 from ._checks import probe, redact
 from ._cluster_io import NodeIO
 from ._coalesce import Coalescer
 from ._discovery import AddressRemap, SlotTable
 from ._endpoint import parse_url
 from ._guard import KEEP_MS
-from ._node_ops import Body, Command, marker_id, optimistic_once, transaction, updater_body
+from ._node_ops import Body, Command, marker_id, optimistic_once, transaction
 from ._plan import fetch_parts, write_parts
 from ._resp import AskError, MovedError, NoScriptError, TryAgainError
 from ._retries import Markers
@@ -40,7 +40,8 @@ _MAX_REDIRECTS = 16
 class Cluster:
     """A Redis Cluster; keys route by slot as the server defines it."""
 
-    kind = "cluster"
+    slot_bound = True
+    """A script or MULTI/EXEC may only touch keys of one hash slot."""
 
     def __init__(
         self,
@@ -125,6 +126,11 @@ class Cluster:
     def shard_names(self) -> list[str]:
         return self._table.primaries
 
+    @property
+    def slot_map(self) -> SlotMap:
+        """The slot map as last learnt (`open()`, then every MOVED)."""
+        return self._table.slot_map()
+
     def slot_of(self, key: bytes) -> int:
         return keyslot(key)
 
@@ -175,24 +181,12 @@ class Cluster:
             slots=slots,
         )
 
-    async def incr(self, key: bytes) -> int:
-        """INCR a version counter. Resent after a lost reply: a counter only has to
-        grow, and a resent INCR leaves a gap, never a repeat."""
+    async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
         try:
             node = self.shard_of(key)
         except ERRORS as exc:
             raise translate(exc, "cluster") from exc
-        (result,) = await self._router.pipeline(node, [("INCR", key)], [key], resend=True)
-        if isinstance(result, BaseException):
-            raise translate(result, node) from result
-        return int(result)
-
-    async def execute(self, key: bytes, *args: Any) -> Any:
-        try:
-            node = self.shard_of(key)
-        except ERRORS as exc:
-            raise translate(exc, "cluster") from exc
-        (result,) = await self._router.pipeline(node, [args], [key])
+        (result,) = await self._router.pipeline(node, [args], [key], resend=resend)
         if isinstance(result, BaseException):
             raise translate(result, node) from result
         return result
@@ -221,12 +215,6 @@ class Cluster:
         if len(slots) != 1:
             raise ConfigurationError(f"{what} needs every key in one slot")
         return self._router.node(slots.pop())
-
-    async def watch_update(
-        self, keys: Sequence[bytes], update: Updater, *, expire_at_ms: int | None = None
-    ) -> bool:
-        ok, _ = await self.optimistic(keys, updater_body(keys, update, expire_at_ms))
-        return ok
 
     async def _on_owner(self, keys: Sequence[bytes], what: str, call: Any) -> Any:
         """Run `call(lane)` on the slot owner's lane; follow a moving slot a few times."""

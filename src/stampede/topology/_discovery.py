@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ..keys import SLOTS
+from ..keys import SLOTS, SlotMap
 from ._resp import RedisError
 
 __all__ = ["AddressRemap", "SlotTable", "SlotsUnknown"]
@@ -62,6 +62,20 @@ class SlotTable:
         if self.remap is not None:
             host, port = self.remap((host, port))
         return f"{host}:{port}"
+
+    def slot_map(self) -> SlotMap:
+        """The map as a `SlotMap` over `primaries` (`SlotsUnknown` before it is loaded)."""
+        index = {name: i for i, name in enumerate(self._primaries)}
+        ranges: dict[int, list[tuple[int, int]]] = {i: [] for i in index.values()}
+        for slot, owner in enumerate(self._owners):
+            if owner is None:
+                raise SlotsUnknown(f"no node is known to serve slot {slot}")
+            runs = ranges[index[owner]]
+            if runs and runs[-1][1] == slot - 1:
+                runs[-1] = (runs[-1][0], slot)
+            else:
+                runs.append((slot, slot))
+        return SlotMap.from_ranges(ranges)
 
     def moved(self, slot: int, host: str, port: int) -> str:
         """A MOVED reply: `slot` is served by the announced address; its node name."""

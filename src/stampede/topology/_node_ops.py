@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._lua import Script
 from ..errors import OutcomeUnknownError, RepliesLostError
@@ -30,6 +30,9 @@ from ._lane import LOST, Lane, Session
 from ._resp import ConnectionLost, NoScriptError
 from ._retries import MARKER_TTL_MS, all_idempotent, describe
 from ._shape import shape
+
+if TYPE_CHECKING:
+    from ..typing import Topology
 
 __all__ = [
     "Body",
@@ -44,6 +47,7 @@ __all__ = [
     "run_script",
     "transaction",
     "transaction_once",
+    "watch_update",
 ]
 
 Command = tuple[Any, ...]
@@ -235,3 +239,19 @@ def updater_body(
         return [("SET", key, value, *tail) for key, value in zip(keys, new, strict=True)]
 
     return body
+
+
+async def watch_update(
+    topology: Topology,
+    keys: Sequence[bytes],
+    update: Callable[[list[bytes | None]], Awaitable[list[bytes] | None]],
+    *,
+    expire_at_ms: int | None = None,
+) -> bool:
+    """WATCH `keys` (one unit), read them, and SET what `update` returns in MULTI/EXEC.
+
+    False when a watched key changed (the caller retries), True when the
+    transaction ran or `update` returned None (nothing to write).
+    """
+    ok, _ = await topology.optimistic(keys, updater_body(keys, update, expire_at_ms))
+    return ok

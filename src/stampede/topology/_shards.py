@@ -23,7 +23,6 @@ from ..options import ConnectOptions
 from ._base import (
     READ_WATCH,
     TRANSPORT_ERRORS,
-    Updater,
     WriteOutcome,
     fetch_watched,
     guarded,
@@ -52,7 +51,6 @@ from ._node_ops import (
     optimistic_once,
     run_script,
     transaction,
-    updater_body,
 )
 from ._plan import fetch_parts, write_parts
 from ._retries import Markers
@@ -65,7 +63,8 @@ _GUARD = Script(GUARD_SCRIPT)
 class Shards:
     """A client-side sharded set of independent Redis primaries."""
 
-    kind = "shards"
+    slot_bound = False
+    """A script or MULTI/EXEC may span every key of one shard (hash tags or not)."""
 
     def __init__(
         self,
@@ -324,23 +323,10 @@ class Shards:
                 raise codes
         return split_codes(requests, codes, self._names[shard])
 
-    async def incr(self, key: bytes) -> int:
-        """INCR a version counter. Resent after a lost reply: a counter only has to
-        grow, and a resent INCR leaves a gap, never a repeat."""
-        shard = self._index(key)
-
-        async def call() -> int:
-            (reply,) = await self._lanes[shard].pipeline([("INCR", key)], resend=True)
-            if isinstance(reply, BaseException):
-                raise reply
-            return int(reply)
-
-        return await guarded(self._names[shard], call)
-
-    async def execute(self, key: bytes, *args: Any) -> Any:
+    async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
         """Run one command on the shard of `key`; its raw (RESP2) reply."""
         shard = self._index(key)
-        return await guarded(self._names[shard], lambda: self._lanes[shard].call(*args))
+        return await guarded(self._names[shard], lambda: _one(self._lanes[shard], args, resend))
 
     async def execute_on(self, shard: str, *args: Any) -> Any:
         """Run one command on the named shard (SCAN, INFO and the like); its raw reply."""
@@ -354,12 +340,6 @@ class Shards:
         if len(indexes) != 1:
             raise ConfigurationError(f"{what} needs every key on one shard")
         return indexes.pop()
-
-    async def watch_update(
-        self, keys: Sequence[bytes], update: Updater, *, expire_at_ms: int | None = None
-    ) -> bool:
-        ok, _ = await self.optimistic(keys, updater_body(keys, update, expire_at_ms))
-        return ok
 
     async def optimistic(self, keys: Sequence[bytes], body: Body) -> tuple[bool, list[Any]]:
         """One WATCH / read / MULTI / EXEC attempt; (False, []) when a watched key changed."""
@@ -391,3 +371,11 @@ class Shards:
             await coalescer.aclose()
         for lane in self._lanes:
             await lane.aclose()
+
+
+async def _one(lane: Lane, command: tuple[Any, ...], resend: bool | None) -> Any:
+    """One command's reply on `lane` (an error reply raises)."""
+    (reply,) = await lane.pipeline([command], resend=resend)
+    if isinstance(reply, BaseException):
+        raise reply
+    return reply

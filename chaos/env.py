@@ -6,11 +6,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..testing import LocalCluster, LocalPrimaries, RedisNode
-from ..topology._base import Topology
-from ..topology._cluster import Cluster
-from ..topology._shards import Shards
-from ..typing import RepairStrategy
+from stampede.testing import LocalCluster, LocalPrimaries, RedisNode
+from stampede.topology._cluster import Cluster
+from stampede.topology._shards import Shards
+from stampede.typing import RepairStrategy, Topology
+
 from .faults import FaultyTopology
 from .history import History
 from .workload import CHAOS_CONNECTION, Layout

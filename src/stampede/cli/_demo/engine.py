@@ -27,18 +27,19 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from .._client import Stampede
-from .._connect import connect
-from .._kept import drop_kept
-from ..errors import ConfigurationError, PartialWriteError, StampedeError
-from ..options import ConnectOptions, RetryPolicy
-from ..repair._queue import RepairQueue
-from ..repair._strategies import Enqueue, NewestWins, Refetch
-from ..repair._worker import Worker
-from ..scan import scan_groups
-from ..testing.node import RedisNode
-from ..typing import RepairStrategy
-from ..verdict import Mode
+from stampede._client import Stampede
+from stampede._connect import connect
+from stampede._kept import drop_kept
+from stampede.errors import ConfigurationError, PartialWriteError, StampedeError
+from stampede.options import ConnectOptions, RetryPolicy
+from stampede.repair._queue import RepairQueue
+from stampede.repair._strategies import Enqueue, NewestWins, Refetch
+from stampede.repair._worker import Worker
+from stampede.scan import scan_groups
+from stampede.testing.node import RedisNode
+from stampede.typing import RepairStrategy
+from stampede.verdict import Mode
+
 from .faults import crash_write, pause_primaries, spans_shards
 from .keyspace import GROUP_PATTERN, MATCH, PREFIX, Database, Entity, entities, payloads
 from .stats import STRATEGIES, Counters, Summary
@@ -164,7 +165,7 @@ class Demo:
         self.phase = "done"
         w = self.worker.stats
         return Summary(
-            topology=self.st.topology.kind,
+            topology="cluster" if self.st.topology.slot_bound else "shards",
             servers=list(self.st.topology.shard_names),
             local=self.local,
             mode=self.config.mode.value,

@@ -6,9 +6,10 @@ import asyncio
 import random
 from collections.abc import Sequence
 
-from .._client import Stampede
-from ..testing.node import RedisNode
-from ..wire import Envelope, new_token
+from stampede._client import Stampede
+from stampede.testing.node import RedisNode
+from stampede.wire import Envelope, new_token
+
 from .keyspace import Database, Entity, payloads
 from .stats import Counters
 

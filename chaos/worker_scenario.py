@@ -17,10 +17,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from ..repair._queue import RepairQueue
-from ..repair._strategies import Enqueue
-from ..scan import scan_groups
-from ..verdict import Mode
+from stampede.repair._queue import RepairQueue
+from stampede.repair._strategies import Enqueue
+from stampede.scan import scan_groups
+from stampede.verdict import Mode
+
 from .env import Run
 from .faults import EveryNth
 from .history import load_events
@@ -37,8 +38,8 @@ __all__ = [
     "worker_scenario",
 ]
 
-WORKER_STRATEGY = "stampede.chaos.recording:worker_strategy"
-_ROOT = str(Path(__file__).resolve().parents[3])  # the checkout, for PYTHONPATH
+WORKER_STRATEGY = "chaos.recording:worker_strategy"
+_ROOT = str(Path(__file__).resolve().parents[1])  # the checkout, for PYTHONPATH
 
 
 def _log(path: Path) -> IO[bytes]:

@@ -27,7 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..keys import keyslot
+from stampede.keys import keyslot
+
 from .checker import CheckReport, check
 from .env import FAST, LONG, Env, Run, Timing
 from .faults import EveryNth, FaultyTopology, kill_and_restart, migrate_slot, pause_and_resume
@@ -228,7 +229,7 @@ RACE_SCENARIOS: tuple[Scenario, ...] = (
     ),
 )
 """The race scenarios (`race_scenarios`, `reply_scenarios`): not in the default run's
-first six, but run by `python -m stampede.chaos` like the others."""
+first six, but run by `python -m chaos` like the others."""
 
 
 def _fresh(path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""`python -m stampede.chaos.ramp_writer`: a writer process of the `ramp` scenario.
+"""`python -m chaos.ramp_writer`: a writer process of the `ramp` scenario.
 
 It writes transactions (one session, its own history file) and, at transaction
 `--stop-at`, freezes the whole process at `--step` (say `after-prepare-1`: the
@@ -16,11 +16,12 @@ import time
 
 import click
 
-from .._client import Stampede
-from ..errors import SetupError
-from ..options import Options
-from ..topology._cluster import Cluster
-from ..topology._shards import Shards
+from stampede._client import Stampede
+from stampede.errors import SetupError
+from stampede.options import Options
+from stampede.topology._cluster import Cluster
+from stampede.topology._shards import Shards
+
 from .history import History
 from .ramp_workload import STEPS, RampSession, Step, StepPlan, StepTopology, pick_keys
 from .workload import CHAOS_CONNECTION

@@ -36,16 +36,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._client import Stampede
-from .._txn.scripts import COMMIT, PREPARE
-from ..errors import TransactionAborted
-from ..topology._base import call_units
-from ..versions import HybridClock
+from stampede._client import Stampede
+from stampede._txn.scripts import COMMIT, PREPARE
+from stampede.errors import TransactionAborted
+from stampede.topology._base import call_units
+from stampede.versions import HybridClock
+
 from .faults import FaultyTopology
 from .history import History
 
 if TYPE_CHECKING:
-    from ..topology._node_ops import Script
+    from stampede.topology._node_ops import Script
 
 __all__ = [
     "KEYS",

@@ -75,7 +75,7 @@ def render(demo: Demo, progress: Progress) -> RenderableType:
     events = [Text(line, "dim", no_wrap=True, overflow="ellipsis") for line in lines]
     st = demo.st
     shards = len(st.topology.shard_names)
-    kind = "cluster masters" if st.topology.kind == "cluster" else "primaries"
+    kind = "cluster masters" if st.topology.slot_bound else "primaries"
     where = f"{shards} {kind} · {demo.config.mode.value} mode"
     return Panel(
         Group(progress, Text(""), _counters(demo), Text(""), *events),

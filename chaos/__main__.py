@@ -1,4 +1,4 @@
-"""`python -m stampede.chaos`: run the chaos scenarios and the fuzzers, print the tables."""
+"""`python -m chaos`: run the chaos scenarios and the fuzzers, print the tables."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..topology._base import WriteOutcome
+from stampede.topology._base import WriteOutcome
+
 from .history import OpContext, text
 
 if TYPE_CHECKING:

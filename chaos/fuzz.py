@@ -32,14 +32,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ..errors import ConfigurationError, MalformedEnvelope
-from ..repair._jobs import encode_fields, flatten, parse_job
-from ..repair._queue import RepairQueue
-from ..scan import compile_pattern
-from ..topology._shards import Shards
-from ..verdict import Mode, Observation, Status, judge
-from ..wire import MAX_VERSION, Envelope
-from ..wire import encode_commit as commit_payload
+from stampede.errors import ConfigurationError, MalformedEnvelope
+from stampede.repair._jobs import encode_fields, flatten, parse_job
+from stampede.repair._queue import RepairQueue
+from stampede.scan import compile_pattern
+from stampede.topology._shards import Shards
+from stampede.verdict import Mode, Observation, Status, judge
+from stampede.wire import MAX_VERSION, Envelope
+from stampede.wire import encode_commit as commit_payload
 
 __all__ = [
     "REGRESSIONS",

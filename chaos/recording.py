@@ -22,17 +22,18 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
-from .._client import Stampede
-from .._pipeline import observe as observe_group
-from ..errors import RepairError, TornReadError
-from ..keys import to_bytes
-from ..options import RetryPolicy
-from ..repair._base import best_effort
-from ..repair._strategies import NewestWins
-from ..results import ReadResult, Receipt, RepairAction, RepairOutcome
-from ..typing import RepairContext, RepairStrategy, VersionSource
-from ..verdict import Mode, Observation, Status, Verdict, judge
-from ..versions import Counter
+from stampede._client import Stampede
+from stampede._pipeline import observe as observe_group
+from stampede.errors import RepairError, TornReadError
+from stampede.keys import to_bytes
+from stampede.options import RetryPolicy
+from stampede.repair._base import best_effort
+from stampede.repair._strategies import NewestWins
+from stampede.results import ReadResult, Receipt, RepairAction, RepairOutcome
+from stampede.typing import RepairContext, RepairStrategy, VersionSource
+from stampede.verdict import Mode, Observation, Status, Verdict, judge
+from stampede.versions import Counter
+
 from .faults import FaultyTopology
 from .history import CURRENT_OP, History, OpContext, parse_payload, payload_of, text
 
@@ -375,7 +376,7 @@ class RecordingStampede:
 
 
 def worker_strategy() -> RecordingRepair:
-    """The repair worker's strategy in the chaos runs (`stampede.chaos.recording:worker_strategy`).
+    """The repair worker's strategy in the chaos runs (`chaos.recording:worker_strategy`).
 
     `CHAOS_REPAIR`, recorded to the JSON-lines file `$STAMPEDE_CHAOS_HISTORY` as
     process `$STAMPEDE_CHAOS_PROCESS`, waiting `$STAMPEDE_CHAOS_REPAIR_DELAY`

@@ -5,7 +5,7 @@
 
 - in-process writers are cancelled at every step of both rounds in turn (before
   and after the first, second and third PREPARE call, then COMMIT call);
-- writer processes (`python -m stampede.chaos.ramp_writer`) freeze at a chosen
+- writer processes (`python -m chaos.ramp_writer`) freeze at a chosen
   step, in turn every step of both rounds, and are SIGKILLed there;
 - a primary is SIGSTOPped past the socket timeout and resumed;
 - on the cluster, two slots holding workload keys migrate key by key (each
@@ -28,10 +28,11 @@ import time
 import zlib
 from pathlib import Path
 
-from .._client import Stampede
-from ..keys import keyslot
-from ..options import Options
-from ..wire._txn import side_key
+from stampede._client import Stampede
+from stampede.keys import keyslot
+from stampede.options import Options
+from stampede.wire._txn import side_key
+
 from .env import Run
 from .faults import migrate_slot, pause_and_resume
 from .history import load_events
@@ -53,7 +54,7 @@ from .workload import CHAOS_CONNECTION
 
 __all__ = ["RAMP_READERS", "ramp_scenario", "write_export"]
 
-_ROOT = str(Path(__file__).resolve().parents[3])
+_ROOT = str(Path(__file__).resolve().parents[1])
 RAMP_READERS = 4
 IN_PROCESS_WRITERS = 3
 PROCESS_LANES = 2
@@ -111,7 +112,7 @@ async def _process_lane(run: Run, lane: int, until: float, sessions: itertools.c
         path = run.workdir / f"{stem}.{name}.jsonl"
         path.unlink(missing_ok=True)
         run.extra_histories.append(path)
-        args = [sys.executable, "-m", "stampede.chaos.ramp_writer", *run.env.worker_args()]
+        args = [sys.executable, "-m", "chaos.ramp_writer", *run.env.worker_args()]
         args += ["--history", str(path), "--session", str(session), "--seed", str(session)]
         args += ["--stop-at", str(1 + session % 4), "--step", str(step)]
         env = {

@@ -18,7 +18,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..testing import LocalCluster, LocalPrimaries
+from stampede.testing import LocalCluster, LocalPrimaries
+
 from .checker import CheckReport
 from .scenarios import SCENARIOS, Env, Scenario, ScenarioRun, Timing, run_scenario
 

@@ -1,4 +1,5 @@
-"""The runnable demonstration behind `stampede demo`.
+"""The runnable demonstration behind `stampede demo` (private: the command is its
+interface).
 
 Concurrent writers on a keyspace of users (profile + settings) and orders
 (header + items) whose parts live on different shards; injected faults (writers
@@ -7,12 +8,6 @@ that detect torn groups and repair them with `NewestWins`, `Refetch` (from an
 in-memory database) or `Enqueue` (drained by an in-process worker); and a final
 `scan_groups` that must find no torn group left.
 
-```python
-from stampede.demo import DemoConfig, run_demo
-
-summary = await run_demo(urls, config=DemoConfig(size=100, duration=3))
-summary.torn_left, summary.as_dict()
-```
 """
 
 from .engine import Demo as Demo

@@ -7,8 +7,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import ReadResult, RepairAction
-from ..verdict import Status
+from stampede.results import ReadResult, RepairAction
+from stampede.verdict import Status
 
 __all__ = ["STRATEGIES", "Counters", "Summary"]
 

@@ -14,12 +14,12 @@ from types import FrameType
 import click
 from rich.console import Console
 
-from ..demo import STRATEGIES, Demo, DemoConfig, Summary, run_demo
-from ..demo.display import live_view, summary_table
 from ..errors import StampedeError
 from ..testing import LocalCluster, LocalPrimaries, default_server
 from ..verdict import Mode
 from ._common import console
+from ._demo import STRATEGIES, Demo, DemoConfig, Summary, run_demo
+from ._demo.display import live_view, summary_table
 
 __all__ = ["demo_command"]
 

@@ -21,12 +21,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .._client import Stampede
-from ..errors import StampedeError, WriteConflict
-from ..options import Options
-from ..topology._shards import Shards
-from ..versions import HybridClock
-from ..wire import Envelope, new_token
+from stampede._client import Stampede
+from stampede.errors import StampedeError, WriteConflict
+from stampede.options import Options
+from stampede.topology._shards import Shards
+from stampede.versions import HybridClock
+from stampede.wire import Envelope, new_token
+
 from .env import Run
 from .faults import FaultyTopology
 from .history import History, payload_of, text
@@ -89,7 +90,7 @@ class _Dropper:
 
 async def lost_reply(run: Run) -> None:
     """Writers, readers and depositors through proxies that lose replies (shards only)."""
-    from ..testing.proxy import RedisProxy
+    from stampede.testing.proxy import RedisProxy
 
     nodes = run.env.servers.nodes
     proxies = [RedisProxy(node.address) for node in nodes]

@@ -26,13 +26,14 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .._client import Stampede
-from ..errors import StampedeError
-from ..repair._queue import RepairQueue
-from ..repair._strategies import Enqueue
-from ..results import RepairOutcome
-from ..typing import RepairContext, RepairStrategy
-from ..verdict import Observation, Verdict
+from stampede._client import Stampede
+from stampede.errors import StampedeError
+from stampede.repair._queue import RepairQueue
+from stampede.repair._strategies import Enqueue
+from stampede.results import RepairOutcome
+from stampede.typing import RepairContext, RepairStrategy
+from stampede.verdict import Observation, Verdict
+
 from .env import Run
 from .faults import CrashPoint, CrashStyle, EveryNth, InjectedCrash
 from .history import CURRENT_OP, load_events, payload_of
@@ -57,7 +58,7 @@ LATE_AFTER = 0.5
 so readers see the group torn and repair it first."""
 TTL = 0.15
 """Seconds the expiring groups' writes live: shorter than `LATE_AFTER`."""
-PG_WORKER_STRATEGY = "stampede.chaos.pg:worker_strategy"
+PG_WORKER_STRATEGY = "chaos.pg:worker_strategy"
 
 
 class ByGroup:

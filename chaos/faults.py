@@ -38,18 +38,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..topology._base import Topology, Updater, WriteOutcome
-from ..topology._guard import KEEP_MS
-from ..verdict import Mode
-from ..wire import commit_key
+from stampede.testing.faults import DelegatingTopology
+from stampede.topology._base import WriteOutcome
+from stampede.topology._guard import KEEP_MS
+from stampede.typing import Topology
+from stampede.verdict import Mode
+from stampede.wire import commit_key
+
 from .history import CURRENT_OP, History, OpContext, text
 from .late import Late
 
 if TYPE_CHECKING:
-    from ..testing import LocalCluster, RedisNode
-    from ..topology._node_ops import Body, Command, Script
+    from stampede.testing import LocalCluster, RedisNode
 
 __all__ = [
     "Crash",
@@ -120,7 +122,7 @@ class EveryNth:
         return Crash(point, style)
 
 
-class FaultyTopology:
+class FaultyTopology(DelegatingTopology):
     """A `Topology` that delegates to `inner` and crashes the writes `plan` (or `arm`) picks."""
 
     def __init__(
@@ -131,7 +133,7 @@ class FaultyTopology:
         history: History | None = None,
         late_after: float = 0.3,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.plan = plan
         self.history = history
         self.late_after = late_after
@@ -142,56 +144,6 @@ class FaultyTopology:
     def arm(self, crash: Crash, *, group: bytes | str | None = None) -> None:
         """Crash the next write (of `group`, if given) as `crash` says, once."""
         self._armed.append((crash, None if group is None else _bytes(group)))
-
-    # -- the Topology protocol, by delegation ------------------------------------------
-
-    @property
-    def kind(self) -> str:
-        return self.inner.kind
-
-    @property
-    def shard_names(self) -> list[str]:
-        return self.inner.shard_names
-
-    def slot_of(self, key: bytes) -> int:
-        return self.inner.slot_of(key)
-
-    def shard_of(self, key: bytes) -> str:
-        return self.inner.shard_of(key)
-
-    async def open(self) -> None:
-        opener = getattr(self.inner, "open", None)
-        if opener is not None:
-            await opener()
-
-    async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        return await self.inner.fetch(keys)
-
-    async def incr(self, key: bytes) -> int:
-        return await self.inner.incr(key)
-
-    async def watch_update(
-        self, keys: Sequence[bytes], update: Updater, *, expire_at_ms: int | None = None
-    ) -> bool:
-        return await self.inner.watch_update(keys, update, expire_at_ms=expire_at_ms)
-
-    async def optimistic(self, keys: Sequence[bytes], body: Body) -> tuple[bool, list[Any]]:
-        return await self.inner.optimistic(keys, body)
-
-    async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
-        return await self.inner.transaction(keys, commands)
-
-    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        return await self.inner.script(script, keys, args)
-
-    async def execute(self, key: bytes, *args: Any) -> Any:
-        return await self.inner.execute(key, *args)
-
-    async def execute_on(self, shard: str, *args: Any) -> Any:
-        return await self.inner.execute_on(shard, *args)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
     async def write_guarded(
         self,

@@ -5,7 +5,7 @@
   is recorded.
 - `FaultyTopology` wraps a `Topology` and crashes writers at each crash point.
 - `check(events)` judges a history from its JSON lines alone.
-- `python -m stampede.chaos` runs the scenarios (`scenarios.py`) on independent
+- `python -m chaos` runs the scenarios (`scenarios.py`) on independent
   primaries and on a cluster, and fuzzes the decoders (`fuzz.py`, needs hypothesis).
 
 See docs/reliability.md.

@@ -9,7 +9,7 @@ deleted row), so a value read from the database names the same write as the
 writer's own.
 
 The worker subprocess builds its strategy from the environment
-(`stampede.chaos.pg:worker_strategy`: `STAMPEDE_CHAOS_PG_DSN`,
+(`chaos.pg:worker_strategy`: `STAMPEDE_CHAOS_PG_DSN`,
 `STAMPEDE_CHAOS_PG_TABLE`, plus the variables of `recording.worker_strategy`).
 """
 
@@ -21,7 +21,8 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from ..repair._strategies import Loaded, Refetch
+from stampede.repair._strategies import Loaded, Refetch
+
 from .history import History, payload_of, text
 from .recording import RecordingRepair
 

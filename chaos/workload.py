@@ -22,14 +22,14 @@ import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 
-from .._client import Stampede
-from ..errors import StampedeError
-from ..options import ConnectOptions, Options, RetryPolicy
-from ..topology._base import Topology
-from ..typing import RepairStrategy
-from ..verdict import Mode
-from ..versions import HybridClock
-from ..wire import commit_key, version_key
+from stampede._client import Stampede
+from stampede.errors import StampedeError
+from stampede.options import ConnectOptions, Options, RetryPolicy
+from stampede.typing import RepairStrategy, Topology
+from stampede.verdict import Mode
+from stampede.versions import HybridClock
+from stampede.wire import commit_key, version_key
+
 from .faults import Crash, CrashPoint, FaultyTopology, InjectedCrash
 from .history import History, payload_of
 from .recording import CHAOS_REPAIR, RecordingStampede

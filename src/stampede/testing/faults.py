@@ -1,0 +1,167 @@
+"""Fault injection for tests: topologies that wrap a real one and break writes on purpose.
+
+- `DelegatingTopology` implements every member of the `Topology` protocol by
+  passing it to `inner`; subclass it and override what the fault changes.
+- `TearingTopology` tears the writes you arm: such a write reaches the keys of
+  some of its shards only, as a writer that died between shards leaves it. The
+  group then reads as in flight (the newest write every key kept still reads
+  whole) or, once kept versions are gone (`drop_kept`), torn, which is how to
+  test a repair strategy against a real torn group on real servers:
+
+```python
+topology = TearingTopology(st.topology)
+torn = stampede.Stampede(topology)
+topology.tear_next(reach=1)                  # the next write lands on one shard only
+await torn.write("user:{7}", {...})          # raises InjectedCrash after that shard
+await drop_kept(st.topology, keys)           # as if the grace window had passed
+await st.read("user:{7}", keys, repair=NewestWins())
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..topology._base import WriteOutcome
+from ..topology._guard import KEEP_MS
+
+if TYPE_CHECKING:
+    from .._lua import Script
+    from ..keys import SlotMap
+    from ..topology._node_ops import Body, Command
+    from ..typing import Topology
+
+__all__ = ["DelegatingTopology", "InjectedCrash", "TearingTopology"]
+
+
+class InjectedCrash(Exception):
+    """Raised where a fault stopped a write on purpose (a writer "died" there)."""
+
+
+class DelegatingTopology:
+    """A `Topology` that passes every call to `inner` (subclass it to add a fault)."""
+
+    def __init__(self, inner: Topology) -> None:
+        self.inner = inner
+
+    @property
+    def shard_names(self) -> list[str]:
+        return self.inner.shard_names
+
+    @property
+    def slot_bound(self) -> bool:
+        return self.inner.slot_bound
+
+    @property
+    def slot_map(self) -> SlotMap:
+        return self.inner.slot_map
+
+    def slot_of(self, key: bytes) -> int:
+        return self.inner.slot_of(key)
+
+    def shard_of(self, key: bytes) -> str:
+        return self.inner.shard_of(key)
+
+    def misrouted(self, shard: str, keys: Sequence[bytes]) -> list[bytes]:
+        return self.inner.misrouted(shard, keys)
+
+    async def open(self) -> None:
+        await self.inner.open()
+
+    async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return await self.inner.fetch(keys)
+
+    async def write_guarded(
+        self,
+        keys: Sequence[bytes],
+        values: Sequence[bytes],
+        *,
+        version: int,
+        token: str,
+        expire_at_ms: int | None = None,
+        limit: int = 0,
+        keep_ms: int = KEEP_MS,
+    ) -> WriteOutcome:
+        return await self.inner.write_guarded(
+            keys,
+            values,
+            version=version,
+            token=token,
+            expire_at_ms=expire_at_ms,
+            limit=limit,
+            keep_ms=keep_ms,
+        )
+
+    async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
+        return await self.inner.execute(key, *args, resend=resend)
+
+    async def execute_on(self, shard: str, *args: Any) -> Any:
+        return await self.inner.execute_on(shard, *args)
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        return await self.inner.script(script, keys, args)
+
+    async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
+        return await self.inner.transaction(keys, commands)
+
+    async def optimistic(self, keys: Sequence[bytes], body: Body) -> tuple[bool, list[Any]]:
+        return await self.inner.optimistic(keys, body)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class TearingTopology(DelegatingTopology):
+    """Tears the guarded writes armed with `tear_next` (see the module)."""
+
+    def __init__(self, inner: Topology) -> None:
+        super().__init__(inner)
+        self._armed: list[int] = []
+        self.torn = 0
+        """How many writes this topology tore."""
+
+    def tear_next(self, *, reach: int = 1, count: int = 1) -> None:
+        """Tear the next `count` writes that span more than `reach` shards: each lands
+        on its first `reach` shards (in key order) and then raises `InjectedCrash`."""
+        if reach < 0 or count < 1:
+            raise ValueError("reach must be >= 0 and count >= 1")
+        self._armed.extend([reach] * count)
+
+    async def write_guarded(
+        self,
+        keys: Sequence[bytes],
+        values: Sequence[bytes],
+        *,
+        version: int,
+        token: str,
+        expire_at_ms: int | None = None,
+        limit: int = 0,
+        keep_ms: int = KEEP_MS,
+    ) -> WriteOutcome:
+        shards = list(dict.fromkeys(self.inner.shard_of(k) for k in keys))
+        if not self._armed or len(shards) <= self._armed[0]:
+            return await super().write_guarded(
+                keys,
+                values,
+                version=version,
+                token=token,
+                expire_at_ms=expire_at_ms,
+                limit=limit,
+                keep_ms=keep_ms,
+            )
+        reach = self._armed.pop(0)
+        kept = set(shards[:reach])
+        chosen = [i for i, key in enumerate(keys) if self.inner.shard_of(key) in kept]
+        if chosen:
+            await super().write_guarded(
+                [keys[i] for i in chosen],
+                [values[i] for i in chosen],
+                version=version,
+                token=token,
+                expire_at_ms=expire_at_ms,
+                limit=limit,
+                keep_ms=keep_ms,
+            )
+        self.torn += 1
+        raise InjectedCrash(f"the writer died after {reach} of {len(shards)} shards")
