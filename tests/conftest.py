@@ -14,11 +14,9 @@ from .support import open_stampede
 
 @pytest.fixture(params=["shards", "cluster"])
 def topology_env(request: pytest.FixtureRequest) -> tuple[str, Any]:
-    """(kind, harness) for each topology, with its data cleared."""
+    """(kind, harness) for each topology, healed and with its data cleared."""
     kind = str(request.param)
-    env = request.getfixturevalue("redis_cluster" if kind == "cluster" else "redis_primaries")
-    env.heal()
-    env.flushall()
+    env = request.getfixturevalue("stampede_cluster" if kind == "cluster" else "stampede_primaries")
     return kind, env
 
 

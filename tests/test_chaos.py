@@ -289,8 +289,8 @@ def test_history_round_trips_through_json_lines(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-async def shards(redis_primaries: LocalPrimaries) -> AsyncIterator[Shards]:
-    topology = Shards.from_urls(redis_primaries.urls, options=FAST)
+async def shards(stampede_primaries: LocalPrimaries) -> AsyncIterator[Shards]:
+    topology = Shards.from_urls(stampede_primaries.urls, options=FAST)
     yield topology
     await topology.aclose()
 
@@ -417,9 +417,9 @@ async def run(name: str, env: Env, tmp_path: Path) -> Any:
     return result
 
 
-async def test_crash_scenario_on_shards(redis_primaries: LocalPrimaries, tmp_path: Path) -> None:
+async def test_crash_scenario_on_shards(stampede_primaries: LocalPrimaries, tmp_path: Path) -> None:
     """Writers crashed at every point, raised and cancelled: no violation, all groups whole."""
-    result = await run("crash", Env("shards", redis_primaries), tmp_path)
+    result = await run("crash", Env("shards", stampede_primaries), tmp_path)
     assert set(result.report.counts) >= {"faults_crash", "repairs_rewritten"}
     notes = " ".join(result.notes)
     assert all(point.value in notes for point in CrashPoint)
@@ -450,9 +450,9 @@ def assert_checker_sees_tampering(events: list[Event]) -> None:
     assert {"lost-write", "stale-read"} <= kinds, kinds
 
 
-async def test_crash_scenario_on_cluster(redis_cluster: LocalCluster, tmp_path: Path) -> None:
+async def test_crash_scenario_on_cluster(stampede_cluster: LocalCluster, tmp_path: Path) -> None:
     """The crash scenario holds on a real cluster too."""
-    result = await run("crash", Env("cluster", redis_cluster), tmp_path)
+    result = await run("crash", Env("cluster", stampede_cluster), tmp_path)
     assert result.report.counts["faults_crash"] > 0
 
 
@@ -461,7 +461,9 @@ async def test_kill_scenario_lists_only_writes_of_the_killed_shard(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """A primary restarted empty loses writes; each is listed with its keys on that shard."""
-    servers = request.getfixturevalue("redis_cluster" if kind == "cluster" else "redis_primaries")
+    servers = request.getfixturevalue(
+        "stampede_cluster" if kind == "cluster" else "stampede_primaries"
+    )
     result = await run("kill", Env(kind, servers), tmp_path)
     lost = result.report.lost_to_fault
     assert lost, "the cold tagged group on the killed shard should lose its last write"
@@ -469,21 +471,21 @@ async def test_kill_scenario_lists_only_writes_of_the_killed_shard(
     assert all(w.shard == kill["shard"] and set(w.keys_on_shard) <= set(kill["keys"]) for w in lost)
 
 
-async def test_pause_scenario(redis_primaries: LocalPrimaries, tmp_path: Path) -> None:
+async def test_pause_scenario(stampede_primaries: LocalPrimaries, tmp_path: Path) -> None:
     """A primary paused past the socket timeout: unknown writes, no violation."""
-    result = await run("pause", Env("shards", redis_primaries), tmp_path)
+    result = await run("pause", Env("shards", stampede_primaries), tmp_path)
     assert result.report.counts["faults_pause"] == 1 and result.report.counts["writes_unknown"] > 0
 
 
-async def test_migrate_scenario(redis_cluster: LocalCluster, tmp_path: Path) -> None:
+async def test_migrate_scenario(stampede_cluster: LocalCluster, tmp_path: Path) -> None:
     """Slots migrated under load: no violation, every group whole."""
-    result = await run("migrate", Env("cluster", redis_cluster), tmp_path)
+    result = await run("migrate", Env("cluster", stampede_cluster), tmp_path)
     assert result.report.counts["faults_migrate"] == 3
 
 
-async def test_worker_scenario(redis_primaries: LocalPrimaries, tmp_path: Path) -> None:
+async def test_worker_scenario(stampede_primaries: LocalPrimaries, tmp_path: Path) -> None:
     """A worker SIGKILLed with jobs in hand: the second one finishes, nothing is lost."""
-    result = await run("worker", Env("shards", redis_primaries), tmp_path)
+    result = await run("worker", Env("shards", stampede_primaries), tmp_path)
     counts = result.report.counts
     assert counts["faults_worker-kill"] == 1 and counts["repairs_queued"] > 0
     repairs = [e for e in load_events(result.history_path) if e.get("f") == "repair"]
@@ -491,7 +493,7 @@ async def test_worker_scenario(redis_primaries: LocalPrimaries, tmp_path: Path) 
     assert {"worker1", "worker2"} & workers
 
 
-async def test_skew_scenario(redis_cluster: LocalCluster, tmp_path: Path) -> None:
+async def test_skew_scenario(stampede_cluster: LocalCluster, tmp_path: Path) -> None:
     """Writers 1.5 s apart: slow clocks' writes are superseded, never lost or mixed."""
-    result = await run("skew", Env("cluster", redis_cluster), tmp_path)
+    result = await run("skew", Env("cluster", stampede_cluster), tmp_path)
     assert result.report.counts["writes_superseded_on_arrival"] > 0

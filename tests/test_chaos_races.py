@@ -239,32 +239,34 @@ def counts(result: ScenarioRun) -> Any:
 @pytest.mark.parametrize("kind", ["shards", "cluster"])
 async def test_refetch_scenario(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """Refetch from PostgreSQL racing crashed, held and retried writers: no violation."""
-    servers = request.getfixturevalue("redis_cluster" if kind == "cluster" else "redis_primaries")
+    servers = request.getfixturevalue(
+        "stampede_cluster" if kind == "cluster" else "stampede_primaries"
+    )
     result = await run("refetch", Env(kind, servers), tmp_path)
     assert counts(result)["faults_hold"] > 0 and counts(result)["faults_late-send"] > 0
 
 
 @pytest.mark.postgres
-async def test_refetch_newest_scenario(redis_primaries: LocalPrimaries, tmp_path: Path) -> None:
+async def test_refetch_newest_scenario(stampede_primaries: LocalPrimaries, tmp_path: Path) -> None:
     """NewestWins racing held and retried cache-aside writes: no violation."""
-    await run("refetch-newest", Env("shards", redis_primaries), tmp_path)
+    await run("refetch-newest", Env("shards", stampede_primaries), tmp_path)
 
 
 @pytest.mark.postgres
-async def test_delete_scenario(redis_primaries: LocalPrimaries, tmp_path: Path) -> None:
+async def test_delete_scenario(stampede_primaries: LocalPrimaries, tmp_path: Path) -> None:
     """Deletes and 150 ms TTLs racing held and retried older writes: nothing comes back."""
-    result = await run("delete", Env("shards", redis_primaries), tmp_path)
+    result = await run("delete", Env("shards", stampede_primaries), tmp_path)
     assert counts(result)["deletes_ok"] > 0 and counts(result)["writes_with_ttl"] > 0
 
 
-async def test_lost_reply_scenario(redis_primaries: LocalPrimaries, tmp_path: Path) -> None:
+async def test_lost_reply_scenario(stampede_primaries: LocalPrimaries, tmp_path: Path) -> None:
     """Replies lost after the server executed: writes idempotent, deposits applied once."""
-    result = await run("lost-reply", Env("shards", redis_primaries), tmp_path)
+    result = await run("lost-reply", Env("shards", stampede_primaries), tmp_path)
     assert counts(result)["deposits_ok"] > 0
     assert any("replies lost" in note and ": 0;" not in note for note in result.notes)
 
 
-async def test_clock_scenario(redis_cluster: LocalCluster, tmp_path: Path) -> None:
+async def test_clock_scenario(stampede_cluster: LocalCluster, tmp_path: Path) -> None:
     """Skewed, year-ahead and poisoned clocks: nobody wedges, turn-about writes in order."""
-    result = await run("clock", Env("cluster", redis_cluster), tmp_path)
+    result = await run("clock", Env("cluster", stampede_cluster), tmp_path)
     assert counts(result)["writes_refused_ordering"] > 0

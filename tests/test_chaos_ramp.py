@@ -113,12 +113,12 @@ def test_export_orders_writers_by_version_and_drops_aborted() -> None:
     assert report.counts["writes_unknown"] == 1 and report.counts["faults_worker-kill"] == 1
 
 
-async def test_one_short_ramp_run_on_shards(redis_primaries: Any, tmp_path: Path) -> None:
+async def test_one_short_ramp_run_on_shards(stampede_primaries: Any, tmp_path: Path) -> None:
     """The whole scenario, short: cancelled and SIGKILLed writers, a paused primary;
     no violation, and a text history beside the JSON lines that checks clean."""
     scenario = next(s for s in SCENARIOS if s.name == "ramp")
     timing = Timing(duration=1.0, groups=2, pause=0.6)
-    run = await run_scenario(scenario, Env("shards", redis_primaries), timing, workdir=tmp_path)
+    run = await run_scenario(scenario, Env("shards", stampede_primaries), timing, workdir=tmp_path)
     assert run.report.ok, run.report.violations[:5]
     c = run.report.counts
     assert c["reads_ok"] > 0 and c["writes_ok"] >= 100 and c["faults_crash"] >= 1

@@ -32,37 +32,37 @@ async def read_all(st: Stampede, plan: dict[str, list[str]], value: bytes) -> No
         assert result.consistent and set(result.values.values()) == {value}
 
 
-async def test_reads_and_writes_follow_ask_then_moved(redis_cluster: LocalCluster) -> None:
+async def test_reads_and_writes_follow_ask_then_moved(stampede_cluster: LocalCluster) -> None:
     """Mid-migration (keys split, ASK) and after it (MOVED) every group reads and writes whole."""
     slot = keyslot(HOT)
     plan = groups(20)
-    async with open_stampede(redis_cluster, "cluster") as st:
+    async with open_stampede(stampede_cluster, "cluster") as st:
         await write_all(st, plan, b"v1")
-        source = redis_cluster.master_for_slot(slot)
-        target = next(m for m in redis_cluster.masters if m is not source)
-        await asyncio.to_thread(redis_cluster.begin_migration, slot, target)
+        source = stampede_cluster.master_for_slot(slot)
+        target = next(m for m in stampede_cluster.masters if m is not source)
+        await asyncio.to_thread(stampede_cluster.begin_migration, slot, target)
         moved = [f"{HOT}:g{i}:a" for i in range(0, 20, 2)]
-        await asyncio.to_thread(redis_cluster.move_keys, slot, list(moved))
+        await asyncio.to_thread(stampede_cluster.move_keys, slot, list(moved))
         # One batch of hot keys, half moved: the node must not answer nil for those.
         hot = [f"{HOT}:g{i}:a".encode() for i in range(20)]
         assert None not in await st.topology.fetch(hot)
         await read_all(st, plan, b"v1")  # half of the hot keys answer ASK
         await write_all(st, plan, b"v2")
         await read_all(st, plan, b"v2")
-        await asyncio.to_thread(redis_cluster.finish_migration, slot)
-        assert redis_cluster.master_for_slot(slot) is target
+        await asyncio.to_thread(stampede_cluster.finish_migration, slot)
+        assert stampede_cluster.master_for_slot(slot) is target
         await read_all(st, plan, b"v2")  # the old owner answers MOVED
         await write_all(st, plan, b"v3")
         await read_all(st, plan, b"v3")
 
 
-async def test_workload_survives_a_live_migration(redis_cluster: LocalCluster) -> None:
+async def test_workload_survives_a_live_migration(stampede_cluster: LocalCluster) -> None:
     """Writers and readers running while a slot migrates see no errors and end consistent."""
     slot = keyslot(HOT)
     plan = groups(12)
     names = list(plan)
     retry = RetryPolicy(attempts=20, base_delay=0.002, max_delay=0.05, deadline=2.0)
-    async with open_stampede(redis_cluster, "cluster") as st:
+    async with open_stampede(stampede_cluster, "cluster") as st:
         await write_all(st, plan, b"start")
         stop = asyncio.Event()
         last: dict[str, bytes] = {}
@@ -92,15 +92,15 @@ async def test_workload_survives_a_live_migration(redis_cluster: LocalCluster) -
 
         tasks = [asyncio.create_task(writer(i)) for i in range(5)]
         tasks += [asyncio.create_task(reader(i)) for i in range(5)]
-        source = redis_cluster.master_for_slot(slot)
-        target = next(m for m in redis_cluster.masters if m is not source)
+        source = stampede_cluster.master_for_slot(slot)
+        target = next(m for m in stampede_cluster.masters if m is not source)
         await asyncio.sleep(0.2)
-        await asyncio.to_thread(redis_cluster.migrate_slot, slot, target)
+        await asyncio.to_thread(stampede_cluster.migrate_slot, slot, target)
         await asyncio.sleep(0.2)
         stop.set()
         await asyncio.gather(*tasks)
         assert counts["writes"] > 20 and counts["reads"] > 20, counts
-        assert redis_cluster.master_for_slot(slot) is target
+        assert stampede_cluster.master_for_slot(slot) is target
         for group, keys in plan.items():
             result = await st.read(group, keys)
             assert result.consistent

@@ -22,13 +22,13 @@ from .support import FAST, open_stampede, spread_keys
 
 
 @pytest.fixture
-def primaries(redis_primaries: LocalPrimaries) -> Iterator[LocalPrimaries]:
+def primaries(stampede_primaries: LocalPrimaries) -> Iterator[LocalPrimaries]:
     """The shared primaries, emptied before and after (identity records included)."""
-    redis_primaries.heal()
-    redis_primaries.flushall()
-    yield redis_primaries
-    redis_primaries.heal()
-    redis_primaries.flushall()
+    stampede_primaries.heal()
+    stampede_primaries.flushall()
+    yield stampede_primaries
+    stampede_primaries.heal()
+    stampede_primaries.flushall()
 
 
 @pytest.fixture
@@ -88,11 +88,13 @@ async def test_a_down_shard_is_refused_at_open(primaries: LocalPrimaries) -> Non
         assert live.client().dbsize() == 0
 
 
-async def test_a_cluster_node_without_cluster_true_is_refused(redis_cluster: LocalCluster) -> None:
+async def test_a_cluster_node_without_cluster_true_is_refused(
+    stampede_cluster: LocalCluster,
+) -> None:
     """A cluster node listed as a primary would answer MOVED; open() says cluster=True."""
-    err = await refused([redis_cluster.url])
+    err = await refused([stampede_cluster.url])
     assert err.problem == "cluster-node" and "cluster=True" in str(err)
-    assert err.url == redis_cluster.url
+    assert err.url == stampede_cluster.url
 
 
 async def test_cluster_true_against_a_plain_server_is_refused(primaries: LocalPrimaries) -> None:

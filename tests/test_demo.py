@@ -114,31 +114,31 @@ def test_demo_on_local_cluster(local_runs: dict[str, subprocess.Popen[str]]) -> 
     assert all(refuses(a) for a in summary["servers"]), summary["servers"]
 
 
-def test_demo_against_given_urls(redis_primaries: LocalPrimaries) -> None:
+def test_demo_against_given_urls(stampede_primaries: LocalPrimaries) -> None:
     """With --url it uses those servers, pauses nothing, and shows only the chosen strategy."""
-    urls = [arg for url in redis_primaries.urls for arg in ("--url", url)]
+    urls = [arg for url in stampede_primaries.urls for arg in ("--url", url)]
     code, summary, err = demo(*SMALL, *urls, "--strategy", "enqueue", "--mode", "stamp")
     assert code == 0, err
     assert summary["local_servers"] is False and summary["pauses_injected"] == 0
     assert summary["mode"] == "stamp" and summary["strategies"] == ["enqueue"]
     check_repaired(summary, ("enqueue",))
-    assert not any(refuses(n.address) for n in redis_primaries.nodes)
+    assert not any(refuses(n.address) for n in stampede_primaries.nodes)
 
 
 async def test_run_demo_in_process_pauses_the_given_primaries(
-    redis_primaries: LocalPrimaries,
+    stampede_primaries: LocalPrimaries,
 ) -> None:
     """`run_demo` pauses the nodes it is given, repairs with Refetch alone, and resumes them."""
     config = DemoConfig(
         size=40, duration=1.5, strategies=("refetch",), mode=Mode.STAMP, pause_every=0.5, seed=3
     )
     summary = await run_demo(
-        redis_primaries.urls, config=config, nodes=redis_primaries.nodes, local=True
+        stampede_primaries.urls, config=config, nodes=stampede_primaries.nodes, local=True
     )
     data = summary.as_dict()
     assert data["pauses_injected"] >= 1
     check_repaired(data, ("refetch",))
-    assert not any(node.is_paused for node in redis_primaries.nodes)
+    assert not any(node.is_paused for node in stampede_primaries.nodes)
 
 
 async def test_ctrl_c_stops_every_server_the_demo_started() -> None:

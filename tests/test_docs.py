@@ -3,7 +3,7 @@
 Convention for ```python blocks in docs/**/*.md and README.md:
 
 - a block that starts with an import and defines `async def main` is a complete
-  program: it runs as a child process against the `redis_primaries` fixture, each
+  program: it runs as a child process against the `stampede_primaries` fixture, each
   distinct `redis://localhost:PORT` in it replaced by one of the primaries' URLs;
 - a block that is a bare call signature (`Name(arg: type = default, ...)`) is
   checked as the parameter list of a function;
@@ -90,10 +90,10 @@ def test_getting_started_holds_complete_programs() -> None:
 
 
 @pytest.mark.parametrize("block", PROGRAMS, ids=[b.id for b in PROGRAMS])
-def test_program_runs(block: Block, redis_primaries: LocalPrimaries, tmp_path: Path) -> None:
+def test_program_runs(block: Block, stampede_primaries: LocalPrimaries, tmp_path: Path) -> None:
     """The complete program exits 0 against three real primaries."""
     ports: dict[str, str] = {}
-    urls = redis_primaries.urls
+    urls = stampede_primaries.urls
 
     def local(match: re.Match[str]) -> str:
         return ports.setdefault(match.group(1), urls[len(ports) % len(urls)])

@@ -169,12 +169,12 @@ async def test_part_names_cannot_hold_colons(st: Stampede) -> None:
         await eventlog.record_events(st, "g:{3}", {"a:b": b"1"}, version=1, token=new_token())
 
 
-async def test_partial_append_names_both_sides(redis_primaries: LocalPrimaries) -> None:
+async def test_partial_append_names_both_sides(stampede_primaries: LocalPrimaries) -> None:
     """With a primary down, a spread append raises PartialWriteError naming both sides."""
-    async with open_stampede(redis_primaries, "shards") as st:
+    async with open_stampede(stampede_primaries, "shards") as st:
         keys = spread_tagged(st)
         down = st.topology.shard_of(keys[0].encode())
-        next(n for n in redis_primaries.nodes if n.address == down).kill()
+        next(n for n in stampede_primaries.nodes if n.address == down).kill()
         with pytest.raises(PartialWriteError) as info:
             await eventlog.append_changes(st, dict.fromkeys(keys, b"x"))
         assert info.value.failed == [eventlog.log_key(keys[0])]

@@ -48,13 +48,13 @@ def test_examples_were_found() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_example_runs_on_primaries_and_cluster(
-    name: str, redis_primaries: LocalPrimaries, redis_cluster: LocalCluster
+    name: str, stampede_primaries: LocalPrimaries, stampede_cluster: LocalCluster
 ) -> None:
     """The example exits 0 against 3 independent primaries and against a 3-master cluster."""
-    shard_args = [arg for url in redis_primaries.urls for arg in ("--url", url)]
+    shard_args = [arg for url in stampede_primaries.urls for arg in ("--url", url)]
     running = {
         "primaries": launch(name, *shard_args),
-        "cluster": launch(name, "--url", redis_cluster.url, "--cluster"),
+        "cluster": launch(name, "--url", stampede_cluster.url, "--cluster"),
     }
     for topology, proc in running.items():
         code, out, err = finish(proc)

@@ -98,25 +98,25 @@ async def test_missing_duplicate_and_invalid(service: tuple[httpx.AsyncClient, A
 
 
 async def test_configured_from_environment(
-    redis_primaries: LocalPrimaries, monkeypatch: pytest.MonkeyPatch
+    stampede_primaries: LocalPrimaries, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With no arguments the app connects to STAMPEDE_URLS (comma-separated)."""
-    monkeypatch.setenv("STAMPEDE_URLS", ",".join(redis_primaries.urls))
+    monkeypatch.setenv("STAMPEDE_URLS", ",".join(stampede_primaries.urls))
     monkeypatch.setenv("STAMPEDE_CLUSTER", "0")
     app = SERVICE.create_app()
     async with app.router.lifespan_context(app):
-        assert app.state.st.topology.shard_names == [n.address for n in redis_primaries.nodes]
+        assert app.state.st.topology.shard_names == [n.address for n in stampede_primaries.nodes]
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://users") as http:
             assert (await http.post("/users/5", json=ADA)).status_code == 201
 
 
-async def test_down_shard_answers_503(redis_primaries: LocalPrimaries) -> None:
+async def test_down_shard_answers_503(stampede_primaries: LocalPrimaries) -> None:
     """A primary that is down gives 503 with Retry-After instead of a server error."""
-    async for http, app in serve(redis_primaries.urls, False):
+    async for http, app in serve(stampede_primaries.urls, False):
         assert (await http.post("/users/6", json=ADA)).status_code == 201
         profile = app.state.st.topology.shard_of(b"users:6:profile")
-        node = next(n for n in redis_primaries.nodes if n.address == profile)
+        node = next(n for n in stampede_primaries.nodes if n.address == profile)
         node.kill()  # the plugin restarts it before the next test
         down = await http.get("/users/6")
         assert down.status_code == 503 and down.headers["Retry-After"] == "1"

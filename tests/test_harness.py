@@ -213,10 +213,10 @@ def test_fixed_port_in_use_is_reported() -> None:
 # -- primaries and cluster --------------------------------------------------------------
 
 
-def test_primaries_are_independent(redis_primaries: LocalPrimaries) -> None:
+def test_primaries_are_independent(stampede_primaries: LocalPrimaries) -> None:
     """A key written to one primary exists on no other."""
-    assert len(set(redis_primaries.urls)) == 3
-    first, *others = redis_primaries.nodes
+    assert len(set(stampede_primaries.urls)) == 3
+    first, *others = stampede_primaries.nodes
     with first.client() as client:
         client.set(b"only-here", b"1")
     for other in others:
@@ -224,10 +224,10 @@ def test_primaries_are_independent(redis_primaries: LocalPrimaries) -> None:
             assert client.exists(b"only-here") == 0
 
 
-def test_cluster_reaches_ok_on_every_node(redis_cluster: LocalCluster) -> None:
+def test_cluster_reaches_ok_on_every_node(stampede_cluster: LocalCluster) -> None:
     """Every node of the shared cluster reports cluster_state:ok and all 16384 slots."""
-    assert redis_cluster.url == redis_cluster.masters[0].url
-    for member in redis_cluster.nodes:
+    assert stampede_cluster.url == stampede_cluster.masters[0].url
+    for member in stampede_cluster.nodes:
         with member.client() as client:
             info = client.execute_command("CLUSTER", "INFO")
         assert b"cluster_state:ok" in info
@@ -294,34 +294,34 @@ def test_killed_cluster_master_rejoins_with_its_identity(cluster: LocalCluster) 
 
 
 def test_plugin_first_leaves_data_and_broken_nodes(
-    redis_primaries: LocalPrimaries, redis_cluster: LocalCluster
+    stampede_primaries: LocalPrimaries, stampede_cluster: LocalCluster
 ) -> None:
     """(Setup for the next test) leaves data everywhere, a killed and a paused primary."""
-    for member in redis_primaries.nodes:
+    for member in stampede_primaries.nodes:
         with member.client() as client:
             client.set(b"left-over", b"1")
-    with RedisCluster.from_url(redis_cluster.url) as client:
+    with RedisCluster.from_url(stampede_cluster.url) as client:
         client.set(b"left-over", b"1")
-    redis_primaries.nodes[0].kill()
-    redis_primaries.nodes[1].pause()
+    stampede_primaries.nodes[0].kill()
+    stampede_primaries.nodes[1].pause()
 
 
 def test_plugin_second_finds_servers_empty_and_healed(
-    redis_primaries: LocalPrimaries, redis_cluster: LocalCluster
+    stampede_primaries: LocalPrimaries, stampede_cluster: LocalCluster
 ) -> None:
     """The autouse fixture heals killed and paused nodes and empties every server before a test."""
-    for member in redis_primaries.nodes:
+    for member in stampede_primaries.nodes:
         assert member.is_running and not member.is_paused
         with member.client(socket_timeout=2) as client:
             assert client.dbsize() == 0
-    for member in redis_cluster.masters:
+    for member in stampede_cluster.masters:
         with member.client() as client:
             assert client.dbsize() == 0
 
 
-async def test_async_tests_can_use_the_session_servers(redis_primaries: LocalPrimaries) -> None:
+async def test_async_tests_can_use_the_session_servers(stampede_primaries: LocalPrimaries) -> None:
     """An async test reaches the shared primaries with redis.asyncio, on the session loop."""
-    client = redis.asyncio.Redis.from_url(redis_primaries.urls[0])
+    client = redis.asyncio.Redis.from_url(stampede_primaries.urls[0])
     try:
         await client.set(b"k", b"v")
         assert await client.get(b"k") == b"v"

@@ -26,10 +26,10 @@ def _lane(url: str, **kwargs: Any) -> Lane:
 
 
 async def test_a_pipeline_round_trip_returns_replies_and_error_replies(
-    redis_primaries: LocalPrimaries,
+    stampede_primaries: LocalPrimaries,
 ) -> None:
     """Replies in order; an error reply is that command's result, the lane stays usable."""
-    lane = _lane(redis_primaries.urls[0])
+    lane = _lane(stampede_primaries.urls[0])
     try:
         replies = await lane.pipeline([("SET", "k", "v"), ("INCR", "k"), ("GET", "k")])
         assert replies[0] == b"OK" and replies[2] == b"v"
@@ -40,10 +40,10 @@ async def test_a_pipeline_round_trip_returns_replies_and_error_replies(
 
 
 async def test_many_pipelines_share_a_connection_and_each_gets_its_own_replies(
-    redis_primaries: LocalPrimaries,
+    stampede_primaries: LocalPrimaries,
 ) -> None:
     """Pipelines sent together on one connection come back in order, each to its caller."""
-    lane = _lane(redis_primaries.urls[0], limit=1)
+    lane = _lane(stampede_primaries.urls[0], limit=1)
     try:
         await lane.pipeline([("SET", f"n:{i}", i) for i in range(200)])
         got = await asyncio.gather(*(lane.call("GET", f"n:{i}") for i in range(200)))
@@ -54,10 +54,10 @@ async def test_many_pipelines_share_a_connection_and_each_gets_its_own_replies(
 
 
 async def test_a_cancelled_callers_replies_never_reach_the_next_caller(
-    redis_primaries: LocalPrimaries,
+    stampede_primaries: LocalPrimaries,
 ) -> None:
     """A caller that gives up leaves its replies to be read and dropped, in order."""
-    node = redis_primaries.nodes[0]
+    node = stampede_primaries.nodes[0]
     lane = _lane(node.url, limit=1)
     try:
         await lane.call("SET", "a", "first")
@@ -71,11 +71,11 @@ async def test_a_cancelled_callers_replies_never_reach_the_next_caller(
 
 
 async def test_a_timeout_ends_the_connection_and_fails_everything_on_it(
-    redis_primaries: LocalPrimaries,
+    stampede_primaries: LocalPrimaries,
 ) -> None:
     """No reply in time: ReplyTimeout, and pipelines queued behind it fail too (their
     replies would no longer line up); a fresh connection works after."""
-    node = redis_primaries.nodes[0]
+    node = stampede_primaries.nodes[0]
     conn = await Connection.open(parse_url(node.url).at(node.host, node.port))
     try:
         node.pause()
@@ -97,11 +97,11 @@ async def test_a_timeout_ends_the_connection_and_fails_everything_on_it(
 
 
 async def test_a_connection_the_server_closed_is_replaced(
-    redis_primaries: LocalPrimaries,
+    stampede_primaries: LocalPrimaries,
 ) -> None:
     """A killed connection: idempotent commands go again on a new one."""
-    lane = _lane(redis_primaries.urls[0], retries=2)
-    other = _lane(redis_primaries.urls[0])
+    lane = _lane(stampede_primaries.urls[0], retries=2)
+    other = _lane(stampede_primaries.urls[0])
     try:
         ident = await lane.call("CLIENT", "ID")
         await other.call("CLIENT", "KILL", "ID", ident)
@@ -112,10 +112,10 @@ async def test_a_connection_the_server_closed_is_replaced(
 
 
 async def test_an_argument_that_cannot_be_sent_is_refused_before_sending(
-    redis_primaries: LocalPrimaries,
+    stampede_primaries: LocalPrimaries,
 ) -> None:
     """A None (or a bool) is a TypeError naming the type; nothing reaches the server."""
-    lane = _lane(redis_primaries.urls[0])
+    lane = _lane(stampede_primaries.urls[0])
     try:
         with pytest.raises(TypeError, match="NoneType"):
             await lane.call("SET", "k", None)
@@ -134,12 +134,15 @@ async def test_an_argument_that_cannot_be_sent_is_refused_before_sending(
     ],
 )
 async def test_a_non_idempotent_command_whose_reply_was_lost_is_not_resent(
-    redis_primaries: LocalPrimaries, command: tuple[str, ...], check: tuple[str, ...], applied: Any
+    stampede_primaries: LocalPrimaries,
+    command: tuple[str, ...],
+    check: tuple[str, ...],
+    applied: Any,
 ) -> None:
     """INCR, XADD, DEL: the server ran it, the reply was lost: OutcomeUnknownError, sent once."""
-    direct = _lane(redis_primaries.urls[0])
+    direct = _lane(stampede_primaries.urls[0])
     await direct.call("SET", "d", "x")
-    async with RedisProxy(redis_primaries.nodes[0].address) as proxy:
+    async with RedisProxy(stampede_primaries.nodes[0].address) as proxy:
         lane = _lane(proxy.url, retries=3)
         rule = proxy.drop_reply(lambda cmd: cmd[0].decode() == command[0])
         try:
@@ -155,10 +158,10 @@ async def test_a_non_idempotent_command_whose_reply_was_lost_is_not_resent(
 
 
 async def test_reads_and_guarded_writes_whose_reply_was_lost_are_resent(
-    redis_primaries: LocalPrimaries,
+    stampede_primaries: LocalPrimaries,
 ) -> None:
     """GET, MGET and a guarded-script call are idempotent: sent again on a new connection."""
-    async with RedisProxy(redis_primaries.nodes[0].address) as proxy:
+    async with RedisProxy(stampede_primaries.nodes[0].address) as proxy:
         lane = _lane(proxy.url, retries=1)
         try:
             await lane.call("SET", "k", "v")

@@ -33,16 +33,16 @@ def has_slot_stats(server: ServerBinary) -> bool:
 
 
 @pytest.fixture
-def planted(redis_cluster: LocalCluster) -> Iterator[LocalCluster]:
+def planted(stampede_cluster: LocalCluster) -> Iterator[LocalCluster]:
     """600 keys on the shared cluster: 500 spread by their own tags, 100 in one hot tag."""
-    with RedisCluster.from_url(redis_cluster.url) as client:
+    with RedisCluster.from_url(stampede_cluster.url) as client:
         pipe = client.pipeline()
         for i in range(SPREAD_KEYS):
             pipe.set(f"prod:cart:{{{i}}}:items", b"x")
         for i in range(HOT_KEYS):
             pipe.set(b"feed:{%s}:%d" % (HOT_TAG, i), b"x")
         pipe.execute()
-    yield redis_cluster
+    yield stampede_cluster
 
 
 @pytest.fixture
@@ -105,11 +105,11 @@ async def test_scan_matches_countkeysinslot_over_the_real_slot_map(
 
 
 async def test_auto_uses_slot_stats_where_the_server_has_it(
-    cluster_topology: Cluster, planted: LocalCluster, redis_server_binary: ServerBinary
+    cluster_topology: Cluster, planted: LocalCluster, stampede_server_binary: ServerBinary
 ) -> None:
     """auto: CLUSTER SLOT-STATS on Valkey >= 8 / Redis >= 8.2, SCAN otherwise; same counts."""
     report = await live_slots(cluster_topology, top=2)
-    expected = "slot-stats" if has_slot_stats(redis_server_binary) else "scan"
+    expected = "slot-stats" if has_slot_stats(stampede_server_binary) else "scan"
     assert report.method == expected
     per_master, per_slot = independent_counts(planted)
     assert report.shard_counts == per_master
@@ -121,11 +121,11 @@ async def test_auto_uses_slot_stats_where_the_server_has_it(
 
 
 async def test_slot_stats_cpu_and_network_when_enabled(
-    cluster_topology: Cluster, planted: LocalCluster, redis_server_binary: ServerBinary
+    cluster_topology: Cluster, planted: LocalCluster, stampede_server_binary: ServerBinary
 ) -> None:
     """With cluster-slot-stats-enabled, the hot slot's network bytes are reported."""
-    if not has_slot_stats(redis_server_binary):
-        pytest.skip(f"{redis_server_binary.describe()} has no CLUSTER SLOT-STATS")
+    if not has_slot_stats(stampede_server_binary):
+        pytest.skip(f"{stampede_server_binary.describe()} has no CLUSTER SLOT-STATS")
     clients = [node.client() for node in planted.masters]
     try:
         for client in clients:
@@ -145,17 +145,17 @@ async def test_slot_stats_cpu_and_network_when_enabled(
     assert set(hot.stats) == {"cpu-usec", "network-bytes-in", "network-bytes-out"}
 
 
-async def test_client_side_shards_use_their_slot_map(redis_primaries: LocalPrimaries) -> None:
+async def test_client_side_shards_use_their_slot_map(stampede_primaries: LocalPrimaries) -> None:
     """On independent primaries the topology's SlotMap decides; a stray key is reported."""
     slot_map = SlotMap.from_ranges({0: [(0, 999)], 1: [(1000, 1999)], 2: [(2000, SLOTS - 1)]})
-    topology = Shards.from_urls(redis_primaries.urls, slot_map=slot_map)
+    topology = Shards.from_urls(stampede_primaries.urls, slot_map=slot_map)
     keys = [f"user:{{{i}}}:a".encode() for i in range(200)]
     try:
         for key in keys:
             shard = slot_map.shard_of(keyslot(key))
-            redis_primaries.nodes[shard].client().set(key, b"1")
+            stampede_primaries.nodes[shard].client().set(key, b"1")
         stray_owner = slot_map.shard_of(keyslot(b"stray:{x}"))
-        wrong = redis_primaries.nodes[(stray_owner + 1) % 3]
+        wrong = stampede_primaries.nodes[(stray_owner + 1) % 3]
         wrong.client().set(b"stray:{x}", b"1")
         report = await live_slots(topology, method="auto", match="*:*", count=7)
     finally:

@@ -20,11 +20,11 @@ async def cli(*args: str) -> Any:
     return json.loads(result.stdout)
 
 
-async def test_stats_dead_and_requeue(redis_primaries: LocalPrimaries) -> None:
+async def test_stats_dead_and_requeue(stampede_primaries: LocalPrimaries) -> None:
     """Dead letters are listed with their error, requeued as fresh jobs and deleted;
     the counts follow, and a malformed dead letter is kept."""
-    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
-    async with open_stampede(redis_primaries, "shards") as st:
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    async with open_stampede(stampede_primaries, "shards") as st:
         queue = RepairQueue(st.topology, max_attempts=1)
         await queue.clear()
         await plant(st, queue, 3)
@@ -54,10 +54,10 @@ async def test_stats_dead_and_requeue(redis_primaries: LocalPrimaries) -> None:
         assert [r["outcome"] for r in again] == ["malformed", "missing"]
 
 
-async def test_usage_and_unreachable(redis_primaries: LocalPrimaries) -> None:
+async def test_usage_and_unreachable(stampede_primaries: LocalPrimaries) -> None:
     """requeue needs --id or --all (exit 2); an unreachable server is exit 3 with a message."""
     result = await asyncio.to_thread(
-        run_cli, "queue", "requeue", "--url", redis_primaries.urls[0], timeout=60
+        run_cli, "queue", "requeue", "--url", stampede_primaries.urls[0], timeout=60
     )
     assert result.returncode == 2 and b"--all" in result.stderr
     with socket.socket() as probe:

@@ -89,11 +89,11 @@ async def test_scan_finds_exactly_the_torn_groups(
         assert again.torn == [] and again.consistent == GROUPS
 
 
-async def test_scan_cli_enqueue_then_worker_cli(redis_primaries: Any) -> None:
+async def test_scan_cli_enqueue_then_worker_cli(stampede_primaries: Any) -> None:
     """`stampede scan --enqueue` and a `stampede worker` process leave zero torn groups."""
-    async with open_stampede(redis_primaries, "shards") as st:
+    async with open_stampede(stampede_primaries, "shards") as st:
         torn = await populate(st, Mode.STAMP)
-    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
     scan = ["scan", *urls, "--pattern", PATTERN, "--match", "acct:*"]
     first = await asyncio.to_thread(run_cli, *scan, "--enqueue", "--json")
     assert first.returncode == 1, first.stderr.decode()
@@ -111,7 +111,7 @@ async def test_scan_cli_enqueue_then_worker_cli(redis_primaries: Any) -> None:
         "0.5",
     )
     try:
-        async with open_stampede(redis_primaries, "shards") as st:
+        async with open_stampede(stampede_primaries, "shards") as st:
             queue = RepairQueue(st.topology)
 
             async def drained() -> bool:
@@ -143,15 +143,15 @@ async def test_scan_detects_commit_mode(topology_env: tuple[str, Any]) -> None:
             await scan_groups(st.topology, PATTERN, match="acct:*", mode=Mode.STAMP)
 
 
-async def test_scan_cli_modes_counts_and_exit_codes(redis_primaries: Any) -> None:
+async def test_scan_cli_modes_counts_and_exit_codes(stampede_primaries: Any) -> None:
     """The CLI: commit mode detected (JSON says so), --mode stamp refused (exit 2), the text
     summary shows every count, and an unreachable server is exit 3, not 1."""
-    redis_primaries.flushall()
-    async with open_stampede(redis_primaries, "shards") as st:
+    stampede_primaries.flushall()
+    async with open_stampede(stampede_primaries, "shards") as st:
         torn = await populate(st, Mode.COMMIT, groups=300, torn_n=9)
         gone = keys_of(299)  # a deleted group reads not_found
         await st.delete("acct:299", gone, mode="commit")
-    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
     scan = ["scan", *urls, "--pattern", PATTERN, "--match", "acct:*"]
     result = await asyncio.to_thread(run_cli, *scan, "--json")
     assert result.returncode == 1, result.stderr.decode()[-2000:]
@@ -187,9 +187,9 @@ async def test_scan_cli_modes_counts_and_exit_codes(redis_primaries: Any) -> Non
     assert b"did not complete" in down.stderr and b"Traceback" not in down.stderr
 
 
-async def test_scan_reports_keys_on_a_server_they_do_not_route_to(redis_primaries: Any) -> None:
+async def test_scan_reports_keys_on_a_server_they_do_not_route_to(stampede_primaries: Any) -> None:
     """A key written under another URL order sits where reads never look: scan names it."""
-    async with open_stampede(redis_primaries, "shards") as st:
+    async with open_stampede(stampede_primaries, "shards") as st:
         await st.write("acct:1", {k: b"x" for k in keys_of(1)})
         home = st.topology.shard_of(b"acct:1:a")
         elsewhere = next(s for s in st.topology.shard_names if s != home)

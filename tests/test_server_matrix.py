@@ -33,24 +33,24 @@ MINIMUM = {"redis": (7, 0), "valkey": (8, 0)}
 
 
 def test_servers_report_the_version_the_harness_started(
-    redis_primaries: LocalPrimaries,
-    redis_cluster: LocalCluster,
-    redis_server_binary: ServerBinary,
+    stampede_primaries: LocalPrimaries,
+    stampede_cluster: LocalCluster,
+    stampede_server_binary: ServerBinary,
     record_property: Callable[[str, object], None],
 ) -> None:
     """Every node of both shared fixtures runs the selected server, at its version."""
-    record_property("server", redis_server_binary.describe())
-    assert redis_server_binary == default_server()
-    assert redis_server_binary.version_tuple[:2] >= MINIMUM[redis_server_binary.kind]
-    for node in [*redis_primaries.nodes, *redis_cluster.nodes]:
+    record_property("server", stampede_server_binary.describe())
+    assert stampede_server_binary == default_server()
+    assert stampede_server_binary.version_tuple[:2] >= MINIMUM[stampede_server_binary.kind]
+    for node in [*stampede_primaries.nodes, *stampede_cluster.nodes]:
         info = node.client().info("server")
-        if redis_server_binary.kind == "valkey":
+        if stampede_server_binary.kind == "valkey":
             assert info["server_name"] == "valkey"
-            assert info["valkey_version"] == redis_server_binary.version
+            assert info["valkey_version"] == stampede_server_binary.version
         else:
             assert info.get("server_name", "redis") == "redis"
-            assert info["redis_version"] == redis_server_binary.version
-    print(f"server under test: {redis_server_binary.describe()}")
+            assert info["redis_version"] == stampede_server_binary.version
+    print(f"server under test: {stampede_server_binary.describe()}")
 
 
 def test_the_selection_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -56,10 +56,12 @@ def events(stderr: bytes) -> list[dict[str, Any]]:
     return [e for e in out if "event" in e]
 
 
-async def test_killed_worker_jobs_are_finished_by_another(redis_primaries: LocalPrimaries) -> None:
+async def test_killed_worker_jobs_are_finished_by_another(
+    stampede_primaries: LocalPrimaries,
+) -> None:
     """A worker SIGKILLed mid-batch loses nothing: a second one reclaims and finishes its jobs."""
-    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
-    async with open_stampede(redis_primaries, "shards") as st:
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    async with open_stampede(stampede_primaries, "shards") as st:
         queue = RepairQueue(st.topology)
         expected = await plant(st, queue, GROUPS)
         common = [
@@ -99,10 +101,12 @@ async def test_killed_worker_jobs_are_finished_by_another(redis_primaries: Local
         await check_repaired(st, expected)
 
 
-async def test_sigterm_finishes_or_releases_jobs_in_hand(redis_primaries: LocalPrimaries) -> None:
+async def test_sigterm_finishes_or_releases_jobs_in_hand(
+    stampede_primaries: LocalPrimaries,
+) -> None:
     """SIGTERM stops claiming, lets jobs in hand finish, and exits 0; nothing is stranded."""
-    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
-    async with open_stampede(redis_primaries, "shards") as st:
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    async with open_stampede(stampede_primaries, "shards") as st:
         queue = RepairQueue(st.topology)
         expected = await plant(st, queue, 40)
         worker = await start_cli(
@@ -232,13 +236,13 @@ async def test_metrics_endpoint_serves_prometheus_text(st: Stampede) -> None:
 
 
 async def test_worker_cli_serves_metrics_on_the_chosen_address(
-    redis_primaries: LocalPrimaries,
+    stampede_primaries: LocalPrimaries,
 ) -> None:
     """`stampede worker --metrics-port P --metrics-host H` answers on H:P while it runs."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    urls = [a for url in redis_primaries.urls for a in ("--url", url)]
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
     worker = await start_cli(
         "worker", *urls, "--strategy", "newest-wins",
         "--metrics-port", str(port), "--metrics-host", "0.0.0.0",

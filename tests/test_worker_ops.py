@@ -89,18 +89,18 @@ async def check_from_table(st: Stampede, n: int) -> None:
 
 @pytest.mark.postgres
 async def test_cli_async_factory_pool_repairs_then_sigterm_closes_it(
-    redis_primaries: LocalPrimaries, pg_table: tuple[asyncpg.Pool, str], tmp_path: Path
+    stampede_primaries: LocalPrimaries, pg_table: tuple[asyncpg.Pool, str], tmp_path: Path
 ) -> None:
     """`stampede worker --strategy mod:async_factory` opening an asyncpg pool repairs 100
     torn groups from PostgreSQL; SIGTERM runs on_shutdown (the pool closes) and exits 0."""
     _, table = pg_table
     closed = tmp_path / "closed"
-    async with open_stampede(redis_primaries, "shards") as st:
+    async with open_stampede(stampede_primaries, "shards") as st:
         queue = RepairQueue(st.topology)
         await queue.clear()
         await plant(st, queue, 100)
         worker = await spawn(
-            "worker", *url_args(redis_primaries), "--strategy",
+            "worker", *url_args(stampede_primaries), "--strategy",
             "tests.worker_strategies:pg_pool_factory", "--concurrency", "8",
             env={"STAMPEDE_TEST_PG_TABLE": table, "STAMPEDE_TEST_PG_CLOSED": str(closed)},
         )  # fmt: skip
@@ -267,16 +267,16 @@ def test_backoff_bounds() -> None:
 
 
 async def test_json_logs_parse_line_by_line_and_burst_exits(
-    redis_primaries: LocalPrimaries,
+    stampede_primaries: LocalPrimaries,
 ) -> None:
     """`--burst --log-format json` (settings from STAMPEDE_* variables): every stderr line
     is one JSON object; the worker drains the queue and exits 0 by itself."""
-    async with open_stampede(redis_primaries, "shards") as st:
+    async with open_stampede(stampede_primaries, "shards") as st:
         queue = RepairQueue(st.topology)
         await queue.clear()
         expected = await plant(st, queue, 10)
         env = {
-            "STAMPEDE_URLS": ",".join(redis_primaries.urls),
+            "STAMPEDE_URLS": ",".join(stampede_primaries.urls),
             "STAMPEDE_STRATEGY": "newest-wins",
             "STAMPEDE_LOG_FORMAT": "json",
         }
@@ -298,14 +298,14 @@ async def test_json_logs_parse_line_by_line_and_burst_exits(
         assert " INFO stampede.worker worker.start consumer=" in first
 
 
-async def test_grace_hands_back_jobs_that_do_not_finish(redis_primaries: LocalPrimaries) -> None:
+async def test_grace_hands_back_jobs_that_do_not_finish(stampede_primaries: LocalPrimaries) -> None:
     """SIGTERM with `--grace 0.2`: jobs stuck in hand are released, the worker exits 0."""
-    async with open_stampede(redis_primaries, "shards") as st:
+    async with open_stampede(stampede_primaries, "shards") as st:
         queue = RepairQueue(st.topology)
         await queue.clear()
         await plant(st, queue, 4)
         proc = await spawn(
-            "worker", *url_args(redis_primaries), "--strategy", "tests.worker_strategies:stuck",
+            "worker", *url_args(stampede_primaries), "--strategy", "tests.worker_strategies:stuck",
             "--grace", "0.2", "--concurrency", "4",
         )  # fmt: skip
 
@@ -326,7 +326,7 @@ async def test_grace_hands_back_jobs_that_do_not_finish(redis_primaries: LocalPr
 
 
 async def test_strategy_from_the_current_directory(
-    redis_primaries: LocalPrimaries, tmp_path: Path
+    stampede_primaries: LocalPrimaries, tmp_path: Path
 ) -> None:
     """The `stampede` script imports `--strategy` modules from the current directory."""
     (tmp_path / "local_repairs.py").write_text(
@@ -334,7 +334,7 @@ async def test_strategy_from_the_current_directory(
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = await asyncio.create_subprocess_exec(
-        STAMPEDE, "worker", *url_args(redis_primaries), "--strategy", "local_repairs:make",
+        STAMPEDE, "worker", *url_args(stampede_primaries), "--strategy", "local_repairs:make",
         "--burst", "--stream", f"cwd:{secrets.token_hex(4)}",
         stderr=asyncio.subprocess.PIPE, env=env, cwd=str(tmp_path),
     )  # fmt: skip
@@ -361,10 +361,10 @@ async def test_a_strategy_class_is_a_usage_error(spec: str, message: str) -> Non
     assert b"Traceback" not in result.stderr
 
 
-async def test_cluster_flag_against_a_plain_server(redis_primaries: LocalPrimaries) -> None:
+async def test_cluster_flag_against_a_plain_server(stampede_primaries: LocalPrimaries) -> None:
     """`--cluster` with a plain server's URL: exit 2 with a message, no traceback."""
     result = await asyncio.to_thread(
-        run_cli, "worker", "--cluster", "--url", redis_primaries.urls[0],
+        run_cli, "worker", "--cluster", "--url", stampede_primaries.urls[0],
         "--strategy", "newest-wins", timeout=60,
     )  # fmt: skip
     stderr = result.stderr.decode()
@@ -372,10 +372,10 @@ async def test_cluster_flag_against_a_plain_server(redis_primaries: LocalPrimari
     assert "cluster" in stderr.lower() and "Traceback" not in stderr
 
 
-async def test_strategy_that_fails_to_start(redis_primaries: LocalPrimaries) -> None:
+async def test_strategy_that_fails_to_start(stampede_primaries: LocalPrimaries) -> None:
     """An `on_startup` that raises: exit 1 with the strategy's error, no traceback."""
     result = await asyncio.to_thread(
-        run_cli, "worker", *url_args(redis_primaries), "--strategy",
+        run_cli, "worker", *url_args(stampede_primaries), "--strategy",
         "tests.worker_strategies:fails_to_start", "--stream", "startup-fails", timeout=60,
     )  # fmt: skip
     stderr = result.stderr.decode()

@@ -4,7 +4,7 @@
 the Valkey bundled in `stampede-redis[server]`, or a path: `default_server()`);
 `LocalPrimaries` runs independent primaries, `LocalCluster` a real Redis Cluster.
 The pytest plugin (`stampede.testing.plugin`, loaded automatically) shares one of
-each per session as the `redis_primaries` and `redis_cluster` fixtures. `RedisProxy` sits in
+each per session as the `stampede_primaries` and `stampede_cluster` fixtures. `RedisProxy` sits in
 front of a server and loses the replies you pick. `drop_kept` forgets the kept
 versions of keys, as if their grace window had passed. See docs/testing.md.
 """

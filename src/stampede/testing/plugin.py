@@ -1,17 +1,21 @@
-"""pytest plugin (entry point `stampede`): real Redis servers as session fixtures.
+"""pytest plugin (entry point `stampede`): real Redis servers as fixtures.
 
-Fixtures
---------
-`redis_primaries`  a started `LocalPrimaries(3)`, shared by the whole session.
-`redis_cluster`    a started `LocalCluster(masters=3, replicas=0)`, shared likewise.
-`redis_backend`    "local" (server processes, the default) or "docker".
-`redis_server_binary`  the `ServerBinary` local nodes run (`$STAMPEDE_TEST_SERVER`:
-                   redis, valkey, auto or a path; see `stampede.testing.servers`).
+Fixtures (every name starts with `stampede_`; none is autouse, so a project that
+has stampede installed gets nothing it did not ask for):
+
+`stampede_primaries`  a `LocalPrimaries(3)`, healed and emptied for the test.
+`stampede_cluster`    a `LocalCluster(masters=3, replicas=0)`, healed and emptied.
+`stampede_session_primaries`, `stampede_session_cluster`
+                      the same servers as they are (session scope: started once,
+                      shared; use them from fixtures of a wider scope).
+`stampede_backend`    "local" (server processes, the default) or "docker".
+`stampede_server_binary`  the `ServerBinary` local nodes run (`$STAMPEDE_TEST_SERVER`:
+                      redis, valkey, auto or a path; see `stampede.testing.servers`).
 
 Servers start lazily, the first time a test asks for them, and stop at the end of
-the session. Before every test that uses one of them (directly or through another
-fixture), an autouse fixture heals it (resumes paused nodes, restarts killed ones)
-and runs FLUSHALL on every master, so each test starts from empty, healthy servers.
+the session. `stampede_primaries` and `stampede_cluster` heal the shared servers
+(resume paused nodes, restart killed ones) and run FLUSHALL on every master before
+they hand them to the test, so each test starts from empty, healthy servers.
 
 Backend: `--stampede-redis=local|docker`, else `$STAMPEDE_TEST_REDIS`, else local.
 The session header names the server binary and version the local backend runs.
@@ -30,10 +34,22 @@ from .cluster import LocalCluster
 from .primaries import LocalPrimaries
 from .servers import ServerBinary, ServerNotFoundError, default_server
 
+__all__ = [
+    "BACKEND_ENV",
+    "backend_of",
+    "make_cluster",
+    "make_primaries",
+    "stampede_backend",
+    "stampede_cluster",
+    "stampede_primaries",
+    "stampede_server_binary",
+    "stampede_session_cluster",
+    "stampede_session_primaries",
+]
+
 BACKEND_ENV = "STAMPEDE_TEST_REDIS"
 Backend = Literal["local", "docker"]
 _BACKENDS: tuple[Backend, ...] = ("local", "docker")
-_SHARED = ("redis_primaries", "redis_cluster")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,7 +58,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--stampede-redis",
         choices=_BACKENDS,
         default=None,
-        help=f"where the redis_primaries/redis_cluster fixtures run their servers: "
+        help=f"where the stampede_primaries/stampede_cluster fixtures run their servers: "
         f"local redis-server processes or docker containers (default: ${BACKEND_ENV} "
         "or local)",
     )
@@ -84,38 +100,42 @@ def make_cluster(backend: Backend, masters: int = 3, replicas: int = 0) -> Local
 
 
 @pytest.fixture(scope="session")
-def redis_backend(pytestconfig: pytest.Config) -> Backend:
+def stampede_backend(pytestconfig: pytest.Config) -> Backend:
     """'local' or 'docker': where the shared servers run."""
     return backend_of(pytestconfig)
 
 
 @pytest.fixture(scope="session")
-def redis_server_binary() -> ServerBinary:
+def stampede_server_binary() -> ServerBinary:
     """The server executable local nodes start (per `$STAMPEDE_TEST_SERVER`)."""
     return default_server()
 
 
 @pytest.fixture(scope="session")
-def redis_primaries(redis_backend: Backend) -> Iterator[LocalPrimaries]:
-    """Three independent primaries for the session; emptied and healed before each test."""
-    with make_primaries(redis_backend) as primaries:
+def stampede_session_primaries(stampede_backend: Backend) -> Iterator[LocalPrimaries]:
+    """Three independent primaries for the session, as they are."""
+    with make_primaries(stampede_backend) as primaries:
         yield primaries
 
 
 @pytest.fixture(scope="session")
-def redis_cluster(redis_backend: Backend) -> Iterator[LocalCluster]:
-    """A three-master cluster for the session; emptied and healed before each test."""
-    with make_cluster(redis_backend) as cluster:
+def stampede_session_cluster(stampede_backend: Backend) -> Iterator[LocalCluster]:
+    """A three-master cluster for the session, as it is."""
+    with make_cluster(stampede_backend) as cluster:
         yield cluster
 
 
-@pytest.fixture(autouse=True)
-def _stampede_reset_redis(request: pytest.FixtureRequest) -> None:
-    """Heal and FLUSHALL the shared servers this test uses, before it runs."""
-    for name in _SHARED:
-        if name in request.fixturenames:
-            servers = request.getfixturevalue(name)
-            # A project may override the fixture with something else: leave that alone.
-            if isinstance(servers, LocalPrimaries | LocalCluster):
-                servers.heal()
-                servers.flushall()
+@pytest.fixture
+def stampede_primaries(stampede_session_primaries: LocalPrimaries) -> LocalPrimaries:
+    """The session's primaries, healed and emptied for this test."""
+    stampede_session_primaries.heal()
+    stampede_session_primaries.flushall()
+    return stampede_session_primaries
+
+
+@pytest.fixture
+def stampede_cluster(stampede_session_cluster: LocalCluster) -> LocalCluster:
+    """The session's cluster, healed and emptied for this test."""
+    stampede_session_cluster.heal()
+    stampede_session_cluster.flushall()
+    return stampede_session_cluster
