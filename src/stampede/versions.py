@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .errors import ConfigurationError
-from .topology._base import incr
 from .wire import CLOCK_FLOOR, MAX_VERSION, version_key
 
 if TYPE_CHECKING:
@@ -40,7 +39,9 @@ class Counter:
     needs_round_trip = True
 
     async def next_version(self, group: bytes, topology: Topology) -> int:
-        return await incr(topology, version_key(group))
+        key = version_key(group)
+        # Resent after a lost reply: a counter only has to grow; a resend leaves a gap.
+        return int(await topology.execute(key, "INCR", key, resend=True))
 
     def observe(self, version: int) -> None:
         """The counter lives in Redis: nothing to learn locally."""

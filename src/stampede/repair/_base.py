@@ -50,7 +50,8 @@ __all__ = [
     "roll_forward",
 ]
 
-_CAS = Script(CAS_SCRIPT)
+CAS = Script(CAS_SCRIPT)
+"""The repairs' compare-and-set script (see `topology._guard.CAS_SCRIPT`)."""
 idempotent_script(CAS_SCRIPT)  # a resend finds its own value in place and reports it done
 
 
@@ -153,7 +154,7 @@ async def compare_and_set(
         return out
 
     results = await asyncio.gather(
-        *(ctx.topology.script(_CAS, keys, args(keys)) for keys in by_slot.values())
+        *(ctx.topology.script(CAS, keys, args(keys)) for keys in by_slot.values())
     )
     return all(r == 1 for res in results for r in res)
 

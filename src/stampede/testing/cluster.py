@@ -18,6 +18,9 @@ from ._admin import (
 from .migration import SlotMigration
 from .node import NodeOptions, RedisNode, stop_nodes
 
+__all__ = ["READY_TIMEOUT", "LocalCluster"]
+
+
 READY_TIMEOUT = 30.0
 
 

@@ -35,6 +35,16 @@ from .errors import HarnessError, ServerStartError
 from .node import NodeOptions, RedisNode
 from .primaries import LocalPrimaries
 
+__all__ = [
+    "DEFAULT_IMAGE",
+    "IMAGE_ENV",
+    "DockerCluster",
+    "DockerNode",
+    "DockerPrimaries",
+    "default_image",
+]
+
+
 IMAGE_ENV = "STAMPEDE_TEST_REDIS_IMAGE"
 DEFAULT_IMAGE = "redis:7.2"
 _CONTAINER_PORT = 6379

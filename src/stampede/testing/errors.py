@@ -14,6 +14,8 @@ from pathlib import Path
 
 from stampede.errors import StampedeError
 
+__all__ = ["ClusterNotReadyError", "HarnessError", "ServerStartError"]
+
 
 class HarnessError(StampedeError, RuntimeError):
     """The test harness could not start, stop or reshape its Redis servers."""

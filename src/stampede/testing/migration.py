@@ -20,6 +20,9 @@ from collections.abc import Iterable, Sequence
 from ._admin import command, is_master, node_id, reachable
 from .node import RedisNode
 
+__all__ = ["MIGRATE_TIMEOUT_MS", "SlotMigration"]
+
+
 MIGRATE_TIMEOUT_MS = 5000
 _BATCH = 100
 

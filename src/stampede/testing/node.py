@@ -32,6 +32,9 @@ from ._server import admin_retry, launcher, server_args, wait_until_answers
 from .errors import ServerStartError
 from .servers import SERVER_ENV, default_server
 
+__all__ = ["STOP_TIMEOUT", "NodeOptions", "RedisNode", "stop_nodes"]
+
+
 STOP_TIMEOUT = 10.0
 _PORT_ATTEMPTS = 20
 _MARKER = "### stampede: "

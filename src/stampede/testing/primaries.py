@@ -8,6 +8,8 @@ from typing import Self, Unpack
 from ._admin import command
 from .node import NodeOptions, RedisNode, stop_nodes
 
+__all__ = ["LocalPrimaries"]
+
 
 class LocalPrimaries:
     """`n` unrelated redis-server processes, each on its own free port."""

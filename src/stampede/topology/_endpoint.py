@@ -15,19 +15,55 @@ Timeouts come from `ConnectOptions`.
 from __future__ import annotations
 
 import ssl
+from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..errors import ConfigurationError
 from ..options import ConnectOptions
-from ._resp import Endpoint
 
-__all__ = ["parse_url"]
+__all__ = ["Endpoint", "parse_url"]
 
 _SCHEMES = ("redis", "rediss", "unix")
 _OPTIONS = frozenset(
     "db client_name ssl_cert_reqs ssl_ca_certs ssl_certfile ssl_keyfile ssl_check_hostname".split()
 )
 _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where and how to connect to one server."""
+
+    host: str = "localhost"
+    port: int = 6379
+    path: str | None = None
+    username: str | None = None
+    password: str | None = None
+    db: int = 0
+    tls: ssl.SSLContext | None = None
+    client_name: str | None = None
+    connect_timeout: float = 5.0
+    socket_timeout: float = 5.0
+
+    @property
+    def name(self) -> str:
+        """`host:port` (or the socket path): how errors and metrics name the server."""
+        return self.path if self.path is not None else f"{self.host}:{self.port}"
+
+    def at(self, host: str, port: int) -> Endpoint:
+        """The same settings for another node (cluster nodes share credentials and TLS)."""
+        return Endpoint(
+            host,
+            port,
+            None,
+            self.username,
+            self.password,
+            self.db,
+            self.tls,
+            self.client_name,
+            self.connect_timeout,
+            self.socket_timeout,
+        )
 
 
 def parse_url(url: str, options: ConnectOptions | None = None) -> Endpoint:

@@ -28,12 +28,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import OutcomeUnknownError
+from ._endpoint import Endpoint
 from ._resp import (
     AuthError,
     Connection,
     ConnectionLost,
     ConnectTimeout,
-    Endpoint,
     ReplyError,
     ReplyTimeout,
     is_auth_refusal,

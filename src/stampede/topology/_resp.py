@@ -15,22 +15,21 @@ pipelines strictly in the order they were sent, so:
   `MovedError`, `AskError`, ...) comes back as that command's result, not raised,
   and leaves the connection usable.
 
-RESP2 is all stampede needs (its replies are strings, integers, arrays and nil);
-the connection says HELLO to no one. At connect it authenticates (`AUTH`, with an
-ACL user or the password alone), selects the database and sets the client name in
-one round trip. TLS is the transport's (`ssl.SSLContext`).
+RESP2 is all stampede needs (strings, integers, arrays, nil). At connect it
+authenticates (`AUTH`, ACL user or password alone), selects the database and sets
+the client name in one round trip; TLS is the transport's (`ssl.SSLContext`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import hiredis
+
+from ._endpoint import Endpoint
 
 __all__ = [
     "AskError",
@@ -40,7 +39,6 @@ __all__ = [
     "ConnectTimeout",
     "Connection",
     "ConnectionLost",
-    "Endpoint",
     "MovedError",
     "NoPermissionError",
     "NoScriptError",
@@ -155,8 +153,7 @@ def _kind_of(error: ReplyError) -> ReplyError:
 
 
 def is_auth_refusal(reply: object) -> bool:
-    """True for a reply that refuses the connection's credentials (NOAUTH, WRONGPASS,
-    or AUTH given a password the server has none for)."""
+    """True for a refusal of the credentials (NOAUTH, WRONGPASS, AUTH without a password)."""
     if not isinstance(reply, ReplyError):
         return False
     text = str(reply)
@@ -190,42 +187,6 @@ def _arg(value: Any) -> bytes | str | int | float:
             f"{type(value).__name__}; convert it first"
         )
     return value
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """Where and how to connect to one server."""
-
-    host: str = "localhost"
-    port: int = 6379
-    path: str | None = None
-    username: str | None = None
-    password: str | None = None
-    db: int = 0
-    tls: ssl.SSLContext | None = None
-    client_name: str | None = None
-    connect_timeout: float = 5.0
-    socket_timeout: float = 5.0
-
-    @property
-    def name(self) -> str:
-        """`host:port` (or the socket path): how errors and metrics name the server."""
-        return self.path if self.path is not None else f"{self.host}:{self.port}"
-
-    def at(self, host: str, port: int) -> Endpoint:
-        """The same settings for another node (cluster nodes share credentials and TLS)."""
-        return Endpoint(
-            host,
-            port,
-            None,
-            self.username,
-            self.password,
-            self.db,
-            self.tls,
-            self.client_name,
-            self.connect_timeout,
-            self.socket_timeout,
-        )
 
 
 class _Waiting:

@@ -20,9 +20,10 @@ from ..keys import keyslot
 from ..options import ConnectOptions
 from ._base import translate
 from ._discovery import SlotTable
+from ._endpoint import Endpoint
 from ._guard import without_keeping
 from ._lane import Lane
-from ._resp import AskError, Endpoint, MovedError, NoScriptError, RedisError, TryAgainError
+from ._resp import AskError, MovedError, NoScriptError, RedisError, TryAgainError
 
 __all__ = ["ERRORS", "Router", "known_script", "redirected"]
 
