@@ -20,7 +20,6 @@ from typing import Any
 from ._lua import script
 from .errors import MalformedEnvelope, ShardError
 from .topology._base import call_units
-from .topology._retries import idempotent_script
 from .typing import Topology
 from .verdict import Mode, Observation, Status, judge
 from .wire import Envelope, commit_key
@@ -28,9 +27,7 @@ from .wire import Envelope, commit_key
 __all__ = ["KEPT_READ", "drop_kept", "kept_versions", "newest_whole"]
 
 KEPT_READ = script("kept_read")
-idempotent_script(KEPT_READ.source)  # read-only
 _DROP = script("kept_drop")
-idempotent_script(_DROP.source)
 
 
 async def kept_versions(

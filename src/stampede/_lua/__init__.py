@@ -9,7 +9,8 @@ A file may start with directives, each on a line of its own:
 ```
 
 `script(name)` gives the composed `Script` (source and SHA1), cached; topologies
-run it with EVALSHA and fall back to EVAL once on NOSCRIPT (`topology.node_ops`),
+run it with EVALSHA and fall back to EVAL once on NOSCRIPT (one helper:
+`topology._node_ops.eval_fallback`),
 and resend it after a lost reply only when it is idempotent.
 """
 
@@ -19,9 +20,11 @@ import hashlib
 import re
 from functools import cache
 from importlib.resources import files
+from typing import Any
 
-__all__ = ["IDEMPOTENT_SHAS", "Script", "script", "source"]
+__all__ = ["IDEMPOTENT_SHAS", "Script", "as_eval", "script", "source"]
 
+_SOURCES: dict[str, bytes] = {}
 IDEMPOTENT_SHAS: set[str] = set()
 """The SHA1s of the loaded scripts marked `--! idempotent` (safe to resend)."""
 
@@ -40,6 +43,7 @@ class Script:
         self.sha = hashlib.sha1(self.source).hexdigest()
         self.name = name
         self.idempotent = idempotent
+        _SOURCES.setdefault(self.sha, self.source)
 
     def __repr__(self) -> str:
         return f"Script({self.name or 'inline'}, sha={self.sha[:12]}...)"
@@ -61,3 +65,11 @@ def script(name: str) -> Script:
     if loaded.idempotent:
         IDEMPOTENT_SHAS.add(loaded.sha)
     return loaded
+
+
+def as_eval(command: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The EVAL form of an EVALSHA of a script made in this process, else None."""
+    if not command or command[0] != "EVALSHA":
+        return None
+    source = _SOURCES.get(str(command[1]))
+    return None if source is None else ("EVAL", source, *command[2:])

@@ -29,7 +29,6 @@ ROUND2    per pair ARGV: a stamp; the envelope of exactly that version, or nil
 from __future__ import annotations
 
 from .._lua import script
-from ..topology._retries import idempotent_script
 
 __all__ = ["COLLECT", "COMMIT", "PREPARE", "ROUND1", "ROUND2"]
 
@@ -38,5 +37,3 @@ PREPARE = script("txn_prepare")
 COMMIT = script("txn_commit")
 ROUND1 = script("txn_round1")
 ROUND2 = script("txn_round2")
-for _script in (PREPARE, COMMIT, COLLECT, ROUND1, ROUND2):
-    idempotent_script(_script.source)  # preparing, committing or reading twice does it once

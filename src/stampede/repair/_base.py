@@ -31,9 +31,7 @@ from typing import Any
 from .. import _pipeline as pipeline
 from ..errors import RepairError, ShardResponseError
 from ..results import RepairAction, RepairOutcome
-from ..topology._guard import CAS_SCRIPT, KEPT
-from ..topology._node_ops import Script
-from ..topology._retries import idempotent_script
+from ..topology._guard import CAS, KEPT
 from ..typing import RepairContext, Topology
 from ..verdict import Mode, Observation, Reason, Status, judge
 from ..wire import Envelope, commit_key, expire_at, kind_of, new_token, token_after
@@ -49,10 +47,6 @@ __all__ = [
     "rewrite",
     "roll_forward",
 ]
-
-CAS = Script(CAS_SCRIPT)
-"""The repairs' compare-and-set script (see `topology._guard.CAS_SCRIPT`)."""
-idempotent_script(CAS_SCRIPT)  # a resend finds its own value in place and reports it done
 
 
 def _stamps(obs: Observation) -> list[tuple[int, str]]:

@@ -32,10 +32,9 @@ from .._kept import KEPT_READ
 from .._lua import Script, script
 from ..errors import ConfigurationError, ShardResponseError
 from ..keys import SlotMap, keyslot
-from ..repair._base import CAS
 from ..results import GuardCode
 from ..topology._base import WriteOutcome
-from ..topology._guard import KEEP_MS, KEPT_DEPTH
+from ..topology._guard import CAS, KEEP_MS, KEPT_DEPTH
 from ..topology._node_ops import Body, Command
 from ..wire import CLOCK_FLOOR
 

@@ -25,11 +25,11 @@ from ._coalesce import Coalescer
 from ._discovery import AddressRemap, SlotTable
 from ._endpoint import parse_url
 from ._guard import KEEP_MS
-from ._node_ops import Body, Command, marker_id, optimistic_once, transaction
+from ._node_ops import Body, Command, eval_fallback, marker_id, optimistic_once, transaction
 from ._plan import fetch_parts, write_parts
-from ._resp import AskError, MovedError, NoScriptError, TryAgainError
+from ._resp import AskError, MovedError, TryAgainError
 from ._retries import Markers
-from ._router import ERRORS, Router, known_script
+from ._router import ERRORS, Router
 
 __all__ = ["Cluster"]
 
@@ -257,14 +257,9 @@ class Cluster:
     async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         """Run a Lua script (EVALSHA, EVAL on NOSCRIPT) on the owner of the keys' slot."""
         node = self._single(keys, "a Lua script")
-        known_script(script)  # a redirected hop may need EVAL
-        results = await self._router.pipeline(
-            node, [("EVALSHA", script.sha, len(keys), *keys, *args)], [keys[0]]
+        results = await eval_fallback(
+            self._router.runner(node, [keys[0]]), [("EVALSHA", script.sha, len(keys), *keys, *args)]
         )
-        if isinstance(results[0], NoScriptError):
-            results = await self._router.pipeline(
-                node, [("EVAL", script.source, len(keys), *keys, *args)], [keys[0]]
-            )
         if isinstance(results[0], BaseException):
             raise translate(results[0], node) from results[0]
         return results[0]

@@ -11,36 +11,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._lua import Script
+from .._lua import script
 from ._base import translate
 from ._guard import (
     ARGS_PER_KEY,
-    CROSS_SLOT_GUARD_SCRIPT,
-    CROSS_SLOT_GUARD_SHA,
-    GUARD_SCRIPT,
-    GUARD_SHA,
+    CROSS_SLOT_GUARD,
+    GUARD,
     WriteRequest,
     joined,
     split_codes,
 )
-from ._resp import NoScriptError
-from ._retries import idempotent_script
-from ._router import Router, known_script, redirected
+from ._node_ops import eval_fallback
+from ._router import Router, redirected
 
 __all__ = ["NodeIO"]
 
-# Keys go in ARGV (no declared keys, so no CROSSSLOT check up front); each GET
-# inside is still checked by the node, which errors for a key it does not serve
-# right now (moved, or migrating away) instead of answering nil.
-_READ = Script(
-    b"#!lua flags=no-writes,allow-cross-slot-keys\n"
-    b"local out = {}\n"
-    b"for i, key in ipairs(ARGV) do out[i] = redis.call('GET', key) end\n"
-    b"return out\n"
-)
-idempotent_script(_READ.source)
-for _script in (_READ, Script(GUARD_SCRIPT), Script(CROSS_SLOT_GUARD_SCRIPT)):
-    known_script(_script)
+_READ = script("cluster_read")
+"""GET of keys of many slots on one node (keys in ARGV: the node checks each GET)."""
+
+
+def _first_key(command: tuple[Any, ...]) -> bytes:
+    """The first declared key of an EVAL/EVALSHA (where a redirection is looked up)."""
+    return bytes(command[3]) if int(command[2]) > 0 else bytes(command[4])
 
 
 class NodeIO:
@@ -73,13 +65,8 @@ class NodeIO:
         7.0) always gets the GETs.
         """
         if len(keys) > 1 and node not in self._no_read_script:
-            (reply,) = await self.router.pipeline(
-                node, [("EVALSHA", _READ.sha, 0, *keys)], [keys[0]], follow=False
-            )
-            if isinstance(reply, NoScriptError):
-                (reply,) = await self.router.pipeline(
-                    node, [("EVAL", _READ.source, 0, *keys)], [keys[0]], follow=False
-                )
+            run = self.router.runner(node, keys[:1], follow=False)
+            (reply,) = await eval_fallback(run, [("EVALSHA", _READ.sha, 0, *keys)])
             if not isinstance(reply, BaseException):
                 return list(reply)
             if "non local key" not in str(reply) and not redirected(reply):
@@ -149,13 +136,8 @@ class NodeIO:
     ) -> list[Any] | None:
         """The whole batch in one cross-slot guard call; None when the node refuses it."""
         args = (len(keys), *keys, *argv)
-        (reply,) = await self.router.pipeline(
-            node, [("EVALSHA", CROSS_SLOT_GUARD_SHA, 0, *args)], [keys[0]], follow=False
-        )
-        if isinstance(reply, NoScriptError):
-            (reply,) = await self.router.pipeline(
-                node, [("EVAL", CROSS_SLOT_GUARD_SCRIPT, 0, *args)], [keys[0]], follow=False
-            )
+        run = self.router.runner(node, keys[:1], follow=False)
+        (reply,) = await eval_fallback(run, [("EVALSHA", CROSS_SLOT_GUARD.sha, 0, *args)])
         if not isinstance(reply, BaseException):
             return list(reply)
         text = str(reply)
@@ -174,25 +156,17 @@ class NodeIO:
     ) -> list[Any]:
         """One guarded-script call per group of key indexes (each group in one slot)."""
 
-        def command(op: str, body: bytes | str, group: list[int]) -> tuple[Any, ...]:
+        def command(group: list[int]) -> tuple[Any, ...]:
             if len(group) == len(keys):
-                return (op, body, len(keys), *keys, *argv)
+                return ("EVALSHA", GUARD.sha, len(keys), *keys, *argv)
             n = ARGS_PER_KEY
             chosen = [arg for i in group for arg in argv[n * i : n * i + n]]
-            return (op, body, len(group), *[keys[i] for i in group], *chosen)
+            return ("EVALSHA", GUARD.sha, len(group), *[keys[i] for i in group], *chosen)
 
-        first_keys = [keys[g[0]] for g in groups]
-        results = await self.router.pipeline(
-            node, [command("EVALSHA", GUARD_SHA, g) for g in groups], first_keys, follow=follow
-        )
-        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
-        if missing:
-            again = await self.router.pipeline(
-                node,
-                [command("EVAL", GUARD_SCRIPT, groups[i]) for i in missing],
-                [first_keys[i] for i in missing],
-                follow=follow,
-            )
-            for i, res in zip(missing, again, strict=True):
-                results[i] = res
-        return results
+        commands = [command(g) for g in groups]
+
+        async def run(batch: list[tuple[Any, ...]]) -> list[Any]:
+            where = [_first_key(c) for c in batch]
+            return await self.router.pipeline(node, batch, where, follow=follow)
+
+        return await eval_fallback(run, commands)

@@ -37,26 +37,28 @@ kept versions instead of waiting.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from .._lua import script
 from ..errors import ShardResponseError
+from ..results import GuardCode
 
 __all__ = [
     "ARGS_PER_KEY",
+    "CAS",
     "CAS_SCRIPT",
-    "COMPARE_LUA",
+    "CROSS_SLOT_GUARD",
     "CROSS_SLOT_GUARD_SCRIPT",
     "CROSS_SLOT_GUARD_SHA",
     "FOREIGN",
     "FUTURE",
+    "GUARD",
     "GUARD_SCRIPT",
     "GUARD_SHA",
     "KEEP_MS",
     "KEPT",
     "KEPT_DEPTH",
-    "KEPT_KEY_LUA",
     "MIXED",
     "SAME",
     "WRITTEN",
@@ -67,139 +69,37 @@ __all__ = [
     "without_keeping",
 ]
 
-KEPT = 0
-WRITTEN = 1
-SAME = 2
-WRONGTYPE = -1
-MIXED = -2
-FUTURE = -3
-FOREIGN = -4
+KEPT = GuardCode.KEPT
+WRITTEN = GuardCode.WRITTEN
+SAME = GuardCode.SAME
+WRONGTYPE = GuardCode.WRONGTYPE
+MIXED = GuardCode.MIXED
+FUTURE = GuardCode.FUTURE
+FOREIGN = GuardCode.FOREIGN
 ARGS_PER_KEY = 6
 KEEP_MS = 5000
 """How long a replaced value is kept for group reads (`Options.version_grace`)."""
 KEPT_DEPTH = 4
 """How many replaced values a key keeps."""
 
-# The comparison, inlined in both drivers below and in the transaction commit (a Lua
-# function would be created anew on every call): given `cur` (the stored value or
-# false), `v`, `t` (the write's stamp) and `lim`, it sets `state`, the reply code for
-# the key (1: write it).
-# A version's kind: 0 for "0", 2 (clock) from 2**56 = 72057594037927936 up, else 1.
-COMPARE_LUA = b"""
-    local state = 1
-    if cur then
-      local cv, ct, sep = string.match(cur, '^(%d+):([0-9A-Z]+)(:?)')
-      if cv and #ct == 26 and (sep == ':' or #cur == #cv + 27) then
-        if #cv > 19 or (#cv == 19 and cv > '9223372036854775807')
-            or (#cv > 1 and string.byte(cv, 1) == 48) then
-          state = -4
-        else
-          local ck, vk = 1, 1
-          if cv == '0' then ck = 0
-          elseif #cv > 17 or (#cv == 17 and cv >= '72057594037927936') then ck = 2 end
-          if v == '0' then vk = 0
-          elseif #v > 17 or (#v == 17 and v >= '72057594037927936') then vk = 2 end
-          if ck ~= 0 and vk ~= 0 and ck ~= vk then state = -2
-          elseif lim ~= '0' and ck == 2 and (#cv > #lim or (#cv == #lim and cv > lim)) then
-            state = -3
-          elseif #cv ~= #v then if #cv > #v then state = 0 end
-          elseif cv ~= v then if cv > v then state = 0 end
-          elseif ct > t then state = 0
-          elseif ct == t then state = 2 end
-        end
-      end
-    end
-"""
-
-# The kept list of a key (see the module notes), or nil when none can share its slot.
-KEPT_KEY_LUA = b"""
-local function kept_key(key)
-  local open = string.find(key, '{', 1, true)
-  if open then
-    local close = string.find(key, '}', open + 1, true)
-    if close and close > open + 1 then return key .. ':stampede:p' end
-    return nil
-  end
-  if string.find(key, '}', 1, true) then return nil end
-  return '{' .. key .. '}:stampede:p'
-end
-"""
-
-_PUT = b"""
-    if state == 1 then
-      if cur and keep ~= '0' and string.match(cur, '^%d+:[0-9A-Z]+') then
-        if kk and type(redis.pcall('LPUSH', kk, cur)) == 'number' then
-          redis.call('LTRIM', kk, 0, 3)
-          redis.call('PEXPIRE', kk, keep)
-        end
-      end
-      if at ~= '0' then redis.call('SET', key, value, 'PXAT', at)
-      else redis.call('SET', key, value) end
-    end
-    out[i] = state
-"""
-
-GUARD_SCRIPT = (
-    KEPT_KEY_LUA
-    + b"""
-local out = {}
-for i, key in ipairs(KEYS) do
-  local b = (i - 1) * 6
-  local v, t, at, value, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
-  local keep = ARGV[b + 6]
-  local kk = kept_key(key)
-  local cur = redis.pcall('GET', key)
-  if type(cur) == 'table' and cur.err then
-    out[i] = -1
-  else
-"""
-    + COMPARE_LUA
-    + _PUT
-    + b"""
-  end
-end
-return out
-"""
-)
-
-CROSS_SLOT_GUARD_SCRIPT = (
-    b"#!lua flags=allow-cross-slot-keys\n"
-    + KEPT_KEY_LUA
-    + b"""
-local n = tonumber(ARGV[1])
-local seen = {}
-for i = 1, n do seen[i] = redis.call('GET', ARGV[1 + i]) end
-local latest, out = {}, {}
-for i = 1, n do
-  local key = ARGV[1 + i]
-  local cur = latest[key]
-  if cur == nil then cur = seen[i] end
-  local b = 1 + n + (i - 1) * 6
-  local v, t, at, value, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
-  local keep = ARGV[b + 6]
-  local kk = kept_key(key)
-"""
-    + COMPARE_LUA
-    + _PUT
-    + b"""
-  if state == 1 then latest[key] = value end
-end
-return out
-"""
-)
+GUARD = script("guard")
+"""The guarded write (`stampede/_lua/guard.lua`, with `compare.lua` and `guard_put.lua`)."""
+CROSS_SLOT_GUARD = script("guard_cross_slot")
 """The guard for a whole batch on one cluster node, keys of many slots at once.
 
 No keys are declared (they come first in ARGV, after their count), so the node
 runs it without a cross-slot check; every GET is still checked, and a key the
 node does not serve right now (moved, or migrating away) aborts the script
 *before anything is written*: all the reads come first. A key of another type
-aborts it too. The caller then falls back to one `GUARD_SCRIPT` call per slot.
+aborts it too. The caller then falls back to one `GUARD` call per slot.
 A key that appears twice in a batch (two writes of one group in the same loop
 turn) is compared against what the earlier item left, not the read-ahead value,
 so the older of the two never lands over the newer.
 """
-
-GUARD_SHA = hashlib.sha1(GUARD_SCRIPT).hexdigest()
+GUARD_SCRIPT = GUARD.source
+GUARD_SHA = GUARD.sha
+CROSS_SLOT_GUARD_SCRIPT = CROSS_SLOT_GUARD.source
+CROSS_SLOT_GUARD_SHA = CROSS_SLOT_GUARD.sha
 
 
 def without_keeping(command: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -219,9 +119,6 @@ def without_keeping(command: tuple[Any, ...]) -> tuple[Any, ...]:
     for i in range(ARGS_PER_KEY - 1, len(argv), ARGS_PER_KEY):
         argv[i] = 0
     return (*head, *argv)
-
-
-CROSS_SLOT_GUARD_SHA = hashlib.sha1(CROSS_SLOT_GUARD_SCRIPT).hexdigest()
 
 
 class WriteRequest:
@@ -308,34 +205,7 @@ def split_codes(requests: Sequence[WriteRequest], codes: list[Any], shard: str) 
     return out
 
 
-CAS_SCRIPT = b"""
-local at = ARGV[1]
-local out = {}
-for i, key in ipairs(KEYS) do
-  local base = 1 + (i - 1) * 4
-  local present, expected = ARGV[base + 1], ARGV[base + 2]
-  local op, value = ARGV[base + 3], ARGV[base + 4]
-  local cur = redis.call('GET', key)
-  local same
-  if present == '0' then same = (cur == false) else same = (cur == expected) end
-  if op == 's' and cur == value then
-    out[i] = 1
-  elseif not same then
-    out[i] = 0
-  elseif op == 'd' then
-    redis.call('DEL', key)
-    out[i] = 1
-  else
-    if at ~= '0' then
-      redis.call('SET', key, value, 'PXAT', at)
-    else
-      redis.call('SET', key, value)
-    end
-    out[i] = 1
-  end
-end
-return out
-"""
+CAS = script("cas")
 """Compare-and-set for repairs: change a key only if it still holds what the repair saw.
 
 KEYS   the keys
@@ -344,3 +214,4 @@ ARGV   expire-at unix ms ("0": none), then per key: present ("1"/"0"), the value
 reply  per key: 1 changed (or already holding the new value: a resend is
        harmless), 0 left alone (it changed since it was seen)
 """
+CAS_SCRIPT = CAS.source

@@ -24,7 +24,7 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._lua import Script
+from .._lua import Script, as_eval
 from ..errors import OutcomeUnknownError, RepliesLostError
 from ._lane import LOST, Lane, Session
 from ._resp import ConnectionLost, NoScriptError
@@ -39,7 +39,9 @@ __all__ = [
     "Command",
     "NotApplied",
     "Read",
+    "Run",
     "Script",
+    "eval_fallback",
     "evalsha",
     "fence",
     "marker_id",
@@ -76,31 +78,38 @@ async def run_script(lane: Lane, script: Script, keys: Sequence[bytes], args: Se
     return reply
 
 
+Run = Callable[[list[Command]], Awaitable[list[Any]]]
+"""Runs commands as one pipeline somewhere and returns their replies."""
+
+
+async def eval_fallback(run: Run, commands: Sequence[Command]) -> list[Any]:
+    """The one EVALSHA -> EVAL path: `run(commands)`, then once more, as EVAL (which
+    also caches the script), the EVALSHAs the node answered NOSCRIPT."""
+    replies = await run(list(commands))
+    missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+    again = [(i, as_eval(tuple(commands[i]))) for i in missing]
+    again = [(i, c) for i, c in again if c is not None]
+    if again:
+        redone = await run([c for _, c in again if c is not None])
+        for (i, _), reply in zip(again, redone, strict=True):
+            replies[i] = reply
+    return replies
+
+
 async def evalsha(
     lane: Lane,
     calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
     *,
-    prefix: Sequence[Sequence[Any]] = (),
     resend: bool | None = None,
 ) -> list[Any]:
-    """The one EVALSHA -> EVAL path: run `calls` (script, keys, args) as one pipeline
-    (after the `prefix` commands, e.g. ASKING), and once more as EVAL (which also
-    caches the script) for the calls the node answered NOSCRIPT; their replies, an
-    error reply as a value. Resent after a lost reply only when `resend` allows it
-    (default: every script idempotent)."""
-    commands = [("EVALSHA", s.sha, len(k), *k, *a) for s, k, a in calls]
-    head = [tuple(c) for c in prefix]
-    replies = (await lane.pipeline([*head, *commands], resend=resend))[len(head) :]
-    missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-    if missing:
-        again = [
-            ("EVAL", calls[i][0].source, len(calls[i][1]), *calls[i][1], *calls[i][2])
-            for i in missing
-        ]
-        redone = (await lane.pipeline([*head, *again], resend=resend))[len(head) :]
-        for i, reply in zip(missing, redone, strict=True):
-            replies[i] = reply
-    return replies
+    """Run `calls` (script, keys, args) as one pipeline on `lane` (`eval_fallback`);
+    their replies, an error reply as a value. Resent after a lost reply only when
+    `resend` allows it (default: every script idempotent)."""
+
+    async def run(commands: list[Command]) -> list[Any]:
+        return await lane.pipeline(commands, resend=resend)
+
+    return await eval_fallback(run, [("EVALSHA", s.sha, len(k), *k, *a) for s, k, a in calls])
 
 
 async def fence(lane: Lane, marker: bytes, operation: str, cause: BaseException) -> bool:

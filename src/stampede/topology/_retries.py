@@ -27,7 +27,6 @@ from typing import Any
 from .._backoff import backoff as shared_backoff
 from .._lua import IDEMPOTENT_SHAS
 from ..keys import hash_tag
-from ._guard import CROSS_SLOT_GUARD_SCRIPT, CROSS_SLOT_GUARD_SHA, GUARD_SCRIPT, GUARD_SHA
 
 __all__ = [
     "MARKER_PREFIX",
@@ -65,8 +64,8 @@ _READ_ONLY_SUB: dict[str, frozenset[str]] = {
     "MEMORY": frozenset({"USAGE", "STATS"}),
 }
 
-_SCRIPT_SHAS: set[str] = {GUARD_SHA, CROSS_SLOT_GUARD_SHA}
-_SCRIPT_SOURCES: set[bytes] = {GUARD_SCRIPT, CROSS_SLOT_GUARD_SCRIPT}
+_SCRIPT_SHAS: set[str] = set()
+_SCRIPT_SOURCES: set[bytes] = set()
 
 MARKER_PREFIX = b"stampede:op:"
 """Operation markers are `stampede:op:{<tag>}:<token>` (see `Markers`)."""

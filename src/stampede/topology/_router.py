@@ -11,10 +11,9 @@ of a known script that meets NOSCRIPT goes again as EVAL.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from .._lua import Script
 from ..errors import ShardUnavailable
 from ..keys import keyslot
 from ..options import ConnectOptions
@@ -23,26 +22,13 @@ from ._discovery import SlotTable
 from ._endpoint import Endpoint
 from ._guard import without_keeping
 from ._lane import Lane
-from ._resp import AskError, MovedError, NoScriptError, RedisError, TryAgainError
+from ._node_ops import eval_fallback
+from ._resp import AskError, MovedError, RedisError, TryAgainError
 
-__all__ = ["ERRORS", "Router", "known_script", "redirected"]
+__all__ = ["ERRORS", "Router", "redirected"]
 
 ERRORS = (RedisError, OSError, TimeoutError)
 _MAX_REDIRECTS = 16
-_SCRIPTS: dict[str, bytes] = {}
-
-
-def known_script(script: Script) -> None:
-    """Remember `script`, so a redirected EVALSHA of it can go again as EVAL."""
-    _SCRIPTS.setdefault(script.sha, script.source)
-
-
-def _as_eval(cmd: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The EVAL form of an EVALSHA of one of stampede's own scripts, else None."""
-    if cmd[0] != "EVALSHA":
-        return None
-    source = _SCRIPTS.get(cmd[1])
-    return None if source is None else ("EVAL", source, *cmd[2:])
 
 
 def redirected(result: Any) -> bool:
@@ -107,6 +93,18 @@ class Router:
                 results[i] = res
         return results
 
+    def runner(
+        self, node: str, keys: Sequence[bytes], *, follow: bool = True
+    ) -> Callable[[list[tuple[Any, ...]]], Awaitable[list[Any]]]:
+        """`pipeline` on `node` as a `Run` for `eval_fallback` (`keys[i]`, or the last
+        key, locates command i)."""
+
+        async def run(commands: list[tuple[Any, ...]]) -> list[Any]:
+            located = [keys[min(i, len(keys) - 1)] for i in range(len(commands))]
+            return await self.pipeline(node, commands, located, follow=follow)
+
+        return run
+
     async def follow(self, cmd: tuple[Any, ...], key: bytes, error: BaseException) -> Any:
         """Follow MOVED, ASK and TRYAGAIN for one command, on one connection per hop."""
         for attempt in range(_MAX_REDIRECTS):
@@ -138,13 +136,13 @@ class Router:
         lane = self.lane_at(target)
         if asking:  # the importing node: keep no versions there (`without_keeping`)
             cmd = without_keeping(cmd)
-        for command in (cmd, _as_eval(cmd)):
-            if command is None:
-                break
-            replies = await lane.pipeline([("ASKING",), command] if asking else [command])
-            reply = replies[-1]
-            if not isinstance(reply, NoScriptError):
-                break
+
+        async def run(commands: list[tuple[Any, ...]]) -> list[Any]:
+            if not asking:
+                return await lane.pipeline(commands)
+            return (await lane.pipeline([("ASKING",), *commands]))[1:]
+
+        (reply,) = await eval_fallback(run, [cmd])
         if isinstance(reply, BaseException):
             raise reply
         return reply

@@ -41,7 +41,7 @@ from ._checks import (
 )
 from ._coalesce import Coalescer
 from ._endpoint import parse_url
-from ._guard import GUARD_SCRIPT, KEEP_MS, WriteRequest, joined, split_codes
+from ._guard import GUARD, KEEP_MS, WriteRequest, joined, split_codes
 from ._lane import Lane
 from ._node_ops import (
     Body,
@@ -56,8 +56,6 @@ from ._plan import fetch_parts, write_parts
 from ._retries import Markers
 
 __all__ = ["Shards"]
-
-_GUARD = Script(GUARD_SCRIPT)
 
 
 class Shards:
@@ -318,7 +316,7 @@ class Shards:
         """One guarded-script call for every write of this loop turn on `shard`."""
         keys, argv, _ = joined(requests)
         with mapped(self._names[shard]):
-            (codes,) = await evalsha(self._lanes[shard], [(_GUARD, keys, argv)])
+            (codes,) = await evalsha(self._lanes[shard], [(GUARD, keys, argv)])
             if isinstance(codes, BaseException):
                 raise codes
         return split_codes(requests, codes, self._names[shard])

@@ -1,0 +1,28 @@
+--! idempotent
+-- Compare-and-set for repairs: change a key only if it still holds what was seen.
+local at = ARGV[1]
+local out = {}
+for i, key in ipairs(KEYS) do
+  local base = 1 + (i - 1) * 4
+  local present, expected = ARGV[base + 1], ARGV[base + 2]
+  local op, value = ARGV[base + 3], ARGV[base + 4]
+  local cur = redis.call('GET', key)
+  local same
+  if present == '0' then same = (cur == false) else same = (cur == expected) end
+  if op == 's' and cur == value then
+    out[i] = 1
+  elseif not same then
+    out[i] = 0
+  elseif op == 'd' then
+    redis.call('DEL', key)
+    out[i] = 1
+  else
+    if at ~= '0' then
+      redis.call('SET', key, value, 'PXAT', at)
+    else
+      redis.call('SET', key, value)
+    end
+    out[i] = 1
+  end
+end
+return out
