@@ -13,11 +13,12 @@ STAMP := $(VENV)/.installed
 # and their flags, MULTI/EXEC and WATCH, cluster redirections and migration, SCAN,
 # streams, expiry, lost replies) and is quick. Pure tests, the chaos runs, the
 # subprocess demo/worker/CLI tests and the docs run once, on Redis.
-VALKEY_TESTS ?= tests/test_server_matrix.py tests/test_harness.py tests/test_live_slots.py \
-	tests/test_stamped.py tests/test_atomic.py tests/test_update.py tests/test_transactions.py \
-	tests/test_hot_reads.py tests/test_eventlog.py tests/test_cluster_migration.py \
-	tests/test_lost_replies.py tests/test_repair.py tests/test_repair_queue_race.py \
-	tests/test_races.py tests/test_lane.py tests/test_fanout.py tests/test_typed.py
+VALKEY_TESTS ?= tests/integration/test_server_matrix.py tests/integration/test_harness.py tests/integration/test_live_slots.py \
+	tests/integration/test_stamped.py tests/integration/test_atomic.py tests/integration/test_update.py \
+	tests/integration/test_transactions.py tests/integration/test_hot_reads.py tests/integration/test_eventlog.py \
+	tests/integration/test_cluster_migration.py tests/integration/test_lost_replies.py tests/integration/test_repair.py \
+	tests/integration/test_repair_queue_race.py tests/integration/test_races.py tests/integration/test_lane.py \
+	tests/integration/test_fanout.py tests/integration/test_typed.py
 
 $(PY):
 	python3 -m venv $(VENV)

@@ -7,7 +7,7 @@ import pytest
 import stampede
 from stampede import InvalidKeyError, MalformedEnvelope, ShardUnavailable, Stampede, fanout
 
-from .support import spread_keys
+from ..support import spread_keys
 
 
 async def test_mget_keeps_the_callers_order(st: Stampede) -> None:

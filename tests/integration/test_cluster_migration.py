@@ -8,7 +8,7 @@ import random
 from stampede import RetryPolicy, Stampede, TornReadError, keyslot
 from stampede.testing import LocalCluster
 
-from .support import open_stampede
+from ..support import open_stampede
 
 HOT = "{hot}"
 

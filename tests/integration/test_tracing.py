@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from stampede import Stampede, TornReadError
 
-from .support import spread_keys, write_newer
+from ..support import spread_keys, write_newer
 
 EXPORTER = InMemorySpanExporter()
 

@@ -10,7 +10,7 @@ import pytest
 from stampede import Mode, RetryPolicy, Stampede, TornReadError
 from stampede.results import ReadResult
 
-from .support import spread_keys
+from ..support import spread_keys
 
 RETRY = RetryPolicy(attempts=6, base_delay=0.001, max_delay=0.01, deadline=0.3)
 

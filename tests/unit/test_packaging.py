@@ -8,7 +8,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_wheel_holds_the_library_and_its_lua_but_no_test_tooling(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from stampede import PartialWriteError, RetryPolicy, ShardTimeout, TornReadError, WriteTimeout
 
-from .support import open_stampede, spread_keys
+from ..support import open_stampede, spread_keys
 
 QUICK = RetryPolicy(attempts=3, base_delay=0.001, max_delay=0.005, deadline=0.5)
 

@@ -18,7 +18,7 @@ from stampede import ConnectOptions, RetryPolicy, SetupError, Shards
 from stampede.testing import LocalCluster, LocalPrimaries, RedisNode
 from stampede.topology._checks import IDENTITY_KEY
 
-from .support import FAST, open_stampede, spread_keys
+from ..support import FAST, open_stampede, spread_keys
 
 
 @pytest.fixture

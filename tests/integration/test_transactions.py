@@ -20,7 +20,7 @@ from stampede.results import AtomicRead
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
-from .support import eventually, open_stampede, spread_keys
+from ..support import eventually, open_stampede, spread_keys
 
 
 async def test_a_transaction_over_shards_reads_whole_in_one_round(st: Stampede) -> None:

@@ -35,7 +35,7 @@ from stampede.topology._shards import Shards
 from stampede.verdict import Observation, Verdict
 from stampede.wire import new_token
 
-from .support import FAST
+from ..support import FAST
 
 KEYS = ["g:a", "g:b"]
 TEST_TIMING = Timing(duration=1.5, groups=8)

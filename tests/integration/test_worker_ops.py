@@ -22,9 +22,9 @@ from stampede.repair._loading import open_strategy
 from stampede.repair._worker import RetryBackoff, Worker
 from stampede.testing import LocalPrimaries
 
-from .support import eventually, open_stampede, run_cli
+from ..support import eventually, open_stampede, run_cli
+from ..worker_strategies import PG_DSN, broken
 from .test_worker import check_repaired, events, plant
-from .worker_strategies import PG_DSN, broken
 
 STAMPEDE = str(Path(sys.executable).with_name("stampede"))
 

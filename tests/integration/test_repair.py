@@ -15,7 +15,7 @@ from stampede.repair import Enqueue, NewestWins, Refetch, RepairQueue
 from stampede.results import RepairAction
 from stampede.wire import new_token
 
-from .support import spread_keys, write_newer
+from ..support import spread_keys, write_newer
 
 QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=0.2)
 

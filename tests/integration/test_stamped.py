@@ -24,7 +24,7 @@ from stampede._kept import drop_kept
 from stampede.topology._guard import KEPT, SAME, WRITTEN
 from stampede.wire import new_token
 
-from .support import raw_get, spread_keys
+from ..support import raw_get, spread_keys
 
 QUICK = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.005, deadline=0.5)
 

@@ -14,7 +14,7 @@ import pytest
 from stampede import PartialWriteError, Stampede
 from stampede.topology._coalesce import Coalescer
 
-from .support import spread_keys
+from ..support import spread_keys
 
 
 class Recorder:

@@ -20,7 +20,7 @@ from stampede.options import ConnectOptions, load_options
 from stampede.testing import RedisProxy
 from stampede.topology import Cluster
 
-from .support import FAST
+from ..support import FAST
 
 GROUP = "acct:{5}"
 BALANCE = "acct:{5}:balance"

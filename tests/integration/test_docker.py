@@ -27,7 +27,7 @@ from stampede.cli._demo import DemoConfig, run_demo
 from stampede.cli._repair import worker_command
 from stampede.testing._server import launcher
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 NODES = [f"cluster-{i}" for i in range(6)]
 PRIMARIES = ["primary-a", "primary-b"]

@@ -28,7 +28,7 @@ from stampede import (
 from stampede.repair import NewestWins
 from stampede.testing import RedisNode
 
-from .support import FAST, write_newer
+from ..support import FAST, write_newer
 
 
 def _raises(kind: type[StampedeError], match: str) -> Any:

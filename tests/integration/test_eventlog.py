@@ -8,7 +8,7 @@ from stampede import HybridClock, PartialWriteError, Stampede, atomic, eventlog
 from stampede.eventlog import new_token
 from stampede.testing import LocalPrimaries
 
-from .support import open_stampede
+from ..support import open_stampede
 
 ORDER = ["order:{7}:status", "order:{7}:total", "order:{7}:items"]
 PARTS = ["status", "total", "items"]

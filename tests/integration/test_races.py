@@ -30,7 +30,7 @@ from stampede.repair import Loaded, NewestWins, Refetch
 from stampede.results import RepairAction
 from stampede.wire import commit_key, new_token
 
-from .support import open_stampede, spread_keys
+from ..support import open_stampede, spread_keys
 
 QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=0.2)
 YEAR_MS = 365 * 24 * 3600 * 1000

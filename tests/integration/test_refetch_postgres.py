@@ -12,7 +12,7 @@ import pytest
 from stampede import Envelope, RetryPolicy, Stampede, Status
 from stampede.repair import Loaded, Refetch
 
-from .support import write_newer
+from ..support import write_newer
 
 pytestmark = pytest.mark.postgres
 

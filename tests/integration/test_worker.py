@@ -16,8 +16,8 @@ from stampede.repair._worker import Worker, serve_metrics
 from stampede.testing import LocalPrimaries
 from stampede.wire import new_token
 
-from .support import eventually, open_stampede, run_cli, start_cli
-from .worker_strategies import broken
+from ..support import eventually, open_stampede, run_cli, start_cli
+from ..worker_strategies import broken
 
 GROUPS = 120
 

@@ -16,7 +16,7 @@ from stampede.repair._worker import Worker
 from stampede.scan import scan_groups
 from stampede.wire import new_token
 
-from .support import eventually, open_stampede, run_cli, start_cli, write_newer
+from ..support import eventually, open_stampede, run_cli, start_cli, write_newer
 
 GROUPS = 10_000
 PATTERN = r"(?P<group>acct:\d+):(?:a|b|c)"

@@ -14,7 +14,7 @@ import pytest
 
 from stampede.testing import LocalPrimaries
 
-PATH = Path(__file__).resolve().parent.parent / "examples" / "fastapi_service.py"
+PATH = Path(__file__).resolve().parents[2] / "examples" / "fastapi_service.py"
 ADA: dict[str, Any] = {"profile": {"name": "Ada", "email": "ada@example.org"}}
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from stampede import TornReadError
 
-from .support import open_stampede, spread_keys
+from ..support import open_stampede, spread_keys
 
 WRITER = r"""
 import asyncio, sys, stampede

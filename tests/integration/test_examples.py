@@ -10,8 +10,8 @@ import pytest
 
 from stampede.testing import LocalCluster, LocalPrimaries
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-# The web service has its own test (tests/test_fastapi_service.py) and needs FastAPI.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# The web service has its own test (tests/integration/test_fastapi_service.py) and needs FastAPI.
 NAMES = sorted(
     p.stem
     for p in EXAMPLES.glob("*.py")

@@ -16,7 +16,7 @@ from stampede.repair import NewestWins, RepairQueue
 from stampede.repair._worker import Worker, serve_metrics
 from stampede.wire import new_token
 
-from .support import FAST, spread_keys
+from ..support import FAST, spread_keys
 from .test_worker import get, plant
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from stampede.repair import RepairQueue
 from stampede.testing import LocalPrimaries
 
-from .support import open_stampede, run_cli
+from ..support import open_stampede, run_cli
 from .test_worker import plant
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from stampede.testing import LocalPrimaries
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```python[^\n]*\n(?P<body>.*?)^(?P=indent)```", re.S | re.M)
