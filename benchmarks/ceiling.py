@@ -1,7 +1,9 @@
 """stampede against the ceiling and other Python clients, on the same servers in one run.
 
     python -m benchmarks.ceiling [--seconds 1.0] [--slices 3] [--json out.json]
-    python -m benchmarks.ceiling --profile     # where stampede's read spends its CPU
+    python -m benchmarks.ceiling --profile ['stampede write']   # where a row spends its CPU
+                                 # (SORT=cumulative LINES=60 for another view)
+    python -m benchmarks.ceiling --only stampede   # the ceiling and stampede's rows only
 
 Three local primaries; 4-key groups drawn from 256 (keys spread over the
 primaries). Rows, each a read and a write of one group:
@@ -27,6 +29,7 @@ import asyncio
 import cProfile
 import importlib.metadata
 import json
+import os
 import platform
 import pstats
 import random
@@ -338,23 +341,31 @@ def versions() -> dict[str, str]:
     return found
 
 
-async def profile(seconds: float) -> None:
+async def profile(seconds: float, row: str) -> None:
     with LocalPrimaries(3) as prim:
         async with AsyncExitStack() as stack:
             rows, _ = await contenders(stack, prim)
             prof = cProfile.Profile()
             lat: list[float] = []
             prof.enable()
-            n, _ = await run_for(rows["stampede read"], IN_FLIGHT, seconds, lat)
+            n, _ = await run_for(rows[row], IN_FLIGHT, seconds, lat)
             prof.disable()
-            print(f"stampede read under the profiler: {n / seconds:.0f} reads/s")
-            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+            print(f"{row} under the profiler: {n / seconds:.0f} operations/s")
+            order, lines = os.environ.get("SORT", "tottime"), int(os.environ.get("LINES", "25"))
+            pstats.Stats(prof).sort_stats(order).print_stats(lines)
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     with LocalPrimaries(3) as prim:
         async with AsyncExitStack() as stack:
             rows, _ = await contenders(stack, prim)
+            if args.only:
+                wanted = [w.strip() for w in args.only.split(",")]
+                rows = {
+                    name: op
+                    for name, op in rows.items()
+                    if name.startswith("ceiling") or any(name.startswith(w) for w in wanted)
+                }
             results = await measure(rows, args.seconds, args.slices)
     report(results)
     return {"versions": versions(), "seconds": args.seconds, "slices": args.slices, "rows": results}
@@ -365,10 +376,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--slices", type=int, default=3)
     parser.add_argument("--json", dest="json_path")
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--profile",
+        nargs="?",
+        const="stampede read",
+        metavar="ROW",
+        help="profile one row (default: stampede read) instead of measuring",
+    )
+    parser.add_argument(
+        "--only", help="comma-separated row prefixes to run besides the ceiling, e.g. stampede"
+    )
     args = parser.parse_args()
     if args.profile:
-        asyncio.run(profile(args.seconds * 3))
+        asyncio.run(profile(args.seconds * 3, args.profile))
         return
     data = asyncio.run(main_async(args))
     print(json.dumps(data["versions"]))

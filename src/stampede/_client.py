@@ -8,6 +8,7 @@ import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Literal, Self, TypeVar
 
+from . import _deadline as deadlines
 from . import metrics, tracing
 from ._read import read_group
 from ._txn import Transaction, read_atomic
@@ -241,13 +242,14 @@ class Stampede:
                 result = await read
             else:
                 result = await self._bounded(read, gkey, planned, policy.deadline)
-            traced.set(
-                status=result.status.value,
-                attempts=result.attempts,
-                reason=None if result.reason is None else result.reason.value,
-                repaired=result.repaired,
-                queued=result.queued,
-            )
+            if traced.recording:
+                traced.set(
+                    status=result.status.value,
+                    attempts=result.attempts,
+                    reason=None if result.reason is None else result.reason.value,
+                    repaired=result.repaired,
+                    queued=result.queued,
+                )
         return result
 
     async def _bounded(
@@ -261,18 +263,18 @@ class Stampede:
         naming the shards still owing an answer when it passes."""
         watch = ReadWatch()
         token = READ_WATCH.set(watch)
-        timer = asyncio.timeout(deadline)
+        timer = deadlines.start(deadline)
         try:
-            async with timer:
-                return await read
-        except TimeoutError:
-            if not timer.expired():
+            return await read
+        except asyncio.CancelledError:
+            if not timer.expired_by_us():
                 raise
             late = watch.waiting or sorted({self.topology.shard_of(k) for k in keys})
             raise ReadTimeout(
                 group.decode("utf-8", "backslashreplace"), shard=", ".join(late), deadline=deadline
             ) from None
         finally:
+            timer.done()
             READ_WATCH.reset(token)
 
     async def update(

@@ -87,6 +87,13 @@ def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
             f"{type(names).__name__}; write [{names!r}]",
             key=names,
         )
+    names = tuple(names)
+    try:
+        known = _PLANNED.get(names)
+    except TypeError:  # an unhashable name: checked (and refused) below
+        known = None
+    if known is not None:
+        return list(known)
     keys: list[bytes] = []
     seen: set[bytes] = set()
     for name in names:
@@ -106,7 +113,16 @@ def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
             )
         seen.add(key)
         keys.append(key)
+    if len(_PLANNED) >= _PLANNED_MAX:
+        _PLANNED.clear()
+    _PLANNED[names] = tuple(keys)
     return keys
+
+
+_PLANNED: dict[tuple[bytes | str, ...], tuple[bytes, ...]] = {}
+"""Key lists already checked by `plan_keys` (groups are read and written again and
+again); cleared when it reaches `_PLANNED_MAX` entries."""
+_PLANNED_MAX = 4096
 
 
 def check_version(version: int) -> int:
@@ -153,18 +169,19 @@ async def write_group(
     token = new_token()
     head = b"%d:%s" % (version, token.encode())
     encoded = [head if p is None else head + b":" + p for p in payloads]
-    slots = {topology.slot_of(k) for k in keys}
+    first = topology.slot_of(keys[0])
+    one_slot = all(topology.slot_of(k) == first for k in keys[1:])
     put = partial(
         topology.write_guarded, version=version, token=token, expire_at_ms=at, keep_ms=keep_ms
     )
     if mode is Mode.STAMP:
-        atomic = len(slots) == 1
+        atomic = one_slot
         outcome = await put(keys, encoded, limit=limit)
         _raise_for(group, outcome)
     else:
         record = head + b":" + encode_commit(keys)
         ckey = commit_key(group)
-        atomic = len(slots) == 1 and topology.slot_of(ckey) in slots
+        atomic = one_slot and topology.slot_of(ckey) == first
         if atomic:
             outcome = await put([*keys, ckey], [*encoded, record], limit=limit)
             _raise_for(group, outcome)
@@ -214,6 +231,8 @@ def _raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ()
 
 def raise_refusals(group: bytes, codes: Mapping[bytes, int]) -> None:
     """Raise what the guard's refusal codes in `codes` (key -> code) mean, if any."""
+    if not codes or min(codes.values()) >= 0:  # written, already there, or kept
+        return
     wrong = [k for k, c in codes.items() if c == WRONGTYPE]
     if wrong:
         raise InvalidKeyError(

@@ -199,8 +199,16 @@ def lost_race(source: str = "read") -> None:
 
 def write_latency(seconds: float, outcome: str = "ok") -> None:
     """A stamped write took `seconds` (`outcome`: ok, partial, error)."""
-    _WRITES.labels(outcome=outcome).observe(seconds)
-    _emit("stampede_write_seconds", seconds, {"outcome": outcome})
+    child = _WRITE_CHILDREN.get(outcome)
+    if child is None:
+        child = _WRITE_CHILDREN[outcome] = _WRITES.labels(outcome=outcome)
+    child.observe(seconds)
+    if _hooks:
+        _emit("stampede_write_seconds", seconds, {"outcome": outcome})
+
+
+_WRITE_CHILDREN: dict[str, Any] = {}
+"""`_WRITES` by outcome: `labels()` looked up once per outcome, not per write."""
 
 
 def worker_retry() -> None:

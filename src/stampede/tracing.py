@@ -12,16 +12,19 @@ as usual; stampede then records, on the tracer named `stampede`:
 Each attribute is named `stampede.<name>`. An error ends the span with its
 exception recorded. Attributes carry names and counts, never payloads. Without
 OpenTelemetry, or before a tracer provider is configured, every call here is a
-no-op that costs one check (no span object, no context change).
+no-op that costs one check (no span object, no context change). A provider
+configured after stampede's first operation is seen within a second (at once
+after `stampede.tracing.refresh()`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-__all__ = ["Span", "span"]
+__all__ = ["Span", "refresh", "span"]
 
 _trace: Any
 try:  # an optional dependency: the `otel` extra
@@ -42,6 +45,11 @@ class Span:
 
     def __init__(self, span: Any = None) -> None:
         self._span = span
+
+    @property
+    def recording(self) -> bool:
+        """True when a span records (worth computing attributes for)."""
+        return self._span is not None
 
     def set(self, **attributes: str | int | float | bool | None) -> None:
         """Set `stampede.<name>` attributes; None values are left out."""
@@ -70,9 +78,43 @@ _IDLE = _Idle()
 
 def span(name: str, **attributes: str | int | float | bool | None) -> AbstractContextManager[Span]:
     """A span named `stampede.<name>` around an operation (see the module table)."""
-    if _trace is None or isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
+    if not _recording():
         return _IDLE  # nothing records: no span, no context change
     return _recorded(name, attributes)
+
+
+_configured = False
+_checked_at = -1.0
+_RECHECK = 1.0
+"""Seconds between two looks for a tracer provider while none is configured."""
+
+
+def _recording() -> bool:
+    """True once an OpenTelemetry tracer provider is configured.
+
+    OpenTelemetry allows one provider per process, set once: when one is seen it
+    stays. While none is, the check (an environment lookup inside OpenTelemetry)
+    runs at most once a second, so spans start within a second of configuring it;
+    `refresh()` looks at once.
+    """
+    global _configured, _checked_at
+    if _configured:
+        return True
+    if _trace is None:
+        return False
+    now = time.monotonic()
+    if now - _checked_at < _RECHECK:
+        return False
+    _checked_at = now
+    _configured = not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
+    return _configured
+
+
+def refresh() -> None:
+    """Look for a tracer provider now (one configured within the last second is
+    otherwise seen at the next check)."""
+    global _checked_at
+    _checked_at = -1.0
 
 
 @contextmanager

@@ -61,19 +61,23 @@ class Observation:
     errors: dict[bytes, MalformedEnvelope] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if len(self.keys) != len(self.raw):
+            raise ValueError(f"{len(self.keys)} keys but {len(self.raw)} values")
+        decode = Envelope.decode
         envelopes: list[Envelope | None] = []
         errors: dict[bytes, MalformedEnvelope] = {}
-        for key, raw in zip(self.keys, self.raw, strict=True):
-            if raw is None:
-                envelopes.append(None)
-                continue
-            try:
-                envelopes.append(Envelope.decode(raw, key=key))
-            except MalformedEnvelope as exc:
-                envelopes.append(None)
-                errors[key] = exc
-        object.__setattr__(self, "envelopes", tuple(envelopes))
-        object.__setattr__(self, "errors", errors)
+        try:  # the common case: every value decodes (or is missing)
+            envelopes = [None if raw is None else decode(raw) for raw in self.raw]
+        except MalformedEnvelope:
+            envelopes = []
+            for key, raw in zip(self.keys, self.raw, strict=True):
+                try:
+                    envelopes.append(None if raw is None else decode(raw, key=key))
+                except MalformedEnvelope as exc:
+                    envelopes.append(None)
+                    errors[key] = exc
+        _set_envelopes(self, tuple(envelopes))
+        _set_errors(self, errors)
 
     def seen(self) -> dict[str, str | None]:
         """key -> `<version>:<token>` (`<version>:<token>:deleted` for a tombstone),
@@ -98,6 +102,10 @@ class Observation:
     def commit(self) -> CommitRecord | None:
         """The decoded commit record, or None when absent or unreadable."""
         return decode_commit(self.commit_raw, self.group)
+
+
+_set_envelopes = Observation.__dict__["envelopes"].__set__
+_set_errors = Observation.__dict__["errors"].__set__
 
 
 @dataclass(frozen=True, slots=True)

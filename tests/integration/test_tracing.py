@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from stampede import Stampede, TornReadError
+from stampede import Stampede, TornReadError, tracing
 
 from ..support import spread_keys, write_newer
 
@@ -23,6 +23,7 @@ def provider() -> Iterator[None]:
     sdk = TracerProvider()
     sdk.add_span_processor(SimpleSpanProcessor(EXPORTER))
     trace.set_tracer_provider(sdk)
+    tracing.refresh()  # spans from now on, not within the second
     yield
 
 

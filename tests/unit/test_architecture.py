@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             r"options",
             r"_lua(\..*)?",
             r"_backoff",
+            r"_deadline",
         ],
     ),
     ("topology", [r"topology(\..*)?"]),

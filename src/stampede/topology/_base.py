@@ -8,12 +8,11 @@ pipeline per shard, all shards at once, and translates redis-py errors into
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import ShardError, ShardResponseError, ShardTimeout, ShardUnavailable
 from ._resp import (
@@ -27,7 +26,7 @@ from ._resp import (
 
 if TYPE_CHECKING:
     from ..typing import Topology
-    from ._coalesce import Coalescer
+    from ._coalesce import Fanin
 
 __all__ = [
     "READ_WATCH",
@@ -35,7 +34,6 @@ __all__ = [
     "ReadWatch",
     "WriteOutcome",
     "call_units",
-    "fetch_watched",
     "guarded",
     "incr",
     "mapped",
@@ -68,94 +66,40 @@ class WriteOutcome:
 
 
 class ReadWatch:
-    """The shards one read still waits on, so a read past its deadline can name them.
+    """What the read running in this context waits on, so a read past its deadline
+    can name the shards that still owe an answer.
 
-    `Stampede.read` sets one in `READ_WATCH`; each topology's `fetch` counts its
-    shards in while their round trip is out and out again when it is back.
+    `Stampede.read` sets one in `READ_WATCH`; a topology's fetch records each round
+    trip it starts (`waiting_on`) and clears it when every shard has answered, so a
+    read cancelled meanwhile still names them.
     """
 
-    __slots__ = ("_waiting",)
+    __slots__ = ("_fanin", "_names")
 
     def __init__(self) -> None:
-        self._waiting: dict[str, int] = {}
+        self._names: Sequence[str] = ()
+        self._fanin: Fanin | None = None
 
-    def enter(self, shard: str) -> None:
-        self._waiting[shard] = self._waiting.get(shard, 0) + 1
+    def waiting_on(self, names: Sequence[str], fanin: Fanin | None = None) -> None:
+        """A round trip to `names` (one per part of `fanin`, when given) is out."""
+        self._names = names
+        self._fanin = fanin
 
-    def leave(self, shard: str) -> None:
-        left = self._waiting.get(shard, 0) - 1
-        if left > 0:
-            self._waiting[shard] = left
-        else:
-            self._waiting.pop(shard, None)
+    def answered(self) -> None:
+        self._names = ()
+        self._fanin = None
 
     @property
     def waiting(self) -> list[str]:
-        """The shards with a round trip of this read still out, sorted."""
-        return sorted(self._waiting)
+        """The shards whose answer this read still waits for, sorted."""
+        fanin = self._fanin
+        if fanin is None:
+            return sorted(set(self._names))
+        return sorted({self._names[i] for i in fanin.owed()})
 
 
 READ_WATCH: ContextVar[ReadWatch | None] = ContextVar("stampede_read_watch", default=None)
 """The `ReadWatch` of the read running in this context, if any."""
-
-
-async def fetch_watched(
-    keys: Sequence[bytes],
-    parts: Sequence[tuple[str, Coalescer[Any, Any], list[int]]],
-    watch: ReadWatch,
-) -> list[bytes | None]:
-    """GET every key through its shard's coalescer, each shard counted in `watch`
-    until it answers; the first failing shard (in `parts` order) raises.
-
-    A shard whose round trip is cancelled (the read's deadline passed) stays
-    counted, so the read can name it. Every part but the last is submitted; the
-    last runs in this task, as `plan.fetch_parts` does.
-    """
-
-    def answered(shard: str) -> Callable[[asyncio.Future[Any]], None]:
-        def done(future: asyncio.Future[Any]) -> None:
-            if not future.cancelled():
-                watch.leave(shard)
-
-        return done
-
-    futures: list[asyncio.Future[Any]] = []
-    for shard, coalescer, positions in parts[:-1]:
-        watch.enter(shard)
-        future = coalescer.submit([keys[p] for p in positions])
-        future.add_done_callback(answered(shard))
-        futures.append(future)
-    shard, coalescer, positions = parts[-1]
-    watch.enter(shard)
-    last: Any
-    try:
-        last = await coalescer.call([keys[p] for p in positions])
-    except asyncio.CancelledError:
-        for future in futures:
-            future.cancel()
-        raise
-    except BaseException as exc:
-        watch.leave(shard)
-        if not isinstance(exc, ShardError):
-            for future in futures:
-                future.cancel()
-            raise
-        last = exc
-    else:
-        watch.leave(shard)
-    results = [*(await asyncio.gather(*futures, return_exceptions=True)), last]
-    return _assemble(len(keys), [positions for _, _, positions in parts], results)
-
-
-def _assemble(count: int, positions: list[list[int]], results: list[Any]) -> list[bytes | None]:
-    """Each part's values in their keys' places; the first failed part raises."""
-    out: list[bytes | None] = [None] * count
-    for where, values in zip(positions, results, strict=True):
-        if isinstance(values, BaseException):
-            raise values
-        for pos, value in zip(where, values, strict=True):
-            out[pos] = value
-    return out
 
 
 Updater = Callable[[list[bytes | None]], Awaitable[list[bytes] | None]]

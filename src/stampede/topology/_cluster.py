@@ -18,7 +18,7 @@ from .._lua import Script
 from ..errors import ConfigurationError, SetupError, ShardUnavailable
 from ..keys import SlotMap, keyslot
 from ..options import ConnectOptions
-from ._base import READ_WATCH, WriteOutcome, fetch_watched, translate
+from ._base import WriteOutcome, translate
 from ._checks import probe, redact
 from ._cluster_io import NodeIO
 from ._coalesce import Coalescer
@@ -149,12 +149,8 @@ class Cluster:
 
     async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
         plan = self._router.by_slots([keyslot(k) for k in keys])
-        watch = READ_WATCH.get()
-        if watch is not None:
-            named = [(n, self._coalescers(n)[0], pos) for n, pos in plan.items()]
-            return await fetch_watched(keys, named, watch)
         parts = [(self._coalescers(n)[0], pos) for n, pos in plan.items()]
-        return await fetch_parts(keys, parts)
+        return await fetch_parts(keys, parts, list(plan))
 
     async def write_guarded(
         self,

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ShardError
-from ._base import WriteOutcome
-from ._coalesce import Coalescer
+from ._base import READ_WATCH, WriteOutcome
+from ._coalesce import Coalescer, Fanin
 from ._guard import KEEP_MS, WriteRequest
 
 __all__ = ["Part", "fetch_parts", "write_parts"]
@@ -20,11 +20,36 @@ __all__ = ["Part", "fetch_parts", "write_parts"]
 Part = tuple[Coalescer[Any, Any], list[int]]
 
 
-async def fetch_parts(keys: Sequence[bytes], parts: list[Part]) -> list[bytes | None]:
-    """GET every key through its shard's coalescer; the first failing shard raises."""
-    if len(parts) == 1 and len(parts[0][1]) == len(keys):
-        return list(await parts[0][0].call(list(keys)))
-    results = await _scatter(parts, [[keys[p] for p in positions] for _, positions in parts])
+async def fetch_parts(
+    keys: Sequence[bytes], parts: list[Part], names: Sequence[str]
+) -> list[bytes | None]:
+    """GET every key through its shard's coalescer; the first failing shard raises.
+
+    The read's `ReadWatch` (in `READ_WATCH`), if any, knows the shards (`names`,
+    in `parts` order) while their answers are out.
+    """
+    watch = READ_WATCH.get()
+    if len(parts) == 1:  # one shard: the caller's own task makes the round trip
+        if watch is None:
+            return list(await parts[0][0].call(list(keys)))
+        watch.waiting_on(names)
+        try:
+            values = await parts[0][0].call(list(keys))
+        except asyncio.CancelledError:
+            raise  # the read gave up: the shard stays named
+        except BaseException:
+            watch.answered()
+            raise
+        watch.answered()
+        return list(values)
+    fanin = Fanin(len(parts))
+    for index, (coalescer, positions) in enumerate(parts):
+        coalescer.add([keys[p] for p in positions], fanin, index)
+    if watch is not None:
+        watch.waiting_on(names, fanin)
+    results = await fanin.future
+    if watch is not None:
+        watch.answered()
     out: list[bytes | None] = [None] * len(keys)
     for (_, positions), values in zip(parts, results, strict=True):
         if isinstance(values, BaseException):
@@ -74,20 +99,8 @@ async def write_parts(
 
 
 async def _scatter(parts: list[Part], requests: Sequence[Any]) -> list[Any]:
-    """Each part's result or exception, all parts at once.
-
-    Every part but the last is submitted (its round trip starts in a task); the
-    last runs in this task (`Coalescer.call`), which saves a task and a loop turn
-    when its shard is idle.
-    """
-    futures = [c.submit(r) for (c, _), r in zip(parts[:-1], requests[:-1], strict=True)]
-    try:
-        last: Any = await parts[-1][0].call(requests[-1])
-    except ShardError as exc:
-        last = exc
-    except BaseException:
-        for future in futures:
-            future.cancel()
-        raise
-    rest = await asyncio.gather(*futures, return_exceptions=True) if futures else []
-    return [*rest, last]
+    """Each part's result or exception, all parts at once, with one wake-up (`Fanin`)."""
+    fanin = Fanin(len(parts))
+    for index, ((coalescer, _), request) in enumerate(zip(parts, requests, strict=True)):
+        coalescer.add(request, fanin, index)
+    return await fanin.future

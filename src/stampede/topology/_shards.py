@@ -21,10 +21,8 @@ from ..errors import ConfigurationError, SetupError
 from ..keys import HashPolicy, SlotMap, keyslot
 from ..options import ConnectOptions
 from ._base import (
-    READ_WATCH,
     TRANSPORT_ERRORS,
     WriteOutcome,
-    fetch_watched,
     guarded,
     mapped,
 )
@@ -56,6 +54,10 @@ from ._plan import fetch_parts, write_parts
 from ._retries import Markers
 
 __all__ = ["Shards"]
+
+
+_PLACES_MAX = 1 << 16
+"""Keys whose (slot, shard) a `Shards` remembers before it starts again."""
 
 
 class Shards:
@@ -91,6 +93,7 @@ class Shards:
                 "URLs were given; give one URL per shard of the map"
             )
         self._policy = policy
+        self._places: dict[bytes, tuple[int, int]] = {}
         self._lanes = [
             Lane(
                 endpoint,
@@ -250,12 +253,21 @@ class Shards:
         return self._map
 
     def slot_of(self, key: bytes) -> int:
-        policy = self._policy
-        return keyslot(key) if policy is None else policy.keyslot(key)
+        return self._place(key)[0]
 
     def _index(self, key: bytes) -> int:
-        policy = self._policy
-        return self._map.shard_of(keyslot(key) if policy is None else policy.keyslot(key))
+        return self._place(key)[1]
+
+    def _place(self, key: bytes) -> tuple[int, int]:
+        """(slot, shard index) of `key`, remembered: a group's keys come back often."""
+        place = self._places.get(key)
+        if place is None:
+            policy = self._policy
+            slot = keyslot(key) if policy is None else policy.keyslot(key)
+            if len(self._places) >= _PLACES_MAX:
+                self._places.clear()
+            place = self._places[key] = (slot, self._map.shard_of(slot))
+        return place
 
     def shard_of(self, key: bytes) -> str:
         return self._names[self._index(key)]
@@ -270,12 +282,8 @@ class Shards:
 
     async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
         plan = self._partition(keys).items()
-        watch = READ_WATCH.get()
-        if watch is not None:
-            named = [(self._names[s], self._readers[s], pos) for s, pos in plan]
-            return await fetch_watched(keys, named, watch)
         parts = [(self._readers[s], pos) for s, pos in plan]
-        return await fetch_parts(keys, parts)
+        return await fetch_parts(keys, parts, [self._names[s] for s, _ in plan])
 
     async def write_guarded(
         self,

@@ -110,8 +110,8 @@ def token_after(token: str) -> str:
 # A ULID is 128 bits in 26 base32 digits: the first digit carries only 3 bits.
 _TOKEN = r"[0-7][0-9A-HJKMNP-TV-Z]{25}"
 _VERSION = r"0|[1-9][0-9]{0,18}"
-_HEAD = re.compile(rf"({_VERSION}):({_TOKEN}):".encode("ascii"))
-_TOMBSTONE = re.compile(rf"({_VERSION}):({_TOKEN})".encode("ascii"))
+# `<version>:<token>:<payload>`, or a tombstone `<version>:<token>` (nothing after).
+_ENVELOPE = re.compile(rf"({_VERSION}):({_TOKEN})(:|\Z)".encode("ascii")).match
 _TOKEN_RE = re.compile(_TOKEN)
 _DIGITS = re.compile(rb"[0-9]+")
 
@@ -171,24 +171,36 @@ class Envelope:
     @classmethod
     def decode(cls, raw: bytes, *, key: bytes | str | None = None) -> Envelope:
         """Parse stored bytes; `MalformedEnvelope` (naming `key`) for any other shape."""
-        if not isinstance(raw, bytes):
-            raise MalformedEnvelope(f"expected bytes, got {type(raw).__name__}", key=key)
-        match = _HEAD.match(raw)
-        tombstone = False
+        if type(raw) is not bytes:
+            if not isinstance(raw, bytes):
+                raise MalformedEnvelope(f"expected bytes, got {type(raw).__name__}", key=key)
+            raw = bytes(raw)
+        match = _ENVELOPE(raw)
         if match is None:
-            match = _TOMBSTONE.fullmatch(raw)
-            if match is None:
-                raise MalformedEnvelope(_diagnose(raw), key=key)
-            tombstone = True
-        version = int(match.group(1))
+            raise MalformedEnvelope(_diagnose(raw), key=key)
+        digits, token, colon = match.groups()
+        version = int(digits)
         if version > MAX_VERSION:
             raise MalformedEnvelope("version is 2**63 or more", key=key)
-        env = object.__new__(cls)  # fields are already valid: skip __post_init__
-        object.__setattr__(env, "version", version)
-        object.__setattr__(env, "token", match.group(2).decode("ascii"))
-        object.__setattr__(env, "payload", b"" if tombstone else raw[match.end() :])
-        object.__setattr__(env, "tombstone", tombstone)
+        # The fields are valid by the match: set them without __post_init__'s checks.
+        env = _new(cls)
+        _set_version(env, version)
+        _set_token(env, token.decode("ascii"))
+        if colon:
+            _set_payload(env, raw[match.end() :])
+            _set_tombstone(env, False)
+        else:
+            _set_payload(env, b"")
+            _set_tombstone(env, True)
         return env
+
+
+_new = object.__new__
+# The slots' own setters: a frozen dataclass refuses `env.version = ...`, these do not.
+_set_version = Envelope.__dict__["version"].__set__
+_set_token = Envelope.__dict__["token"].__set__
+_set_payload = Envelope.__dict__["payload"].__set__
+_set_tombstone = Envelope.__dict__["tombstone"].__set__
 
 
 def _diagnose(raw: bytes) -> str:

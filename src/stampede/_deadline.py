@@ -1,0 +1,96 @@
+"""Deadlines for many short operations, without a timer each.
+
+`asyncio.timeout` pushes one timer per operation onto the event loop's heap and
+cancels it a moment later; at tens of thousands of reads a second that heap
+(whose entries compare in Python) costs more than the read itself. Here the
+deadlines of one event loop share buckets `GRAIN` seconds wide, one loop timer
+per bucket: an operation registers in its bucket and unregisters by a flag.
+
+A deadline fires when its bucket's timer runs, at most `GRAIN` seconds late,
+never early. The operation's task is cancelled as `asyncio.timeout` would, and
+`Deadline.expired_by_us()` tells that cancellation from anyone else's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import weakref
+
+__all__ = ["GRAIN", "Deadline", "start"]
+
+GRAIN = 0.005
+"""Seconds per bucket: how late at most a deadline fires."""
+
+
+class Deadline:
+    """One operation's deadline; `done()` it when the operation ends."""
+
+    __slots__ = ("_cancelling", "_task", "active", "expired")
+
+    def __init__(self, task: asyncio.Task[object]) -> None:
+        self._task = task
+        self._cancelling = task.cancelling()
+        self.active = True
+        self.expired = False
+
+    def done(self) -> None:
+        self.active = False
+
+    def expire(self) -> None:
+        """The deadline passed: cancel the operation's task, unless it is done."""
+        if self.active:
+            self.active = False
+            self.expired = True
+            self._task.cancel()
+
+    def expired_by_us(self) -> bool:
+        """After a `CancelledError`: True when this deadline caused it (and no one
+        else asked for a cancellation meanwhile), so the caller raises its timeout.
+
+        Takes back this deadline's cancellation request, as `asyncio.timeout` does.
+        """
+        if not self.expired:
+            return False
+        return self._task.uncancel() <= self._cancelling
+
+
+class _Buckets:
+    """The deadlines of one event loop, by bucket."""
+
+    __slots__ = ("_buckets", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._buckets: dict[int, list[Deadline]] = {}
+
+    def add(self, deadline: Deadline, when: float) -> None:
+        index = math.ceil(when / GRAIN)
+        bucket = self._buckets.get(index)
+        if bucket is None:
+            bucket = self._buckets[index] = []
+            self._loop.call_at(index * GRAIN, self._fire, index)
+        bucket.append(deadline)
+
+    def _fire(self, index: int) -> None:
+        for deadline in self._buckets.pop(index, ()):
+            deadline.expire()
+
+
+_PER_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Buckets] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def start(seconds: float) -> Deadline:
+    """A deadline `seconds` from now for the current task (see the module)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task(loop)
+    if task is None:
+        raise RuntimeError("a deadline needs a running task")
+    deadline = Deadline(task)
+    buckets = _PER_LOOP.get(loop)
+    if buckets is None:
+        buckets = _PER_LOOP[loop] = _Buckets(loop)
+    buckets.add(deadline, loop.time() + seconds)
+    return deadline
