@@ -15,11 +15,11 @@ Nothing here talks to Redis or imports a Redis client.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, NotRequired, Protocol, TypedDict, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Any
+    from typing import Any, Unpack
 
     from pydantic import BaseModel
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_GRACE",
+    "GuardStamp",
     "HasTopology",
     "PayloadCodec",
     "RepairContext",
@@ -118,6 +119,23 @@ class PayloadCodec(Protocol):
         ...
 
 
+class GuardStamp(TypedDict):
+    """The keywords of `Topology.write_guarded`: the stamp of one logical write.
+
+    - `version`, `token`: the write's stamp (compared with each key's stored one);
+    - `expire_at_ms`: when the keys expire, unix milliseconds (None or 0: never);
+    - `limit`: the newest clock version the writer accepts as real (0: no check);
+    - `keep_ms`: how long a replaced value is kept for group reads (0: not kept;
+      default 5000).
+    """
+
+    version: int
+    token: str
+    expire_at_ms: NotRequired[int | None]
+    limit: NotRequired[int]
+    keep_ms: NotRequired[int]
+
+
 @runtime_checkable
 class Topology(Protocol):
     """Where keys live and how a plan reaches them: one round trip per shard.
@@ -160,20 +178,12 @@ class Topology(Protocol):
         ...
 
     async def write_guarded(
-        self,
-        keys: Sequence[bytes],
-        values: Sequence[bytes],
-        *,
-        version: int,
-        token: str,
-        expire_at_ms: int | None = None,
-        limit: int = 0,
-        keep_ms: int = 5000,
+        self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]
     ) -> WriteOutcome:
         """Write each key through the guard; a shard that fails does not stop the others.
 
-        `limit` is the newest clock version the writer accepts as real (0: no
-        check); `keep_ms` how long a replaced value is kept for group reads (0: not).
+        The keywords are a `GuardStamp`: the write's `version` and `token`, and
+        optionally `expire_at_ms`, `limit` and `keep_ms`.
         """
         ...
 

@@ -21,16 +21,15 @@ await st.read("user:{7}", keys, repair=NewestWins())
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..topology._base import WriteOutcome
-from ..topology._guard import KEEP_MS
 
 if TYPE_CHECKING:
     from .._lua import Script
     from ..keys import SlotMap
     from ..topology._node_ops import Body, Command
-    from ..typing import Topology
+    from ..typing import GuardStamp, Topology
 
 __all__ = ["DelegatingTopology", "InjectedCrash", "TearingTopology"]
 
@@ -73,25 +72,9 @@ class DelegatingTopology:
         return await self.inner.fetch(keys)
 
     async def write_guarded(
-        self,
-        keys: Sequence[bytes],
-        values: Sequence[bytes],
-        *,
-        version: int,
-        token: str,
-        expire_at_ms: int | None = None,
-        limit: int = 0,
-        keep_ms: int = KEEP_MS,
+        self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]
     ) -> WriteOutcome:
-        return await self.inner.write_guarded(
-            keys,
-            values,
-            version=version,
-            token=token,
-            expire_at_ms=expire_at_ms,
-            limit=limit,
-            keep_ms=keep_ms,
-        )
+        return await self.inner.write_guarded(keys, values, **stamp)
 
     async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
         return await self.inner.execute(key, *args, resend=resend)
@@ -129,39 +112,17 @@ class TearingTopology(DelegatingTopology):
         self._armed.extend([reach] * count)
 
     async def write_guarded(
-        self,
-        keys: Sequence[bytes],
-        values: Sequence[bytes],
-        *,
-        version: int,
-        token: str,
-        expire_at_ms: int | None = None,
-        limit: int = 0,
-        keep_ms: int = KEEP_MS,
+        self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]
     ) -> WriteOutcome:
         shards = list(dict.fromkeys(self.inner.shard_of(k) for k in keys))
         if not self._armed or len(shards) <= self._armed[0]:
-            return await super().write_guarded(
-                keys,
-                values,
-                version=version,
-                token=token,
-                expire_at_ms=expire_at_ms,
-                limit=limit,
-                keep_ms=keep_ms,
-            )
+            return await super().write_guarded(keys, values, **stamp)
         reach = self._armed.pop(0)
         kept = set(shards[:reach])
         chosen = [i for i, key in enumerate(keys) if self.inner.shard_of(key) in kept]
         if chosen:
             await super().write_guarded(
-                [keys[i] for i in chosen],
-                [values[i] for i in chosen],
-                version=version,
-                token=token,
-                expire_at_ms=expire_at_ms,
-                limit=limit,
-                keep_ms=keep_ms,
+                [keys[i] for i in chosen], [values[i] for i in chosen], **stamp
             )
         self.torn += 1
         raise InjectedCrash(f"the writer died after {reach} of {len(shards)} shards")

@@ -26,7 +26,7 @@ import fnmatch
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from .._kept import KEPT_READ
 from .._lua import Script, script
@@ -37,6 +37,9 @@ from ..topology._base import WriteOutcome
 from ..topology._guard import CAS, KEEP_MS, KEPT_DEPTH
 from ..topology._node_ops import Body, Command
 from ..wire import CLOCK_FLOOR
+
+if TYPE_CHECKING:
+    from ..typing import GuardStamp
 
 __all__ = ["MemoryTopology"]
 
@@ -171,18 +174,12 @@ class MemoryTopology:
         return [self._get(k) for k in keys]
 
     async def write_guarded(
-        self,
-        keys: Sequence[bytes],
-        values: Sequence[bytes],
-        *,
-        version: int,
-        token: str,
-        expire_at_ms: int | None = None,
-        limit: int = 0,
-        keep_ms: int = KEEP_MS,
+        self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]
     ) -> WriteOutcome:
         outcome = WriteOutcome()
-        v, t, lim = str(version).encode(), token.encode(), str(limit).encode()
+        v, t = str(stamp["version"]).encode(), stamp["token"].encode()
+        lim = str(stamp.get("limit", 0)).encode()
+        expire_at_ms, keep_ms = stamp.get("expire_at_ms"), stamp.get("keep_ms", KEEP_MS)
         for key, value in zip(keys, values, strict=True):
             entry = self._entry(key)
             if entry is not None and not isinstance(entry.value, bytes):

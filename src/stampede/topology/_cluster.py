@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from .._lua import Script
 from ..errors import ConfigurationError, SetupError, ShardUnavailable
@@ -24,12 +24,14 @@ from ._cluster_io import NodeIO
 from ._coalesce import Coalescer
 from ._discovery import AddressRemap, SlotTable
 from ._endpoint import parse_url
-from ._guard import KEEP_MS
 from ._node_ops import Body, Command, eval_fallback, marker_id, optimistic_once, transaction
 from ._plan import fetch_parts, write_parts
 from ._resp import AskError, MovedError, TryAgainError
 from ._retries import Markers
 from ._router import ERRORS, Router
+
+if TYPE_CHECKING:
+    from ..typing import GuardStamp
 
 __all__ = ["Cluster"]
 
@@ -153,29 +155,11 @@ class Cluster:
         return await fetch_parts(keys, parts, list(plan))
 
     async def write_guarded(
-        self,
-        keys: Sequence[bytes],
-        values: Sequence[bytes],
-        *,
-        version: int,
-        token: str,
-        expire_at_ms: int | None = None,
-        limit: int = 0,
-        keep_ms: int = KEEP_MS,
+        self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]
     ) -> WriteOutcome:
         slots = [keyslot(k) for k in keys]
         parts = [(self._coalescers(n)[1], pos) for n, pos in self._router.by_slots(slots).items()]
-        return await write_parts(
-            keys,
-            values,
-            parts,
-            version=version,
-            token=token,
-            expire_at_ms=expire_at_ms,
-            limit=limit,
-            keep_ms=keep_ms,
-            slots=slots,
-        )
+        return await write_parts(keys, values, parts, slots=slots, **stamp)
 
     async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
         try:

@@ -38,11 +38,14 @@ kept versions instead of waiting.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from .._lua import script
 from ..errors import ShardResponseError
 from ..results import GuardCode
+
+if TYPE_CHECKING:
+    from ..typing import GuardStamp
 
 __all__ = [
     "ARGS_PER_KEY",
@@ -146,19 +149,20 @@ class WriteRequest:
         keys: Sequence[bytes],
         values: Sequence[bytes],
         positions: Sequence[int],
-        *,
-        version: int,
-        token: str,
-        expire_at_ms: int | None,
-        limit: int = 0,
-        keep_ms: int = KEEP_MS,
-        slots: Sequence[int] = (),
+        slots: Sequence[int],
+        **stamp: Unpack[GuardStamp],
     ) -> WriteRequest:
-        """The request for `keys[p]`, `values[p]` at each position p, one stamp for all."""
-        at = expire_at_ms or 0
+        """The request for `keys[p]`, `values[p]` at each position p, one stamp for all
+        (`slots`: the keys' hash slots, or empty where the topology does not need them)."""
+        head = (
+            stamp["version"],
+            stamp["token"],
+            stamp.get("expire_at_ms") or 0,
+        )
+        tail = (stamp.get("limit", 0), stamp.get("keep_ms", KEEP_MS))
         argv: list[object] = []
         for p in positions:
-            argv += (version, token, at, values[p], limit, keep_ms)
+            argv += (*head, values[p], *tail)
         return cls(
             [keys[p] for p in positions], argv, [slots[p] for p in positions] if slots else []
         )

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import ShardError
 from ._base import READ_WATCH, WriteOutcome
 from ._coalesce import Coalescer, Fanin
-from ._guard import KEEP_MS, WriteRequest
+from ._guard import WriteRequest
+
+if TYPE_CHECKING:
+    from ..typing import GuardStamp
 
 __all__ = ["Part", "fetch_parts", "write_parts"]
 
@@ -64,27 +67,12 @@ async def write_parts(
     values: Sequence[bytes],
     parts: list[Part],
     *,
-    version: int,
-    token: str,
-    expire_at_ms: int | None,
-    limit: int = 0,
-    keep_ms: int = KEEP_MS,
     slots: Sequence[int] = (),
+    **stamp: Unpack[GuardStamp],
 ) -> WriteOutcome:
     """Guarded-write every key through its shard's coalescer; per-shard failures kept."""
     requests = [
-        WriteRequest.build(
-            keys,
-            values,
-            positions,
-            version=version,
-            token=token,
-            expire_at_ms=expire_at_ms,
-            limit=limit,
-            keep_ms=keep_ms,
-            slots=slots,
-        )
-        for _, positions in parts
+        WriteRequest.build(keys, values, positions, slots, **stamp) for _, positions in parts
     ]
     results = await _scatter(parts, requests)
     outcome = WriteOutcome()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ulid import ULID
 
@@ -39,7 +39,7 @@ from ._checks import (
 )
 from ._coalesce import Coalescer
 from ._endpoint import parse_url
-from ._guard import GUARD, KEEP_MS, WriteRequest, joined, split_codes
+from ._guard import GUARD, WriteRequest, joined, split_codes
 from ._lane import Lane
 from ._node_ops import (
     Body,
@@ -52,6 +52,9 @@ from ._node_ops import (
 )
 from ._plan import fetch_parts, write_parts
 from ._retries import Markers
+
+if TYPE_CHECKING:
+    from ..typing import GuardStamp
 
 __all__ = ["Shards"]
 
@@ -286,27 +289,10 @@ class Shards:
         return await fetch_parts(keys, parts, [self._names[s] for s, _ in plan])
 
     async def write_guarded(
-        self,
-        keys: Sequence[bytes],
-        values: Sequence[bytes],
-        *,
-        version: int,
-        token: str,
-        expire_at_ms: int | None = None,
-        limit: int = 0,
-        keep_ms: int = KEEP_MS,
+        self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]
     ) -> WriteOutcome:
         parts = [(self._writers[s], pos) for s, pos in self._partition(keys).items()]
-        return await write_parts(
-            keys,
-            values,
-            parts,
-            version=version,
-            token=token,
-            expire_at_ms=expire_at_ms,
-            limit=limit,
-            keep_ms=keep_ms,
-        )
+        return await write_parts(keys, values, parts, **stamp)
 
     async def _mget_batch(self, shard: int, requests: list[list[bytes]]) -> list[Any]:
         """One MGET for every read of this loop turn on `shard`."""
