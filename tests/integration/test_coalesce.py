@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from stampede import PartialWriteError, Stampede
-from stampede.topology._coalesce import Coalescer
+from stampede.topology._base import ReadWatch
+from stampede.topology._coalesce import Coalescer, Fanin
 
 from ..support import spread_keys
 
@@ -105,6 +106,57 @@ async def test_a_cancelled_caller_leaves_the_others_alone() -> None:
     run.gate.set()
     assert await futures[0] == "A" and await futures[2] == "C"
     await coalescer.aclose()
+
+
+async def test_batches_in_flight_are_bounded_and_the_rest_ride_together() -> None:
+    """With two batches out, later requests wait and go as one when a batch returns."""
+    run = Recorder()
+    coalescer: Coalescer[str, Any] = Coalescer(run)
+    run.gate.clear()
+    first = coalescer.submit("a")  # idle: goes at once
+    await asyncio.sleep(0)
+    second = coalescer.submit("b")  # one out: the next loop turn
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    rest = [coalescer.submit(r) for r in "cde"]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert run.batches == [["a"], ["b"]]  # two out: c, d, e wait
+    run.gate.set()
+    assert await asyncio.gather(first, second, *rest) == list("ABCDE")
+    assert run.batches == [["a"], ["b"], ["c", "d", "e"]]
+
+
+async def test_a_fanin_resolves_once_every_part_is_in_and_knows_what_is_owed() -> None:
+    run, other = Recorder(), Recorder()
+    left: Coalescer[str, Any] = Coalescer(run)
+    right: Coalescer[str, Any] = Coalescer(other)
+    other.gate.clear()
+    fanin = Fanin(2)
+    left.add("x", fanin, 0)
+    right.add("bad", fanin, 1)
+    await asyncio.sleep(0.01)
+    assert not fanin.future.done() and fanin.owed() == [1]
+    watch = ReadWatch()
+    watch.waiting_on(["left", "right"], fanin)
+    assert watch.waiting == ["right"]
+    other.gate.set()
+    results = await fanin.future
+    assert results[0] == "X" and isinstance(results[1], ValueError)
+    assert fanin.owed() == []
+
+
+async def test_a_fanin_given_up_keeps_what_was_owed() -> None:
+    """A caller that gave up (its read's deadline) still knows which shard was late."""
+    run = Recorder()
+    slow: Coalescer[str, Any] = Coalescer(run)
+    run.gate.clear()
+    fanin = Fanin(1)
+    slow.add("x", fanin, 0)
+    fanin.future.cancel()
+    run.gate.set()
+    await slow.aclose()
+    assert fanin.owed() == [0]
 
 
 # -- against real servers ---------------------------------------------------------------

@@ -6,10 +6,8 @@
 local hold = tonumber(ARGV[1])
 local out = {}
 for i = 1, #KEYS / 2 do
-  local key, side = KEYS[2 * i - 1], KEYS[2 * i]
-  local b = 1 + (i - 1) * 6
+--! include txn_pair
   local v, t, lim, at = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
-  local env, meta = ARGV[b + 5], ARGV[b + 6]
   local cur = redis.pcall('GET', key)
   if type(cur) == 'table' and cur.err then
     out[i] = -1

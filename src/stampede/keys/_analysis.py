@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from binascii import crc_hqx
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ from ..errors import ConfigurationError
 from ._slotmap import SlotMap
 from ._slots import SLOTS, HashPolicy, to_bytes
 
-__all__ = ["Distribution", "SlotCount", "SlotCounter", "analyze"]
+__all__ = ["Distribution", "SlotCount", "SlotCounter", "analyze", "summarise"]
 
 _MASK = SLOTS - 1
 
@@ -167,27 +167,41 @@ class SlotCounter:
         """Summarise what was counted, with the `top` fullest slots."""
         if top < 0:
             raise ConfigurationError(f"top must be 0 or more, got {top}")
-        counts, slot_map = self._counts, self._map
-        shard_counts = [0] * slot_map.shards
-        occupied = 0
-        for slot, count in enumerate(counts):
-            if count:
-                shard_counts[slot_map.shard_of(slot)] += count
-                occupied += 1
-        fullest = heapq.nsmallest(
-            top, (slot for slot in range(SLOTS) if counts[slot]), key=lambda s: (-counts[s], s)
+        distribution, _ = summarise(
+            self._counts, self._map, tagged=self._tagged, top=top, examples=self._examples
         )
-        return Distribution(
-            total=self._total,
-            tagged=self._tagged,
-            slot_map=slot_map,
-            shard_counts=tuple(shard_counts),
-            occupied_slots=occupied,
-            hottest=tuple(
-                SlotCount(slot, counts[slot], slot_map.shard_of(slot), self._examples[slot])
-                for slot in fullest
-            ),
-        )
+        return distribution
+
+
+def summarise(
+    counts: Sequence[int],
+    slot_map: SlotMap,
+    *,
+    tagged: int,
+    top: int,
+    examples: Mapping[int, bytes],
+) -> tuple[Distribution, list[int]]:
+    """The `Distribution` of per-slot `counts`, and its `top` fullest slots."""
+    shard_counts = [0] * slot_map.shards
+    occupied = 0
+    for slot, n in enumerate(counts):
+        if n:
+            shard_counts[slot_map.shard_of(slot)] += n
+            occupied += 1
+    fullest = heapq.nsmallest(
+        top, (slot for slot in range(SLOTS) if counts[slot]), key=lambda s: (-counts[s], s)
+    )
+    distribution = Distribution(
+        total=sum(shard_counts),
+        tagged=tagged,
+        slot_map=slot_map,
+        shard_counts=tuple(shard_counts),
+        occupied_slots=occupied,
+        hottest=tuple(
+            SlotCount(s, counts[s], slot_map.shard_of(s), examples.get(s, b"")) for s in fullest
+        ),
+    )
+    return distribution, fullest
 
 
 def _tag_of(raw: bytes, policy: HashPolicy | None) -> bytes | None:

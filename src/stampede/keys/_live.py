@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigurationError, ShardResponseError
-from ._analysis import Distribution, SlotCount
+from ._analysis import Distribution, summarise
 from ._live_scan import TAG_SUMMARY_SIZE, ScanProgress, by_scan, sample_tags
 from ._replies import parse_slot_stats, ranges_from_shards, ranges_from_slots, text
 from ._slotmap import SlotMap
@@ -202,36 +202,6 @@ async def _has_slot_stats(topology: Topology, shard: str) -> bool:
     return True
 
 
-def _distribution(
-    counts: Sequence[int],
-    slot_map: SlotMap,
-    *,
-    tagged: int,
-    top: int,
-    examples: Mapping[int, bytes],
-) -> tuple[Distribution, list[int]]:
-    shard_counts = [0] * slot_map.shards
-    occupied = 0
-    for slot, n in enumerate(counts):
-        if n:
-            shard_counts[slot_map.shard_of(slot)] += n
-            occupied += 1
-    fullest = heapq.nsmallest(
-        top, (slot for slot in range(SLOTS) if counts[slot]), key=lambda s: (-counts[s], s)
-    )
-    distribution = Distribution(
-        total=sum(shard_counts),
-        tagged=tagged,
-        slot_map=slot_map,
-        shard_counts=tuple(shard_counts),
-        occupied_slots=occupied,
-        hottest=tuple(
-            SlotCount(s, counts[s], slot_map.shard_of(s), examples.get(s, b"")) for s in fullest
-        ),
-    )
-    return distribution, fullest
-
-
 async def live_slots(
     topology: Topology,
     *,
@@ -281,7 +251,7 @@ async def live_slots(
     tally, misplaced = await by_scan(
         topology, names, slot_map, match=pattern, count=count, progress=progress
     )
-    distribution, fullest = _distribution(
+    distribution, fullest = summarise(
         tally.counts, slot_map, tagged=tally.tagged, top=top, examples=tally.examples
     )
     hottest = tuple(
@@ -296,16 +266,10 @@ async def live_slots(
         )
         for slot in fullest
     )
-    return LiveSlots(
-        method="scan",
-        kind="cluster" if topology.slot_bound else "shards",
-        shard_names=names,
-        distribution=distribution,
-        hottest=hottest,
-        slot_keys=tuple(tally.counts),
-        scanned=tally.seen,
-        misplaced=misplaced,
-    )
+    return _live(
+        "scan", topology, names, distribution, hottest, tally.counts,
+        scanned=tally.seen, misplaced=misplaced,
+    )  # fmt: skip
 
 
 async def _report_from_stats(
@@ -328,9 +292,7 @@ async def _report_from_stats(
     examples = {slot: ex for slot, (_, ex) in zip(fullest_counts, samples, strict=True) if ex}
     # Keys hashed by a tag are only known for the sampled slots; the total is a lower bound.
     tagged = sum(sum(n for _, n in tags) for tags, _ in samples)
-    distribution, fullest = _distribution(
-        counts, slot_map, tagged=tagged, top=top, examples=examples
-    )
+    distribution, fullest = summarise(counts, slot_map, tagged=tagged, top=top, examples=examples)
     hottest = tuple(
         HotSlot(
             slot=slot,
@@ -342,12 +304,20 @@ async def _report_from_stats(
         )
         for slot, (tags, example) in zip(fullest, samples, strict=True)
     )
-    return LiveSlots(
-        method="slot-stats",
-        kind="cluster" if topology.slot_bound else "shards",
-        shard_names=names,
-        distribution=distribution,
-        hottest=hottest,
-        slot_keys=tuple(counts),
-        stats_enabled=enabled,
+    return _live(
+        "slot-stats", topology, names, distribution, hottest, counts, stats_enabled=enabled
     )
+
+
+def _live(
+    method: Literal["scan", "slot-stats"],
+    topology: Topology,
+    names: tuple[str, ...],
+    distribution: Distribution,
+    hottest: tuple[HotSlot, ...],
+    counts: Sequence[int],
+    **found: Any,
+) -> LiveSlots:
+    """A `LiveSlots` report of `method` over `topology`'s shards."""
+    kind = "cluster" if topology.slot_bound else "shards"
+    return LiveSlots(method, kind, names, distribution, hottest, tuple(counts), **found)

@@ -164,16 +164,15 @@ def _compile_rule(pattern: PatternLike) -> re.Pattern[bytes] | re.Pattern[str]:
     compiled: re.Pattern[bytes] | re.Pattern[str]
     if isinstance(pattern, re.Pattern):
         compiled = pattern
-    elif isinstance(pattern, str):
+    elif isinstance(pattern, str | bytes):
+        # PCRE's (?<name>...) as Python's (?P<name>...)
+        source: str | bytes = (
+            _PCRE_GROUP_STR.sub(r"\1(?P<\2>", pattern)
+            if isinstance(pattern, str)
+            else _PCRE_GROUP_BYTES.sub(rb"\1(?P<\2>", pattern)
+        )
         try:
-            compiled = re.compile(_PCRE_GROUP_STR.sub(r"\1(?P<\2>", pattern))
-        except re.error as exc:
-            raise ConfigurationError(
-                f"hashing pattern {pattern!r} is not a valid regular expression: {exc}"
-            ) from None
-    elif isinstance(pattern, bytes):
-        try:
-            compiled = re.compile(_PCRE_GROUP_BYTES.sub(rb"\1(?P<\2>", pattern))
+            compiled = re.compile(source)
         except re.error as exc:
             raise ConfigurationError(
                 f"hashing pattern {pattern!r} is not a valid regular expression: {exc}"

@@ -282,29 +282,15 @@ class Worker:
             self.stats.error("record")
             event("job.fail_unrecorded", logging.ERROR, job=job.id, group=group, error=str(again))
             return "failed"
+        facts = {"job": job.id, "group": group, "error": error, "attempts": job.attempts + 1}
         if dead:
             self.stats.dead_lettered += 1
-            event(
-                "job.dead_lettered",
-                logging.WARNING,
-                job=job.id,
-                group=group,
-                error=error,
-                attempts=job.attempts + 1,
-                delays=[round(d, 3) for d in job.delays],
-            )
+            delays = [round(d, 3) for d in job.delays]
+            event("job.dead_lettered", logging.WARNING, **facts, delays=delays)
             return "dead_lettered"
         self.stats.failed += 1
         metrics.worker_retry()
-        event(
-            "job.failed",
-            logging.WARNING,
-            job=job.id,
-            group=group,
-            error=error,
-            attempts=job.attempts + 1,
-            retry_in=round(delay, 3),
-        )
+        event("job.failed", logging.WARNING, **facts, retry_in=round(delay, 3))
         return "failed"
 
     async def _repair(self, job: Job, group: str) -> str:

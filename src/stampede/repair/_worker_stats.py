@@ -115,18 +115,11 @@ class WorkerStats:
     def finished(self, action: RepairAction) -> str:
         """Count a job done with `action`; the outcome's name in the worker's log."""
         self.done += 1
-        if action is RepairAction.REWRITTEN:
-            self.repaired += 1
-            return "repaired"
-        if action is RepairAction.ROLLED_FORWARD:
-            self.rolled_forward += 1
-            return "rolled_forward"
-        if action is RepairAction.DELETED:
-            self.deleted += 1
-            return "deleted"
-        if action is RepairAction.ALREADY_CONSISTENT:
-            self.already_consistent += 1
-        return "already_consistent"
+        outcome = _FINISHED.get(action)
+        if outcome is None:  # nothing was changed, and nothing to count it under
+            return "already_consistent"
+        setattr(self, outcome, getattr(self, outcome) + 1)
+        return outcome
 
     def queue_gauges(self, stats: dict[str, int]) -> None:
         """Take the queue's gauges from `RepairQueue.stats(detailed=True)`."""
@@ -188,11 +181,11 @@ class WorkerCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         s = self.stats
-        claimed = CounterMetricFamily(
-            "stampede_worker_jobs_claimed", "Jobs this worker claimed from the repair stream."
+        yield _counter(
+            "stampede_worker_jobs_claimed",
+            "Jobs this worker claimed from the repair stream.",
+            s.claimed,
         )
-        claimed.add_metric([], s.claimed)
-        yield claimed
         jobs = CounterMetricFamily(
             "stampede_worker_jobs",
             "Jobs this worker finished, by outcome: repaired (rewritten), rolled_forward, "
@@ -203,11 +196,11 @@ class WorkerCollector(Collector):
         for outcome in _OUTCOMES:
             jobs.add_metric([outcome], getattr(s, outcome))
         yield jobs
-        lost = CounterMetricFamily(
-            "stampede_worker_lost_races", "Repairs a newer write beat (re-read, then retried)."
+        yield _counter(
+            "stampede_worker_lost_races",
+            "Repairs a newer write beat (re-read, then retried).",
+            s.lost_races,
         )
-        lost.add_metric([], s.lost_races)
-        yield lost
         errors = CounterMetricFamily(
             "stampede_worker_errors",
             "Errors by kind: claim (the repair stream unreachable), repair (an attempt "
@@ -278,3 +271,19 @@ async def serve_metrics(
             writer.close()
 
     return await asyncio.start_server(handle, host, port)
+
+
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    """A counter family of one unlabelled sample."""
+    family = CounterMetricFamily(name, documentation)
+    family.add_metric([], value)
+    return family
+
+
+_FINISHED = {
+    RepairAction.REWRITTEN: "repaired",
+    RepairAction.ROLLED_FORWARD: "rolled_forward",
+    RepairAction.DELETED: "deleted",
+    RepairAction.ALREADY_CONSISTENT: "already_consistent",
+}
+"""The `WorkerStats` counter (and log name) of a job finished with each action."""

@@ -21,7 +21,7 @@ import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import SetupError
@@ -261,52 +261,79 @@ def check_identities(
     `SetupError` when a record says its server is another shard, of another number
     of shards, of another deployment or slot layout than `urls` (in order) say.
     """
-    n = len(urls)
     present = [(i, r) for i, r in enumerate(records) if r is not None]
     if not present:
         return None
-    first_i, first = present[0]
-    for i, rec in present:
-        if rec.topology != first.topology:
-            raise SetupError(
-                f"belongs to another stampede deployment (identity {rec.topology}) than "
-                f"{redact(urls[first_i])} (identity {first.topology}); these servers were "
-                f"never sharded together. Check the URLs. {_FIX}",
-                url=redact(urls[i]),
-                problem="order",
-            )
-    for i, rec in present:
-        if rec.shards != n:
-            raise SetupError(
-                f"holds shard #{rec.shard + 1} of {rec.shards}, but {n} URL(s) were given: the "
-                f"data was written over {rec.shards} shards, and keys would now be looked for "
-                f"on the wrong servers. List the same {rec.shards} primaries. {_FIX}",
-                url=redact(urls[i]),
-                problem="count",
-            )
-    for i, rec in present:
-        if rec.shard != i:
-            hint = ""
-            order = _order(urls, records)
-            if order is not None:
-                hint = " List them as: " + ", ".join(redact(u) for u in order) + "."
-            raise SetupError(
-                f"is listed as shard #{i + 1} but holds shard #{rec.shard + 1} of {n}: the URLs "
-                "are in another order than the data was written with, so keys would be "
-                f"looked for on the wrong servers.{hint} {_FIX}",
-                url=redact(urls[i]),
-                problem="order",
-            )
-    for i, rec in present:
-        if rec.layout and rec.layout != layout:
-            raise SetupError(
-                "was written with another slot map or hash_pattern than this connect() "
-                "gives, so keys would be looked for on the wrong servers; pass the slot_map "
-                f"and hash_pattern the data was written with. {_FIX}",
-                url=redact(urls[i]),
-                problem="layout",
-            )
+    given = _Given(urls, records, layout, *present[0])
+    for problem, wrong in _IDENTITY_CHECKS:
+        for i, rec in present:
+            message = wrong(given, i, rec)
+            if message is not None:
+                raise SetupError(f"{message} {_FIX}", url=redact(urls[i]), problem=problem)
+    first = present[0][1]
     return first.topology
+
+
+class _Given(NamedTuple):
+    """What `check_identities` compares each shard's record with."""
+
+    urls: Sequence[str]
+    records: Sequence[Identity | None]
+    layout: str
+    first_i: int
+    first: Identity
+
+
+def _deployment(given: _Given, i: int, rec: Identity) -> str | None:
+    if rec.topology == given.first.topology:
+        return None
+    return (
+        f"belongs to another stampede deployment (identity {rec.topology}) than "
+        f"{redact(given.urls[given.first_i])} (identity {given.first.topology}); these "
+        "servers were never sharded together. Check the URLs."
+    )
+
+
+def _count(given: _Given, i: int, rec: Identity) -> str | None:
+    n = len(given.urls)
+    if rec.shards == n:
+        return None
+    return (
+        f"holds shard #{rec.shard + 1} of {rec.shards}, but {n} URL(s) were given: the "
+        f"data was written over {rec.shards} shards, and keys would now be looked for "
+        f"on the wrong servers. List the same {rec.shards} primaries."
+    )
+
+
+def _place(given: _Given, i: int, rec: Identity) -> str | None:
+    if rec.shard == i:
+        return None
+    order = _order(given.urls, given.records)
+    hint = "" if order is None else " List them as: " + ", ".join(map(redact, order)) + "."
+    return (
+        f"is listed as shard #{i + 1} but holds shard #{rec.shard + 1} of "
+        f"{len(given.urls)}: the URLs are in another order than the data was written "
+        f"with, so keys would be looked for on the wrong servers.{hint}"
+    )
+
+
+def _layout(given: _Given, i: int, rec: Identity) -> str | None:
+    if not rec.layout or rec.layout == given.layout:
+        return None
+    return (
+        "was written with another slot map or hash_pattern than this connect() "
+        "gives, so keys would be looked for on the wrong servers; pass the slot_map "
+        "and hash_pattern the data was written with."
+    )
+
+
+_IDENTITY_CHECKS = (
+    ("order", _deployment),
+    ("count", _count),
+    ("order", _place),
+    ("layout", _layout),
+)
+"""Each check in turn over every record (the first that fails is the one reported)."""
 
 
 def _order(urls: Sequence[str], records: Sequence[Identity | None]) -> list[str] | None:
