@@ -4,11 +4,13 @@ environment variables)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from typing import IO, Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -20,6 +22,7 @@ from ..keys import HashPolicy
 from ..options import ConnectOptions
 
 __all__ = [
+    "Where",
     "connect_from",
     "console",
     "echo_json",
@@ -29,10 +32,14 @@ __all__ = [
     "keys_from_file",
     "pattern_option",
     "policy_from",
+    "setting",
     "show",
     "unreachable",
     "with_connection",
 ]
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -166,11 +173,39 @@ _CONNECTION = [
 ]
 
 
-def with_connection(fn: Any) -> Any:
-    """Add --url, --cluster, --socket-timeout, --partitions and --stream to a command."""
+@dataclass(frozen=True)
+class Where:
+    """The connection options of a command: the servers, and the repair stream."""
+
+    urls: tuple[str, ...]
+    cluster: bool
+    socket_timeout: float
+    partitions: int | None
+    stream: str
+
+    def connect(self) -> Stampede:
+        """A `Stampede` for these servers; a usage error if the options make none."""
+        return connect_from(self.urls, self.cluster, self.socket_timeout)
+
+
+def with_connection(fn: Callable[..., T]) -> Callable[..., T]:
+    """Add --url, --cluster, --socket-timeout, --partitions and --stream to a command,
+    which gets them as one `Where` (its first argument)."""
+
+    @functools.wraps(fn)
+    def command(
+        urls: tuple[str, ...],
+        cluster: bool,
+        socket_timeout: float,
+        partitions: int | None,
+        stream: str,
+        **rest: Any,
+    ) -> T:
+        return fn(Where(urls, cluster, socket_timeout, partitions, stream), **rest)
+
     for option in reversed(_CONNECTION):
-        fn = option(fn)
-    return fn
+        command = option(command)
+    return command
 
 
 def connect_from(urls: Sequence[str], cluster: bool, socket_timeout: float) -> Stampede:
@@ -200,3 +235,19 @@ def unreachable(exc: BaseException) -> bool:
 def from_env(name: str) -> dict[str, Any]:
     """click option settings that read the option from `$STAMPEDE_<name>` too."""
     return {"envvar": f"STAMPEDE_{name}", "show_envvar": True}
+
+
+def setting(
+    *decls: str,
+    type: Any = None,
+    default: Any = None,
+    env: str | None = None,
+    help: str | None = None,
+    **more: Any,
+) -> Callable[[F], F]:
+    """An option whose default `--help` shows, also read from `$STAMPEDE_<env>` when
+    `env` is given: one line per option where click needs six."""
+    settings = from_env(env) if env is not None else {}
+    return click.option(
+        *decls, type=type, default=default, show_default=True, help=help, **settings, **more
+    )

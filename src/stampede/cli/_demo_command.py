@@ -17,7 +17,7 @@ from rich.console import Console
 from ..errors import StampedeError
 from ..testing import LocalCluster, LocalPrimaries, default_server
 from ..verdict import Mode
-from ._common import console
+from ._common import console, setting
 from ._demo import STRATEGIES, Demo, DemoConfig, Summary, run_demo
 from ._demo.display import live_view, summary_table
 
@@ -25,32 +25,28 @@ __all__ = ["demo_command"]
 
 
 @click.command("demo")
-@click.option(
+@setting(
     "--size",
     type=click.IntRange(1, 1_000_000),
     default=200,
-    show_default=True,
     help="Number of entities (half users, half orders).",
 )
-@click.option(
+@setting(
     "--duration",
     type=click.FloatRange(0, 86_400),
     default=10.0,
-    show_default=True,
     help="Seconds of concurrent load.",
 )
-@click.option(
+@setting(
     "--fault-rate",
     type=click.FloatRange(0, 1),
     default=0.05,
-    show_default=True,
     help="Share of writes whose writer dies between shards.",
 )
-@click.option(
+@setting(
     "--strategy",
     type=click.Choice(["all", *STRATEGIES]),
     default="all",
-    show_default=True,
     help="Repair strategy to show; 'all' spreads the entities over the three.",
 )
 @click.option(
@@ -67,11 +63,10 @@ __all__ = ["demo_command"]
     help="Run against your servers instead (repeat per primary; one node with --cluster). "
     "Keys go under 'stampede-demo:' (cleared first); nothing is paused.",
 )
-@click.option(
+@setting(
     "--mode",
     type=click.Choice([m.value for m in Mode]),
     default="commit",
-    show_default=True,
     help="Stamps alone, or stamps and a commit record per group.",
 )
 @click.option("--seed", type=int, default=None, help="Seed the random choices.")

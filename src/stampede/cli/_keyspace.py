@@ -36,6 +36,7 @@ from ._common import (
     keys_from_args,
     pattern_option,
     policy_from,
+    setting,
     show,
 )
 from ._live import check_live_options, print_live, run_live
@@ -109,11 +110,10 @@ def keyslot_command(
     metavar="CODE",
     help="Skip a rule (repeatable), e.g. --ignore SK007.",
 )
-@click.option(
+@setting(
     "--limit",
     type=click.IntRange(0),
     default=50,
-    show_default=True,
     help="Show at most this many findings in the table (0: all); --json has all.",
 )
 @pattern_option
@@ -220,40 +220,36 @@ def _print_findings(findings: Sequence[Finding], total: int, *, limit: int) -> N
 @click.option(
     "--cluster", is_flag=True, help="With --url: the URL is a Redis Cluster node (its slot map)."
 )
-@click.option(
+@setting(
     "--shards",
     "-n",
     type=click.IntRange(1, SLOTS),
     default=3,
-    show_default=True,
     help="Number of shards, slots split evenly (as redis-cli --cluster create); "
     "with --url the servers are the shards.",
 )
-@click.option(
+@setting(
     "--top",
     "-k",
     type=click.IntRange(0),
     default=10,
-    show_default=True,
     help="How many of the fullest slots to list.",
 )
-@click.option(
+@setting(
     "--method",
     type=click.Choice(["auto", "scan", "slot-stats"]),
     default="auto",
-    show_default=True,
     help="With --url: count keys with SCAN, or with CLUSTER SLOT-STATS (Valkey >= 8.0, "
     "Redis >= 8.2); auto uses SLOT-STATS where the cluster has it.",
 )
 @click.option(
     "--match", metavar="GLOB", help="With --url: only keys matching this SCAN MATCH pattern."
 )
-@click.option(
+@setting(
     "--count",
     "scan_count",
     type=click.IntRange(1),
     default=1000,
-    show_default=True,
     help="With --url: the SCAN COUNT hint (keys per call).",
 )
 @pattern_option

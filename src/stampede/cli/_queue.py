@@ -20,7 +20,7 @@ from rich.table import Table
 from .._client import Stampede
 from ..errors import ConfigurationError, StampedeError
 from ..repair._queue import RepairQueue
-from ._common import connect_from, console, unreachable, with_connection
+from ._common import Where, console, setting, unreachable, with_connection
 
 __all__ = ["queue_command"]
 
@@ -29,19 +29,12 @@ EXIT_UNREACHABLE = 3
 T = TypeVar("T")
 
 
-def _run(
-    urls: tuple[str, ...],
-    cluster: bool,
-    socket_timeout: float,
-    partitions: int | None,
-    stream: str,
-    body: Callable[[RepairQueue], Awaitable[T]],
-) -> T:
-    st: Stampede = connect_from(urls, cluster, socket_timeout)
+def _run(where: Where, body: Callable[[RepairQueue], Awaitable[T]]) -> T:
+    st: Stampede = where.connect()
 
     async def run() -> T:
         async with st:
-            queue = RepairQueue(st.topology, name=stream, partitions=partitions)
+            queue = RepairQueue(st.topology, name=where.stream, partitions=where.partitions)
             return await body(queue)
 
     try:
@@ -77,11 +70,7 @@ def queue_command() -> None:
 @with_connection
 @json_option
 def stats_command(
-    urls: tuple[str, ...],
-    cluster: bool,
-    socket_timeout: float,
-    partitions: int | None,
-    stream: str,
+    where: Where,
     as_json: bool,
 ) -> None:
     """Jobs queued, claimed (pending), undelivered (lag), waiting for a retry, dead."""
@@ -92,11 +81,11 @@ def stats_command(
         stats["dead_stream"] = queue.dead.decode("utf-8", "backslashreplace")
         return stats
 
-    stats = _run(urls, cluster, socket_timeout, partitions, stream, body)
+    stats = _run(where, body)
     if as_json:
         _dump(stats)
         return
-    table = Table(title=f"repair queue {stream} ({len(stats['streams'])} partition(s))")
+    table = Table(title=f"repair queue {where.stream} ({len(stats['streams'])} partition(s))")
     table.add_column("count")
     table.add_column("value", justify="right")
     meaning = {
@@ -111,75 +100,61 @@ def stats_command(
     console().print(table)
 
 
+count_option = setting("--count", type=click.IntRange(1, 100_000), default=100)
+
+
 @queue_command.command("dead")
 @with_connection
-@click.option("--count", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@count_option
 @json_option
-def dead_command(
-    urls: tuple[str, ...],
-    cluster: bool,
-    socket_timeout: float,
-    partitions: int | None,
-    stream: str,
-    count: int,
-    as_json: bool,
-) -> None:
+def dead_command(where: Where, count: int, as_json: bool) -> None:
     """The newest dead letters with their last error."""
-
-    async def body(queue: RepairQueue) -> list[dict[str, str]]:
-        return await queue.dead_letters(count)
-
-    dead = _run(urls, cluster, socket_timeout, partitions, stream, body)
-    if as_json:
-        _dump(dead)
-        return
-    table = Table(title=f"{len(dead)} dead letter(s), newest first")
-    for column in ("id", "group", "attempts", "failed at", "last error"):
-        table.add_column(column)
-    for entry in dead:
-        table.add_row(
-            entry["id"],
-            entry.get("group", "?"),
-            entry.get("attempts", "?"),
-            _when(entry.get("failed_at")),
-            entry.get("last_error", ""),
-        )
-    console().print(table)
+    dead = _run(where, lambda queue: queue.dead_letters(count))
+    _listing(dead, as_json, f"{len(dead)} dead letter(s), newest first", _DEAD_COLUMNS)
 
 
 @queue_command.command("delayed")
 @with_connection
-@click.option("--count", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@count_option
 @json_option
-def delayed_command(
-    urls: tuple[str, ...],
-    cluster: bool,
-    socket_timeout: float,
-    partitions: int | None,
-    stream: str,
-    count: int,
-    as_json: bool,
-) -> None:
+def delayed_command(where: Where, count: int, as_json: bool) -> None:
     """Failed jobs waiting for their retry delay, soonest first."""
+    waiting = _run(where, lambda queue: queue.delayed(count))
+    _listing(waiting, as_json, f"{len(waiting)} retry(ies) waiting", _DELAYED_COLUMNS)
 
-    async def body(queue: RepairQueue) -> list[dict[str, Any]]:
-        return await queue.delayed(count)
 
-    waiting = _run(urls, cluster, socket_timeout, partitions, stream, body)
+Column = tuple[str, str, Callable[[Any], str]]
+"""A listing's column: its title, the entry's field, how the value is shown."""
+
+_DEAD_COLUMNS: list[Column] = [
+    ("id", "id", str),
+    ("group", "group", str),
+    ("attempts", "attempts", str),
+    ("failed at", "failed_at", _when),
+    ("last error", "last_error", str),
+]
+_DELAYED_COLUMNS: list[Column] = [
+    ("group", "group", str),
+    ("attempts", "attempts", str),
+    ("due", "due_at", _when),
+    ("delays (s)", "delays", str),
+    ("last error", "last_error", str),
+]
+_MISSING = {"group": "?", "attempts": "?", "delays": "", "last_error": ""}
+
+
+def _listing(
+    entries: list[dict[str, Any]], as_json: bool, title: str, columns: list[Column]
+) -> None:
+    """`entries` as JSON, or as a table of `columns`."""
     if as_json:
-        _dump(waiting)
+        _dump(entries)
         return
-    table = Table(title=f"{len(waiting)} retry(ies) waiting")
-    for column in ("group", "attempts", "due", "delays (s)", "last error"):
-        table.add_column(column)
-    for item in waiting:
-        table.add_row(
-            str(item.get("group", "?")),
-            str(item.get("attempts", "?")),
-            _when(item.get("due_at")),
-            str(item.get("delays", "")),
-            str(item.get("last_error", "")),
-        )
+    table = Table(title=title)
+    for heading, _, _ in columns:
+        table.add_column(heading)
+    for entry in entries:
+        table.add_row(*(show(entry.get(field, _MISSING.get(field))) for _, field, show in columns))
     console().print(table)
 
 
@@ -187,14 +162,10 @@ def delayed_command(
 @with_connection
 @click.option("--id", "ids", multiple=True, metavar="ID", help="A dead letter's id (repeatable).")
 @click.option("--all", "every", is_flag=True, help="Requeue every dead letter (up to --count).")
-@click.option("--count", type=click.IntRange(1, 1_000_000), default=10_000, show_default=True)
+@setting("--count", type=click.IntRange(1, 1_000_000), default=10_000)
 @json_option
 def requeue_command(
-    urls: tuple[str, ...],
-    cluster: bool,
-    socket_timeout: float,
-    partitions: int | None,
-    stream: str,
+    where: Where,
     ids: tuple[str, ...],
     every: bool,
     count: int,
@@ -211,7 +182,7 @@ def requeue_command(
     async def body(queue: RepairQueue) -> list[dict[str, str]]:
         return await queue.requeue_dead(list(ids) if ids else None, count=count)
 
-    results = _run(urls, cluster, socket_timeout, partitions, stream, body)
+    results = _run(where, body)
     if as_json:
         _dump(results)
         return

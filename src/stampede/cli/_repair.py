@@ -20,7 +20,7 @@ from ..repair._queue import RepairQueue
 from ..repair._worker import RetryBackoff, Worker, event, serve_metrics
 from ..topology import cluster_mode
 from ..verdict import Mode
-from ._common import connect_from, from_env, unreachable, with_connection
+from ._common import Where, from_env, setting, unreachable, with_connection
 from ._logs import log_options, setup_logging
 
 __all__ = ["worker_command"]
@@ -32,7 +32,7 @@ async def _plain_server(url: str, socket_timeout: float) -> bool:
     return await cluster_mode(url, options) is False
 
 
-async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeout: float) -> None:
+async def _open(st: Stampede, where: Where) -> None:
     """Open the connection; misconfiguration is fatal, an unreachable server is not (the
     worker keeps trying, as it does when a shard goes down later)."""
     try:
@@ -42,9 +42,9 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
             raise
         event("worker.connect_failed", logging.WARNING, error=str(exc))
     except ShardError as exc:
-        if cluster and await _plain_server(urls[0], socket_timeout):
+        if where.cluster and await _plain_server(where.urls[0], where.socket_timeout):
             raise ConfigurationError(
-                f"{urls[0]} is a plain Redis server (cluster_enabled:0), not a cluster node: "
+                f"{where.urls[0]} is a plain Redis server (cluster_enabled:0), not a cluster node: "
                 "drop --cluster and give one --url per primary"
             ) from None
         event("worker.connect_failed", logging.WARNING, error=str(exc))
@@ -61,71 +61,63 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     "async, or returning an async context manager) run in the worker's event loop. The "
     "current directory is on the import path.",
 )
-@click.option(
+@setting(
     "--mode",
     type=click.Choice(["stamp", "commit"]),
     default="stamp",
-    show_default=True,
-    **from_env("MODE"),
+    env="MODE",
     help="How groups are judged when a job does not say (jobs carry their own).",
 )
-@click.option(
+@setting(
     "--concurrency",
     type=click.IntRange(1, 1024),
     default=4,
-    show_default=True,
-    **from_env("CONCURRENCY"),
+    env="CONCURRENCY",
 )
 @click.option(
     "--consumer", default=None, **from_env("CONSUMER"), help="Consumer name [default: host-pid]."
 )
-@click.option(
+@setting(
     "--max-attempts",
     type=click.IntRange(1, 100),
     default=5,
-    show_default=True,
-    **from_env("MAX_ATTEMPTS"),
+    env="MAX_ATTEMPTS",
 )
-@click.option(
+@setting(
     "--retry-delay",
     type=click.FloatRange(min=0),
     default=1.0,
-    show_default=True,
-    **from_env("RETRY_DELAY"),
+    env="RETRY_DELAY",
     help="Seconds before the first retry of a failed job; each retry doubles it, less "
     "up to half at random (0: retry at once).",
 )
-@click.option(
+@setting(
     "--retry-max-delay",
     type=click.FloatRange(min=0),
     default=60.0,
-    show_default=True,
-    **from_env("RETRY_MAX_DELAY"),
+    env="RETRY_MAX_DELAY",
     help="The longest delay between two attempts of a job.",
 )
-@click.option(
+@setting(
     "--sweep-interval",
     type=click.FloatRange(min=0),
     default=60.0,
-    show_default=True,
-    **from_env("SWEEP_INTERVAL"),
+    env="SWEEP_INTERVAL",
     help="Seconds between sweeps that collect read-atomic transactions' old versions "
     "of keys no longer written (0: never).",
 )
-@click.option(
+@setting(
     "--min-idle",
     type=click.FloatRange(min=0.01),
     default=30.0,
-    show_default=True,
-    **from_env("MIN_IDLE"),
+    env="MIN_IDLE",
     help="Seconds before a job of a dead worker is taken over.",
 )
-@click.option(
+@setting(
     "--grace",
     type=click.FloatRange(min=0),
     default=10.0,
-    show_default=True,
-    **from_env("GRACE"),
+    env="GRACE",
     help="Seconds the jobs in hand get to finish on SIGTERM before they are handed back.",
 )
 @click.option(
@@ -142,29 +134,23 @@ async def _open(st: Stampede, urls: tuple[str, ...], cluster: bool, socket_timeo
     **from_env("METRICS_PORT"),
     help="Serve /metrics (Prometheus) and /healthz on this port.",
 )
-@click.option(
+@setting(
     "--metrics-host",
     default="127.0.0.1",
-    show_default=True,
-    **from_env("METRICS_HOST"),
+    env="METRICS_HOST",
     help="Address the metrics port binds; 0.0.0.0 lets a scraper outside the host "
     "or container reach it.",
 )
-@click.option(
+@setting(
     "--health-interval",
     type=click.FloatRange(min=0.1),
     default=15.0,
-    show_default=True,
-    **from_env("HEALTH_INTERVAL"),
+    env="HEALTH_INTERVAL",
     help="Seconds between health lines in the log.",
 )
 @log_options("info")
 def worker_command(
-    urls: tuple[str, ...],
-    cluster: bool,
-    socket_timeout: float,
-    partitions: int | None,
-    stream: str,
+    where: Where,
     strategy: str,
     mode: str,
     concurrency: int,
@@ -198,15 +184,15 @@ def worker_command(
         backoff = RetryBackoff(base=retry_delay, max_delay=retry_max_delay)
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
-    st = connect_from(urls, cluster, socket_timeout)
+    st = where.connect()
 
     async def run() -> None:
         try:
-            await _open(st, urls, cluster, socket_timeout)
+            await _open(st, where)
             queue = RepairQueue(
                 st.topology,
-                name=stream,
-                partitions=partitions,
+                name=where.stream,
+                partitions=where.partitions,
                 max_attempts=max_attempts,
                 min_idle=min_idle,
             )
@@ -224,7 +210,7 @@ def worker_command(
                     mode=Mode(mode),
                     versions=st.versions,
                     health_interval=health_interval,
-                    block_ms=int(min(1.0, socket_timeout / 2) * 1000),
+                    block_ms=int(min(1.0, where.socket_timeout / 2) * 1000),
                     grace=grace,
                     backoff=backoff,
                     burst=burst,

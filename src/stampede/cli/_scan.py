@@ -15,7 +15,7 @@ from ..errors import ConfigurationError, StampedeError
 from ..repair._queue import RepairQueue
 from ..scan import ScanReport, compile_pattern, scan_groups
 from ..verdict import Mode
-from ._common import connect_from, console, from_env, show, unreachable, with_connection
+from ._common import Where, console, setting, show, unreachable, with_connection
 from ._logs import log_options, setup_logging
 
 __all__ = ["EXIT_ERROR", "EXIT_TORN", "scan_command"]
@@ -34,32 +34,26 @@ EXIT_ERROR = 3
     metavar="REGEX",
     help=r"Regex over whole keys with a named group 'group', e.g. '(?P<group>user:\{\d+\}):.*'.",
 )
-@click.option(
+@setting(
     "--mode",
     type=click.Choice(["auto", "stamp", "commit"]),
     default="auto",
-    show_default=True,
-    **from_env("SCAN_MODE"),
+    env="SCAN_MODE",
     help="How groups are judged. auto: commit mode when the groups have commit records, "
     "else stamp. stamp refuses groups that have records.",
 )
-@click.option("--match", default="*", show_default=True, help="SCAN MATCH glob to narrow the walk.")
-@click.option(
+@setting("--match", default="*", help="SCAN MATCH glob to narrow the walk.")
+@setting(
     "--count",
     type=click.IntRange(1, 100_000),
     default=1000,
-    show_default=True,
     help="SCAN COUNT hint.",
 )
 @click.option("--enqueue", is_flag=True, help="Put every torn group on the repair stream.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @log_options("warning")
 def scan_command(
-    urls: tuple[str, ...],
-    cluster: bool,
-    socket_timeout: float,
-    partitions: int | None,
-    stream: str,
+    where: Where,
     mode: str,
     pattern: str,
     match: str,
@@ -80,7 +74,7 @@ def scan_command(
         regex = compile_pattern(pattern)
     except StampedeError as exc:
         raise click.UsageError(str(exc)) from None
-    st = connect_from(urls, cluster, socket_timeout)
+    st = where.connect()
 
     async def run() -> tuple[ScanReport, int]:
         async with st:
@@ -109,7 +103,7 @@ def scan_command(
                 )
             queued = 0
             if enqueue and report.torn:
-                queue = RepairQueue(st.topology, name=stream, partitions=partitions)
+                queue = RepairQueue(st.topology, name=where.stream, partitions=where.partitions)
                 for torn in report.torn:
                     job = await queue.enqueue(
                         torn.group,
