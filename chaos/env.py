@@ -45,8 +45,8 @@ class Env:
 
     def topology(self) -> Topology:
         if isinstance(self.servers, LocalCluster):
-            return Cluster.from_url(self.servers.url, options=CHAOS_CONNECTION)
-        return Shards.from_urls(self.servers.urls, options=CHAOS_CONNECTION)
+            return Cluster(self.servers.url, options=CHAOS_CONNECTION)
+        return Shards(self.servers.urls, options=CHAOS_CONNECTION)
 
     def node(self, shard: str) -> RedisNode:
         return next(n for n in self.servers.nodes if n.address == shard)

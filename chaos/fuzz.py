@@ -354,7 +354,7 @@ def offline_queue() -> RepairQueue:
     """A `RepairQueue` over a never-connected `Shards` (parsing needs no server)."""
     global _QUEUE
     if _QUEUE is None:
-        _QUEUE = RepairQueue(Shards.from_urls(["redis://127.0.0.1:1"]))
+        _QUEUE = RepairQueue(Shards(["redis://127.0.0.1:1"]))
     return _QUEUE
 
 

@@ -42,9 +42,9 @@ async def _run(
 ) -> None:  # fmt: skip
     inner: Cluster | Shards
     if cluster:
-        inner = Cluster.from_url(urls[0], options=CHAOS_CONNECTION)
+        inner = Cluster(urls[0], options=CHAOS_CONNECTION)
     else:
-        inner = Shards.from_urls(urls, options=CHAOS_CONNECTION)
+        inner = Shards(urls, options=CHAOS_CONNECTION)
     topology = StepTopology(inner)
     st = Stampede(topology, options=Options(connection=CHAOS_CONNECTION))
     rng = random.Random(seed)

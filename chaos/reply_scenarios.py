@@ -97,7 +97,7 @@ async def lost_reply(run: Run) -> None:
     for proxy in proxies:
         await proxy.start()
     topology = FaultyTopology(
-        Shards.from_urls([p.url for p in proxies], options=CHAOS_CONNECTION), history=run.history
+        Shards([p.url for p in proxies], options=CHAOS_CONNECTION), history=run.history
     )
     try:
         await topology.open()

@@ -61,8 +61,8 @@ def connect(
             raise ConfigurationError(
                 "slot_map and hash_pattern apply to client-side sharding, not a cluster"
             )
-        topology: Topology = Cluster.from_url(urls[0], options=opts.connection)
+        topology: Topology = Cluster(urls[0], options=opts.connection)
     else:
         policy = HashPolicy(hash_pattern) if hash_pattern is not None else None
-        topology = Shards.from_urls(urls, options=opts.connection, slot_map=slot_map, policy=policy)
+        topology = Shards(urls, options=opts.connection, slot_map=slot_map, policy=policy)
     return Stampede(topology, options=opts)

@@ -290,7 +290,7 @@ def test_history_round_trips_through_json_lines(tmp_path: Path) -> None:
 
 @pytest.fixture
 async def shards(stampede_primaries: LocalPrimaries) -> AsyncIterator[Shards]:
-    topology = Shards.from_urls(stampede_primaries.urls, options=FAST)
+    topology = Shards(stampede_primaries.urls, options=FAST)
     yield topology
     await topology.aclose()
 

@@ -47,7 +47,7 @@ def planted(stampede_cluster: LocalCluster) -> Iterator[LocalCluster]:
 
 @pytest.fixture
 async def cluster_topology(planted: LocalCluster) -> AsyncIterator[Cluster]:
-    topology = Cluster.from_url(planted.url)
+    topology = Cluster(planted.url)
     await topology.open()
     try:
         yield topology
@@ -148,7 +148,7 @@ async def test_slot_stats_cpu_and_network_when_enabled(
 async def test_client_side_shards_use_their_slot_map(stampede_primaries: LocalPrimaries) -> None:
     """On independent primaries the topology's SlotMap decides; a stray key is reported."""
     slot_map = SlotMap.from_ranges({0: [(0, 999)], 1: [(1000, 1999)], 2: [(2000, SLOTS - 1)]})
-    topology = Shards.from_urls(stampede_primaries.urls, slot_map=slot_map)
+    topology = Shards(stampede_primaries.urls, slot_map=slot_map)
     keys = [f"user:{{{i}}}:a".encode() for i in range(200)]
     try:
         for key in keys:

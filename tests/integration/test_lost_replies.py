@@ -59,7 +59,7 @@ async def _proxied(
             await proxy.start()
             proxies[node.address] = proxy
         by_target = {f"{p.target[0]}:{p.target[1]}": p for p in proxies.values()}
-        topology = Cluster.from_url(
+        topology = Cluster(
             proxies[env.masters[0].address].url,
             options=connection,
             address_remap=lambda addr: (

@@ -67,9 +67,9 @@ def run_live(
     async def run() -> LiveSlots:
         topology: Topology
         if cluster:
-            topology = Cluster.from_url(urls[0])
+            topology = Cluster(urls[0])
         else:
-            topology = Shards.from_urls(list(urls), policy=policy)
+            topology = Shards(list(urls), policy=policy)
         try:
             if isinstance(topology, Cluster):
                 await topology.open()

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from types import TracebackType
-from typing import Self, Unpack
+from typing import Unpack
 
 from ._admin import (
     bootstrap_cluster,
@@ -15,6 +14,7 @@ from ._admin import (
     slot_table,
     wait_for,
 )
+from ._lifecycle import Started
 from .migration import SlotMigration
 from .node import NodeOptions, RedisNode, stop_nodes
 
@@ -24,7 +24,7 @@ __all__ = ["READY_TIMEOUT", "LocalCluster"]
 READY_TIMEOUT = 30.0
 
 
-class LocalCluster:
+class LocalCluster(Started):
     """`masters` masters sharing the 16384 slots evenly, each with `replicas` replicas.
 
     `replicas` counts replicas *per master*, as `redis-cli --cluster-replicas` does:
@@ -121,18 +121,6 @@ class LocalCluster:
         for slot in list(self._migrations):
             self.finish_migration(slot, timeout=timeout)
         self.wait_until_ok(timeout)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- slots -----------------------------------------------------------------------
 

@@ -22,11 +22,11 @@ import tempfile
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, TypedDict
+from typing import Any, TypedDict
 
 import redis
 
+from ._lifecycle import Addressed, Started
 from ._ports import release_port, reserve_free_port, reserve_port
 from ._server import admin_retry, launcher, server_args, wait_until_answers
 from .errors import ServerStartError
@@ -101,7 +101,7 @@ def stop_nodes(nodes: Sequence[RedisNode]) -> None:
         raise errors[0]
 
 
-class RedisNode:
+class RedisNode(Started, Addressed):
     """A redis-server process on a free port of `host`, in a private temporary directory."""
 
     def __init__(
@@ -136,16 +136,6 @@ class RedisNode:
         if self._port is None:
             raise RuntimeError("this node has no port yet: call start() first")
         return self._port
-
-    @property
-    def address(self) -> str:
-        """`host:port`, as Redis Cluster writes node addresses."""
-        return f"{self.host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        """`redis://host:port`."""
-        return f"redis://{self.address}"
 
     # -- state -----------------------------------------------------------------------
 
@@ -280,22 +270,6 @@ class RedisNode:
                 else:
                     entry.unlink(missing_ok=True)
         self.start()
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- internals -------------------------------------------------------------------
 

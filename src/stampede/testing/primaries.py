@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Self, Unpack
+from typing import Unpack
 
 from ._admin import command
+from ._lifecycle import Started
 from .node import NodeOptions, RedisNode, stop_nodes
 
 __all__ = ["LocalPrimaries"]
 
 
-class LocalPrimaries:
+class LocalPrimaries(Started):
     """`n` unrelated redis-server processes, each on its own free port."""
 
     def __init__(self, n: int = 3, **node_kwargs: Unpack[NodeOptions]) -> None:
@@ -56,15 +56,3 @@ class LocalPrimaries:
                 node.resume()
             elif not node.is_running:
                 node.restart()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -36,10 +36,11 @@ import contextlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Self
 
 import hiredis
+
+from ._lifecycle import Addressed
 
 __all__ = ["Match", "ProxyRule", "RedisProxy"]
 
@@ -70,7 +71,7 @@ class ProxyRule:
         return True
 
 
-class RedisProxy:
+class RedisProxy(Addressed):
     """A TCP proxy on `host` (a free port) relaying to the Redis server at `target`.
 
     `target` is `"host:port"` (or a `(host, port)` pair). Start it with
@@ -100,16 +101,6 @@ class RedisProxy:
 
     def __repr__(self) -> str:
         return f"<RedisProxy {self.address} -> {self.target[0]}:{self.target[1]}>"
-
-    @property
-    def address(self) -> str:
-        """`"host:port"` of the proxy."""
-        return f"{self.host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        """`redis://host:port` of the proxy."""
-        return f"redis://{self.address}"
 
     # -- rules -----------------------------------------------------------------------
 
@@ -165,12 +156,7 @@ class RedisProxy:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # -- relaying --------------------------------------------------------------------

@@ -65,17 +65,6 @@ class Cluster:
         self._batchers: dict[str, tuple[Coalescer[Any, Any], Coalescer[Any, Any]]] = {}
         self._markers = Markers(keyslot)
 
-    @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        options: ConnectOptions | None = None,
-        address_remap: AddressRemap | None = None,
-    ) -> Cluster:
-        """The same as `Cluster(url, ...)`."""
-        return cls(url, options=options, address_remap=address_remap)
-
     async def open(self) -> None:
         """Check the startup node, learn the slot map, and check every primary.
 

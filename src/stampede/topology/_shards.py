@@ -118,18 +118,6 @@ class Shards:
             for i in range(len(endpoints))
         ]
 
-    @classmethod
-    def from_urls(
-        cls,
-        urls: Sequence[str],
-        *,
-        options: ConnectOptions | None = None,
-        slot_map: SlotMap | None = None,
-        policy: HashPolicy | None = None,
-    ) -> Shards:
-        """The same as `Shards(urls, ...)`."""
-        return cls(urls, options=options, slot_map=slot_map, policy=policy)
-
     async def open(self) -> None:
         """Check every primary before anything is written; `SetupError` if one is unfit.
 
