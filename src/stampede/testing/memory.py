@@ -33,7 +33,7 @@ from .._lua import Script, script
 from ..errors import ConfigurationError, ShardResponseError
 from ..keys import SlotMap, keyslot
 from ..results import GuardCode
-from ..topology._base import WriteOutcome
+from ..topology._base import FixedShards, WriteOutcome
 from ..topology._guard import CAS, KEEP_MS, KEPT_DEPTH
 from ..topology._node_ops import Body, Command
 from ..wire import CLOCK_FLOOR
@@ -109,7 +109,7 @@ def kept_key(key: bytes) -> bytes | None:
     return None if b"}" in key else b"{" + key + b"}:stampede:p"
 
 
-class MemoryTopology:
+class MemoryTopology(FixedShards):
     """Independent "primaries" in this process (see the module)."""
 
     slot_bound = False
@@ -122,14 +122,6 @@ class MemoryTopology:
         self._data: list[dict[bytes, _Entry]] = [{} for _ in self._names]
 
     # -- where keys live ------------------------------------------------------------
-
-    @property
-    def shard_names(self) -> list[str]:
-        return list(self._names)
-
-    @property
-    def slot_map(self) -> SlotMap:
-        return self._map
 
     def slot_of(self, key: bytes) -> int:
         return keyslot(key)

@@ -25,12 +25,14 @@ from ._resp import (
 )
 
 if TYPE_CHECKING:
+    from ..keys import SlotMap
     from ..typing import Topology
     from ._coalesce import Fanin
 
 __all__ = [
     "READ_WATCH",
     "TRANSPORT_ERRORS",
+    "FixedShards",
     "ReadWatch",
     "WriteOutcome",
     "call_units",
@@ -42,6 +44,22 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+class FixedShards:
+    """`shard_names` and `slot_map` of a topology whose shards are fixed when it is
+    built (`_names` in slot-range order, `_map`)."""
+
+    _names: list[str]
+    _map: SlotMap
+
+    @property
+    def shard_names(self) -> list[str]:
+        return list(self._names)
+
+    @property
+    def slot_map(self) -> SlotMap:
+        return self._map
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from ..keys import HashPolicy, SlotMap, keyslot
 from ..options import ConnectOptions
 from ._base import (
     TRANSPORT_ERRORS,
+    FixedShards,
     WriteOutcome,
     guarded,
     mapped,
@@ -63,7 +64,7 @@ _PLACES_MAX = 1 << 16
 """Keys whose (slot, shard) a `Shards` remembers before it starts again."""
 
 
-class Shards:
+class Shards(FixedShards):
     """A client-side sharded set of independent Redis primaries."""
 
     slot_bound = False
@@ -234,14 +235,6 @@ class Shards:
         here = self._names.index(shard)
         index = self._index
         return [k for k in keys if k != IDENTITY_KEY and index(k) != here]
-
-    @property
-    def shard_names(self) -> list[str]:
-        return list(self._names)
-
-    @property
-    def slot_map(self) -> SlotMap:
-        return self._map
 
     def slot_of(self, key: bytes) -> int:
         return self._place(key)[0]
