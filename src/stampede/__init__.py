@@ -54,6 +54,7 @@ from .results import Receipt as Receipt
 from .results import TransactionReceipt as TransactionReceipt
 from .topology import Cluster as Cluster
 from .topology import Shards as Shards
+from .typing import GuardStamp as GuardStamp
 from .typing import PayloadCodec as PayloadCodec
 from .typing import Topology as Topology
 from .typing import VersionSource as VersionSource
@@ -77,6 +78,7 @@ __all__ = [
     "CrossSlotError",
     "Envelope",
     "GuardCode",
+    "GuardStamp",
     "HashPolicy",
     "HybridClock",
     "InvalidKeyError",

@@ -366,12 +366,8 @@ def kind_name(value: object) -> str:
 
 
 def _group(group: bytes | str) -> bytes:
-    if not isinstance(group, bytes | str):
-        raise InvalidKeyError(
-            f"the group name must be str or bytes, got {kind_name(group)}; name the entity, "
-            "e.g. 'user:{42}'"
-        )
-    gkey = to_bytes(group)
-    if not gkey:
-        raise InvalidKeyError("the group name is empty; name the entity, e.g. 'user:{42}'")
-    return gkey
+    gkey = to_bytes(group) if isinstance(group, bytes | str) else None
+    if gkey:
+        return gkey
+    problem = "is empty" if gkey is not None else f"must be str or bytes, got {kind_name(group)}"
+    raise InvalidKeyError(f"the group name {problem}; name the entity, e.g. 'user:{{42}}'")

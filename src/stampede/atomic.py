@@ -316,19 +316,15 @@ class RegisteredScript:
     servers that restarted or never saw it work without a separate load step.
     """
 
+    sha: str
+    """The SHA1 of the source, as EVALSHA and SCRIPT LOAD name it."""
+    source: bytes
+    """The Lua source."""
+
     def __init__(self, source: bytes | str, *, name: str | None = None) -> None:
         self._script = Script(source)
-        self.name = name or f"script {self._script.sha[:12]}"
-
-    @property
-    def sha(self) -> str:
-        """The SHA1 of the source, as EVALSHA and SCRIPT LOAD name it."""
-        return self._script.sha
-
-    @property
-    def source(self) -> bytes:
-        """The Lua source."""
-        return self._script.source
+        self.sha, self.source = self._script.sha, self._script.source
+        self.name = name or f"script {self.sha[:12]}"
 
     async def __call__(
         self, target: Target, *, keys: Sequence[Key], args: Sequence[Any] = ()

@@ -68,3 +68,29 @@ async def test_usage_and_unreachable(stampede_primaries: LocalPrimaries) -> None
     )
     assert result.returncode == 3, result.stderr.decode()
     assert f"127.0.0.1:{port}".encode() in result.stderr and b"Traceback" not in result.stderr
+
+
+async def test_dead_and_delayed_tables(stampede_primaries: LocalPrimaries) -> None:
+    """Without --json, dead letters and waiting retries are tables with every column."""
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    async with open_stampede(stampede_primaries, "shards") as st:
+        queue = RepairQueue(st.topology, max_attempts=3)
+        await queue.clear()
+        await plant(st, queue, 2)
+        first, second = await queue.claim("w", 10)
+        assert not await queue.fail(first, "a retry", delay=600)  # waits for its retry
+        assert await RepairQueue(st.topology, max_attempts=1).fail(second, "gone for good")
+
+    def table(*args: str) -> str:
+        result = run_cli("queue", *args, *urls, timeout=60)
+        assert result.returncode == 0, result.stderr.decode()[-2000:]
+        return result.stdout.decode()
+
+    delayed = await asyncio.to_thread(table, "delayed")
+    for heading in ("group", "attempts", "due", "delays (s)", "last error"):
+        assert heading in delayed
+    assert "a retry" in delayed and first.group.decode() in delayed
+    dead = await asyncio.to_thread(table, "dead")
+    for heading in ("id", "group", "attempts", "failed at", "last error"):
+        assert heading in dead
+    assert "gone for good" in dead and second.group.decode() in dead

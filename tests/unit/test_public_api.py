@@ -8,7 +8,7 @@ import stampede.testing
 
 EXPECTED = [
     "AtomicRead", "ClockSkewError", "Cluster", "ConfigurationError", "ConnectOptions",
-    "Counter", "CrossSlotError", "Envelope", "GuardCode", "HashPolicy", "HybridClock",
+    "Counter", "CrossSlotError", "Envelope", "GuardCode", "GuardStamp", "HashPolicy", "HybridClock",
     "InvalidKeyError", "InvalidValueError", "JsonCodec", "KeySpace", "MalformedEntry",
     "MalformedEnvelope", "Mode", "ModelValidationError", "Options", "OrderingError",
     "OutcomeUnknownError", "PartialWriteError", "PayloadCodec", "ReadError", "ReadResult",

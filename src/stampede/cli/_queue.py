@@ -11,7 +11,7 @@ import asyncio
 import datetime
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -100,62 +100,68 @@ def stats_command(
     console().print(table)
 
 
-count_option = setting("--count", type=click.IntRange(1, 100_000), default=100)
+def _listing_command(
+    name: str, doc: str, fetch: Callable[[RepairQueue, int], Awaitable[list[Any]]], title: str
+) -> None:
+    """Add `stampede queue <name>`: the entries `fetch` gives, as a table or JSON."""
+
+    def command(where: Where, count: int, as_json: bool) -> None:
+        entries = _run(where, lambda queue: fetch(queue, count))
+        _listing(entries, as_json, title.format(n=len(entries)), _COLUMNS[name])
+
+    command.__doc__ = doc
+    count = setting("--count", type=click.IntRange(1, 100_000), default=100)
+    queue_command.command(name)(with_connection(count(json_option(command))))
 
 
-@queue_command.command("dead")
-@with_connection
-@count_option
-@json_option
-def dead_command(where: Where, count: int, as_json: bool) -> None:
-    """The newest dead letters with their last error."""
-    dead = _run(where, lambda queue: queue.dead_letters(count))
-    _listing(dead, as_json, f"{len(dead)} dead letter(s), newest first", _DEAD_COLUMNS)
-
-
-@queue_command.command("delayed")
-@with_connection
-@count_option
-@json_option
-def delayed_command(where: Where, count: int, as_json: bool) -> None:
-    """Failed jobs waiting for their retry delay, soonest first."""
-    waiting = _run(where, lambda queue: queue.delayed(count))
-    _listing(waiting, as_json, f"{len(waiting)} retry(ies) waiting", _DELAYED_COLUMNS)
-
-
-Column = tuple[str, str, Callable[[Any], str]]
-"""A listing's column: its title, the entry's field, how the value is shown."""
-
-_DEAD_COLUMNS: list[Column] = [
-    ("id", "id", str),
-    ("group", "group", str),
-    ("attempts", "attempts", str),
-    ("failed at", "failed_at", _when),
-    ("last error", "last_error", str),
-]
-_DELAYED_COLUMNS: list[Column] = [
-    ("group", "group", str),
-    ("attempts", "attempts", str),
-    ("due", "due_at", _when),
-    ("delays (s)", "delays", str),
-    ("last error", "last_error", str),
-]
+_COLUMNS = {
+    "dead": ("id", "group", "attempts", "failed at", "last error"),
+    "delayed": ("group", "attempts", "due", "delays (s)", "last error"),
+}
+"""Each listing's column headings, in order."""
+_FIELD = {
+    "failed at": "failed_at",
+    "due": "due_at",
+    "delays (s)": "delays",
+    "last error": "last_error",
+}
+"""The entry field under a heading (where it is not the heading itself)."""
 _MISSING = {"group": "?", "attempts": "?", "delays": "", "last_error": ""}
 
 
+def _shown(entry: dict[str, Any], heading: str) -> str:
+    field = _FIELD.get(heading, heading)
+    value = entry.get(field, _MISSING.get(field))
+    return _when(value) if field in ("failed_at", "due_at") else str(value)
+
+
 def _listing(
-    entries: list[dict[str, Any]], as_json: bool, title: str, columns: list[Column]
+    entries: list[dict[str, Any]], as_json: bool, title: str, columns: Sequence[str]
 ) -> None:
     """`entries` as JSON, or as a table of `columns`."""
     if as_json:
         _dump(entries)
         return
     table = Table(title=title)
-    for heading, _, _ in columns:
+    for heading in columns:
         table.add_column(heading)
     for entry in entries:
-        table.add_row(*(show(entry.get(field, _MISSING.get(field))) for _, field, show in columns))
+        table.add_row(*(_shown(entry, heading) for heading in columns))
     console().print(table)
+
+
+_listing_command(
+    "dead",
+    "The newest dead letters with their last error.",
+    RepairQueue.dead_letters,
+    "{n} dead letter(s), newest first",
+)
+_listing_command(
+    "delayed",
+    "Failed jobs waiting for their retry delay, soonest first.",
+    RepairQueue.delayed,
+    "{n} retry(ies) waiting",
+)
 
 
 @queue_command.command("requeue")

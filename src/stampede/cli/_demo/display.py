@@ -45,25 +45,13 @@ def _counters(demo: Demo) -> Table:
     grid = Table.grid(padding=(0, 4))
     for _ in range(3):
         grid.add_column(vertical="top")
+    writes = {"acknowledged": c.writes, "partial": c.writes_failed, "crashed": c.crashes}
+    writes["pauses"] = c.pauses
+    reads = {"consistent": c.consistent, "in flight": c.retried, "torn": c.torn}
+    reads["failed"] = c.read_errors
     grid.add_row(
-        _column(
-            "writes",
-            [
-                ("acknowledged", c.writes),
-                ("partial", c.writes_failed),
-                ("crashed", c.crashes),
-                ("pauses", c.pauses),
-            ],
-        ),
-        _column(
-            "reads",
-            [
-                ("consistent", c.consistent),
-                ("in flight", c.retried),
-                ("torn", c.torn),
-                ("failed", c.read_errors),
-            ],
-        ),
+        _column("writes", list(writes.items())),
+        _column("reads", list(reads.items())),
         _column("repairs", repairs),
     )
     return grid
