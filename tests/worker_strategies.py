@@ -28,6 +28,27 @@ def slow() -> SlowNewestWins:
     return SlowNewestWins()
 
 
+class StallsAfter(NewestWins):
+    """NewestWins that repairs `done` jobs, then holds every later one for ever: a
+    worker killed then certainly dies with jobs in its hands."""
+
+    name = "stalls-after"
+
+    def __init__(self, done: int) -> None:
+        super().__init__()
+        self.left = done
+
+    async def repair(self, ctx: RepairContext, obs: Observation, verdict: Verdict) -> RepairOutcome:
+        if self.left <= 0:
+            await asyncio.Event().wait()
+        self.left -= 1
+        return await super().repair(ctx, obs, verdict)
+
+
+def stalls_after_16() -> StallsAfter:
+    return StallsAfter(16)
+
+
 async def _broken_loader(group: bytes, keys: Sequence[bytes]) -> dict[bytes, bytes]:
     raise ConnectionError("the database is unreachable")
 

@@ -64,20 +64,13 @@ async def test_killed_worker_jobs_are_finished_by_another(
     async with open_stampede(stampede_primaries, "shards") as st:
         queue = RepairQueue(st.topology)
         expected = await plant(st, queue, GROUPS)
-        common = [
-            "--strategy",
-            "tests.worker_strategies:slow",
-            "--concurrency",
-            "8",
-            "--min-idle",
-            "1",
-            "--max-attempts",
-            "3",
-        ]
-        first = await start_cli("worker", *urls, *common, "--consumer", "first")
+        common = ["--concurrency", "8", "--min-idle", "1", "--max-attempts", "3"]
+        stalls = ["--strategy", "tests.worker_strategies:stalls_after_16"]
+        first = await start_cli("worker", *urls, *common, *stalls, "--consumer", "first")
 
-        async def some_done() -> bool:
-            return (await queue.stats())["length"] <= GROUPS - 16
+        async def some_done() -> bool:  # 16 repaired, and 8 more held for ever
+            stats = await queue.stats()
+            return stats["length"] <= GROUPS - 16 and stats["pending"] == 8
 
         await eventually(some_done)
         first.kill()
@@ -85,7 +78,8 @@ async def test_killed_worker_jobs_are_finished_by_another(
         assert first.returncode == -signal.SIGKILL
         left = await queue.stats()
         assert left["pending"] > 0 and left["length"] > 0  # jobs died in its hands
-        second = await start_cli("worker", *urls, *common, "--consumer", "second")
+        slow = ["--strategy", "tests.worker_strategies:slow"]
+        second = await start_cli("worker", *urls, *common, *slow, "--consumer", "second")
 
         async def drained() -> bool:
             return (await queue.stats())["length"] == 0
