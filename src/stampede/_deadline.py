@@ -29,17 +29,20 @@ class Deadline:
     __slots__ = ("_cancelling", "_task", "active", "expired")
 
     def __init__(self, task: asyncio.Task[object]) -> None:
-        self._task = task
+        self._task: asyncio.Task[object] | None = task
         self._cancelling = task.cancelling()
         self.active = True
         self.expired = False
 
     def done(self) -> None:
+        """The operation ended: the deadline no longer holds its task (the bucket
+        keeps this object until it fires; the task and its result need not wait)."""
         self.active = False
+        self._task = None
 
     def expire(self) -> None:
         """The deadline passed: cancel the operation's task, unless it is done."""
-        if self.active:
+        if self.active and self._task is not None:
             self.active = False
             self.expired = True
             self._task.cancel()
@@ -50,7 +53,7 @@ class Deadline:
 
         Takes back this deadline's cancellation request, as `asyncio.timeout` does.
         """
-        if not self.expired:
+        if not self.expired or self._task is None:
             return False
         return self._task.uncancel() <= self._cancelling
 
