@@ -84,13 +84,16 @@ class TypedRead(Generic[T]):
 
     @property
     def consistent(self) -> bool:
+        """True when the parts are one whole write, or the group is not found."""
         return self.result.consistent
 
     @property
     def found(self) -> bool:
+        """False when the group is not found (never written, deleted or expired)."""
         return self.result.found
 
     def __getitem__(self, part: str) -> Any:
+        """`got["profile"]`: the part's model, untyped (`got.parts["profile"]` is typed)."""
         return self.parts[part]
 
 

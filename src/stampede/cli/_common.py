@@ -8,7 +8,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
@@ -30,6 +30,7 @@ __all__ = [
     "input_keys",
     "keys_from_args",
     "keys_from_file",
+    "options",
     "pattern_option",
     "policy_from",
     "setting",
@@ -243,11 +244,41 @@ def setting(
     default: Any = None,
     env: str | None = None,
     help: str | None = None,
+    show_default: bool = True,
     **more: Any,
 ) -> Callable[[F], F]:
     """An option whose default `--help` shows, also read from `$STAMPEDE_<env>` when
     `env` is given: one line per option where click needs six."""
     settings = from_env(env) if env is not None else {}
     return click.option(
-        *decls, type=type, default=default, show_default=True, help=help, **settings, **more
+        *decls,
+        type=type,
+        default=default,
+        show_default=show_default,
+        help=help,
+        **settings,
+        **more,
     )
+
+
+Spec = tuple[Any, ...]
+"""An option in a table: (type, default, help) and, optionally, a dict of more click
+settings (`env` there names its variable when the table's rule would not)."""
+
+
+def options(table: Mapping[str | tuple[str, ...], Spec], *, env: bool = False) -> Callable[[F], F]:
+    """The options of a table, in its order: name (or names) -> `Spec`. Defaults show
+    in `--help`; with `env`, each option is also read from `$STAMPEDE_<NAME>` (its
+    name in capitals, `-` as `_`)."""
+
+    def apply(fn: F) -> F:
+        for name, (kind, default, text, *rest) in reversed(list(table.items())):
+            decls = (name,) if isinstance(name, str) else name
+            more = dict(rest[0]) if rest else {}
+            var = more.pop("env", decls[0].lstrip("-").replace("-", "_").upper())
+            fn = setting(
+                *decls, type=kind, default=default, env=var if env else None, help=text, **more
+            )(fn)
+        return fn
+
+    return apply

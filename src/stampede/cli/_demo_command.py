@@ -17,38 +17,32 @@ from rich.console import Console
 from ..errors import StampedeError
 from ..testing import LocalCluster, LocalPrimaries, default_server
 from ..verdict import Mode
-from ._common import console, setting
+from ._common import Spec, console, options, setting
 from ._demo import STRATEGIES, Demo, DemoConfig, Summary, run_demo
 from ._demo.display import live_view, summary_table
 
 __all__ = ["demo_command"]
 
 
+_DEMO_OPTIONS: dict[str | tuple[str, ...], Spec] = {
+    "--size": (click.IntRange(1, 1_000_000), 200, "Number of entities (half users, half orders)."),
+    "--duration": (click.FloatRange(0, 86_400), 10.0, "Seconds of concurrent load."),
+    "--fault-rate": (
+        click.FloatRange(0, 1),
+        0.05,
+        "Share of writes whose writer dies between shards.",
+    ),
+    "--strategy": (
+        click.Choice(["all", *STRATEGIES]),
+        "all",
+        "Repair strategy to show; 'all' spreads the entities over the three.",
+    ),
+}
+"""`stampede demo`'s load and repair options, in `--help` order."""
+
+
 @click.command("demo")
-@setting(
-    "--size",
-    type=click.IntRange(1, 1_000_000),
-    default=200,
-    help="Number of entities (half users, half orders).",
-)
-@setting(
-    "--duration",
-    type=click.FloatRange(0, 86_400),
-    default=10.0,
-    help="Seconds of concurrent load.",
-)
-@setting(
-    "--fault-rate",
-    type=click.FloatRange(0, 1),
-    default=0.05,
-    help="Share of writes whose writer dies between shards.",
-)
-@setting(
-    "--strategy",
-    type=click.Choice(["all", *STRATEGIES]),
-    default="all",
-    help="Repair strategy to show; 'all' spreads the entities over the three.",
-)
+@options(_DEMO_OPTIONS)
 @click.option(
     "--cluster",
     is_flag=True,

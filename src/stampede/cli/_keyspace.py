@@ -30,13 +30,15 @@ from ..keys import (
     lint,
 )
 from ._common import (
+    F,
+    Spec,
     console,
     echo_json,
     input_keys,
     keys_from_args,
+    options,
     pattern_option,
     policy_from,
-    setting,
     show,
 )
 from ._live import check_live_options, print_live, run_live
@@ -52,6 +54,11 @@ _file_option = click.option(
     help="Read keys from this file, one per line ('-' for stdin).",
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
+
+
+def _keys_input(fn: F) -> F:
+    """KEY arguments, and --file for more."""
+    return click.argument("keys", nargs=-1, metavar="[KEY]...")(_file_option(fn))
 
 
 @click.command("keyslot")
@@ -100,22 +107,24 @@ def keyslot_command(
         click.echo(f"{show(raw):<{key_width}}  {where}  hashed={show(part)}")
 
 
+_LINT_OPTIONS: dict[str | tuple[str, ...], Spec] = {
+    ("--ignore", "ignored"): (
+        None,
+        None,
+        "Skip a rule (repeatable), e.g. --ignore SK007.",
+        {"multiple": True, "metavar": "CODE", "show_default": False},
+    ),
+    "--limit": (
+        click.IntRange(0),
+        50,
+        "Show at most this many findings in the table (0: all); --json has all.",
+    ),
+}
+
+
 @click.command("lint")
-@click.argument("keys", nargs=-1, metavar="[KEY]...")
-@_file_option
-@click.option(
-    "--ignore",
-    "ignored",
-    multiple=True,
-    metavar="CODE",
-    help="Skip a rule (repeatable), e.g. --ignore SK007.",
-)
-@setting(
-    "--limit",
-    type=click.IntRange(0),
-    default=50,
-    help="Show at most this many findings in the table (0: all); --json has all.",
-)
+@_keys_input
+@options(_LINT_OPTIONS)
 @pattern_option
 @click.option("--rules", "list_rules", is_flag=True, help="List the rules and exit.")
 @_json_option
@@ -206,52 +215,50 @@ def _print_findings(findings: Sequence[Finding], total: int, *, limit: int) -> N
     out.print(f"{found} in {keys_hit:,} of {plural(total, 'key')} ({summary})", soft_wrap=True)
 
 
+_SLOTS_OPTIONS: dict[str | tuple[str, ...], Spec] = {
+    ("--url", "urls"): (
+        None,
+        None,
+        "Analyse live servers instead: SCAN every primary (repeat per primary of "
+        "client-side shards; one node with --cluster).",
+        {"multiple": True, "metavar": "URL", "show_default": False},
+    ),
+    "--cluster": (
+        None,
+        False,
+        "With --url: the URL is a Redis Cluster node (its slot map).",
+        {"is_flag": True, "show_default": False},
+    ),
+    ("--shards", "-n"): (
+        click.IntRange(1, SLOTS),
+        3,
+        "Number of shards, slots split evenly (as redis-cli --cluster create); "
+        "with --url the servers are the shards.",
+    ),
+    ("--top", "-k"): (click.IntRange(0), 10, "How many of the fullest slots to list."),
+    "--method": (
+        click.Choice(["auto", "scan", "slot-stats"]),
+        "auto",
+        "With --url: count keys with SCAN, or with CLUSTER SLOT-STATS (Valkey >= 8.0, "
+        "Redis >= 8.2); auto uses SLOT-STATS where the cluster has it.",
+    ),
+    "--match": (
+        None,
+        None,
+        "With --url: only keys matching this SCAN MATCH pattern.",
+        {"metavar": "GLOB", "show_default": False},
+    ),
+    ("--count", "scan_count"): (
+        click.IntRange(1),
+        1000,
+        "With --url: the SCAN COUNT hint (keys per call).",
+    ),
+}
+
+
 @click.command("slots")
-@click.argument("keys", nargs=-1, metavar="[KEY]...")
-@_file_option
-@click.option(
-    "--url",
-    "urls",
-    multiple=True,
-    metavar="URL",
-    help="Analyse live servers instead: SCAN every primary (repeat per primary of "
-    "client-side shards; one node with --cluster).",
-)
-@click.option(
-    "--cluster", is_flag=True, help="With --url: the URL is a Redis Cluster node (its slot map)."
-)
-@setting(
-    "--shards",
-    "-n",
-    type=click.IntRange(1, SLOTS),
-    default=3,
-    help="Number of shards, slots split evenly (as redis-cli --cluster create); "
-    "with --url the servers are the shards.",
-)
-@setting(
-    "--top",
-    "-k",
-    type=click.IntRange(0),
-    default=10,
-    help="How many of the fullest slots to list.",
-)
-@setting(
-    "--method",
-    type=click.Choice(["auto", "scan", "slot-stats"]),
-    default="auto",
-    help="With --url: count keys with SCAN, or with CLUSTER SLOT-STATS (Valkey >= 8.0, "
-    "Redis >= 8.2); auto uses SLOT-STATS where the cluster has it.",
-)
-@click.option(
-    "--match", metavar="GLOB", help="With --url: only keys matching this SCAN MATCH pattern."
-)
-@setting(
-    "--count",
-    "scan_count",
-    type=click.IntRange(1),
-    default=1000,
-    help="With --url: the SCAN COUNT hint (keys per call).",
-)
+@_keys_input
+@options(_SLOTS_OPTIONS)
 @pattern_option
 @_json_option
 @click.pass_context

@@ -20,7 +20,7 @@ from ..repair._queue import RepairQueue
 from ..repair._worker import RetryBackoff, Worker, event, serve_metrics
 from ..topology import cluster_mode
 from ..verdict import Mode
-from ._common import Where, from_env, setting, unreachable, with_connection
+from ._common import Spec, Where, options, unreachable, with_connection
 from ._logs import log_options, setup_logging
 
 __all__ = ["worker_command"]
@@ -50,104 +50,78 @@ async def _open(st: Stampede, where: Where) -> None:
         event("worker.connect_failed", logging.WARNING, error=str(exc))
 
 
+_SECONDS = click.FloatRange(min=0)
+_WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
+    "--strategy": (
+        None,
+        None,
+        "'newest-wins', or 'module:name': a strategy instance, or a factory (possibly "
+        "async, or returning an async context manager) run in the worker's event loop. The "
+        "current directory is on the import path.",
+        {"required": True, "metavar": "SPEC", "show_default": False},
+    ),
+    "--mode": (
+        click.Choice(["stamp", "commit"]),
+        "stamp",
+        "How groups are judged when a job does not say (jobs carry their own).",
+    ),
+    "--concurrency": (click.IntRange(1, 1024), 4, None),
+    "--consumer": (None, None, "Consumer name [default: host-pid].", {"show_default": False}),
+    "--max-attempts": (click.IntRange(1, 100), 5, None),
+    "--retry-delay": (
+        _SECONDS,
+        1.0,
+        "Seconds before the first retry of a failed job; each retry doubles it, less "
+        "up to half at random (0: retry at once).",
+    ),
+    "--retry-max-delay": (_SECONDS, 60.0, "The longest delay between two attempts of a job."),
+    "--sweep-interval": (
+        _SECONDS,
+        60.0,
+        "Seconds between sweeps that collect read-atomic transactions' old versions "
+        "of keys no longer written (0: never).",
+    ),
+    "--min-idle": (
+        click.FloatRange(min=0.01),
+        30.0,
+        "Seconds before a job of a dead worker is taken over.",
+    ),
+    "--grace": (
+        _SECONDS,
+        10.0,
+        "Seconds the jobs in hand get to finish on SIGTERM before they are handed back.",
+    ),
+    "--burst": (
+        None,
+        False,
+        "Drain the queue and exit: stop once nothing is left to claim, in hand or "
+        "waiting for a retry.",
+        {"is_flag": True, "show_default": False},
+    ),
+    "--metrics-port": (
+        click.IntRange(0, 65535),
+        None,
+        "Serve /metrics (Prometheus) and /healthz on this port.",
+        {"show_default": False},
+    ),
+    "--metrics-host": (
+        None,
+        "127.0.0.1",
+        "Address the metrics port binds; 0.0.0.0 lets a scraper outside the host "
+        "or container reach it.",
+    ),
+    "--health-interval": (
+        click.FloatRange(min=0.1),
+        15.0,
+        "Seconds between health lines in the log.",
+    ),
+}
+"""`stampede worker`'s own options, in `--help` order; each also `$STAMPEDE_<NAME>`."""
+
+
 @click.command("worker")
 @with_connection
-@click.option(
-    "--strategy",
-    required=True,
-    metavar="SPEC",
-    **from_env("STRATEGY"),
-    help="'newest-wins', or 'module:name': a strategy instance, or a factory (possibly "
-    "async, or returning an async context manager) run in the worker's event loop. The "
-    "current directory is on the import path.",
-)
-@setting(
-    "--mode",
-    type=click.Choice(["stamp", "commit"]),
-    default="stamp",
-    env="MODE",
-    help="How groups are judged when a job does not say (jobs carry their own).",
-)
-@setting(
-    "--concurrency",
-    type=click.IntRange(1, 1024),
-    default=4,
-    env="CONCURRENCY",
-)
-@click.option(
-    "--consumer", default=None, **from_env("CONSUMER"), help="Consumer name [default: host-pid]."
-)
-@setting(
-    "--max-attempts",
-    type=click.IntRange(1, 100),
-    default=5,
-    env="MAX_ATTEMPTS",
-)
-@setting(
-    "--retry-delay",
-    type=click.FloatRange(min=0),
-    default=1.0,
-    env="RETRY_DELAY",
-    help="Seconds before the first retry of a failed job; each retry doubles it, less "
-    "up to half at random (0: retry at once).",
-)
-@setting(
-    "--retry-max-delay",
-    type=click.FloatRange(min=0),
-    default=60.0,
-    env="RETRY_MAX_DELAY",
-    help="The longest delay between two attempts of a job.",
-)
-@setting(
-    "--sweep-interval",
-    type=click.FloatRange(min=0),
-    default=60.0,
-    env="SWEEP_INTERVAL",
-    help="Seconds between sweeps that collect read-atomic transactions' old versions "
-    "of keys no longer written (0: never).",
-)
-@setting(
-    "--min-idle",
-    type=click.FloatRange(min=0.01),
-    default=30.0,
-    env="MIN_IDLE",
-    help="Seconds before a job of a dead worker is taken over.",
-)
-@setting(
-    "--grace",
-    type=click.FloatRange(min=0),
-    default=10.0,
-    env="GRACE",
-    help="Seconds the jobs in hand get to finish on SIGTERM before they are handed back.",
-)
-@click.option(
-    "--burst",
-    is_flag=True,
-    **from_env("BURST"),
-    help="Drain the queue and exit: stop once nothing is left to claim, in hand or "
-    "waiting for a retry.",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    **from_env("METRICS_PORT"),
-    help="Serve /metrics (Prometheus) and /healthz on this port.",
-)
-@setting(
-    "--metrics-host",
-    default="127.0.0.1",
-    env="METRICS_HOST",
-    help="Address the metrics port binds; 0.0.0.0 lets a scraper outside the host "
-    "or container reach it.",
-)
-@setting(
-    "--health-interval",
-    type=click.FloatRange(min=0.1),
-    default=15.0,
-    env="HEALTH_INTERVAL",
-    help="Seconds between health lines in the log.",
-)
+@options(_WORKER_OPTIONS, env=True)
 @log_options("info")
 def worker_command(
     where: Where,
