@@ -5,6 +5,7 @@ from . import eventlog as eventlog
 from . import fanout as fanout
 from . import repair as repair
 from . import wire as wire
+from ._client import ReadOptions as ReadOptions
 from ._client import Stampede as Stampede
 from ._connect import connect as connect
 from ._txn import Transaction as Transaction
@@ -95,6 +96,7 @@ __all__ = [
     "PartialWriteError",
     "PayloadCodec",
     "ReadError",
+    "ReadOptions",
     "ReadResult",
     "ReadTimeout",
     "Reason",

@@ -6,7 +6,7 @@ import asyncio
 import difflib
 import time
 from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, Self, TypedDict, TypeVar
 
 from . import _deadline as deadlines
 from . import metrics, tracing
@@ -27,10 +27,19 @@ from .topology._base import READ_WATCH, ReadWatch
 from .typing import RepairStrategy, Topology, VersionSource
 from .verdict import Mode
 
-__all__ = ["Stampede"]
+__all__ = ["ReadOptions", "Stampede"]
 
 K = TypeVar("K", bytes, str)
 ModeName = Mode | Literal["stamp", "commit"]
+
+
+class ReadOptions(TypedDict, total=False):
+    """The per-call options of `Stampede.read`, for wrappers that pass them on
+    (`TypedGroup.read(st, group, **options)`)."""
+
+    mode: ModeName | None
+    retry: RetryPolicy | None
+    repair: RepairStrategy | None
 
 
 class Stampede:

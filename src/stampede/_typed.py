@@ -31,7 +31,7 @@ from __future__ import annotations
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -42,10 +42,8 @@ from .typing import PayloadCodec
 from .verdict import Status
 
 if TYPE_CHECKING:
-    from ._client import ModeName, Stampede
+    from ._client import ModeName, ReadOptions, Stampede
     from ._txn import Transaction
-    from .options import RetryPolicy
-    from .typing import RepairStrategy
     from .verdict import Observation
 
 __all__ = ["JsonCodec", "TypedGroup", "TypedRead"]
@@ -284,21 +282,14 @@ class TypedGroup(Generic[T]):
             out[group] = typing.cast(T, parts)
         return out
 
-    async def read(
-        self,
-        st: Stampede,
-        group: str,
-        *,
-        mode: ModeName | None = None,
-        retry: RetryPolicy | None = None,
-        repair: RepairStrategy | None = None,
-    ) -> TypedRead[T]:
-        """Read every part as one group and validate each against its model."""
+    async def read(self, st: Stampede, group: str, **options: Unpack[ReadOptions]) -> TypedRead[T]:
+        """Read every part as one group and validate each against its model.
+
+        `options` are `Stampede.read`'s (`mode`, `retry`, `repair`; `ReadOptions`).
+        """
         keys = self.keys(group)
         try:
-            result = await st.read(
-                group, list(keys.values()), mode=mode, retry=retry, repair=repair
-            )
+            result = await st.read(group, list(keys.values()), **options)
         except TornReadError as exc:
             filled = self._with_defaults(group, keys, exc.observation)
             if filled is None:

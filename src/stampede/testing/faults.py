@@ -21,7 +21,7 @@ await st.read("user:{7}", keys, repair=NewestWins())
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, Unpack, cast, overload
 
 from ..topology._base import WriteOutcome
 
@@ -33,9 +33,27 @@ if TYPE_CHECKING:
 
 __all__ = ["DelegatingTopology", "InjectedCrash", "TearingTopology"]
 
+V = TypeVar("V")
+
 
 class InjectedCrash(Exception):
     """Raised where a fault stopped a write on purpose (a writer "died" there)."""
+
+
+class _FromInner(Generic[V]):
+    """A read-only attribute read from `inner` each time (a cluster's map changes)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Self: ...
+
+    @overload
+    def __get__(self, obj: DelegatingTopology, owner: type) -> V: ...
+
+    def __get__(self, obj: DelegatingTopology | None, owner: type) -> Self | V:
+        return self if obj is None else cast(V, getattr(obj.inner, self._name))
 
 
 class DelegatingTopology:
@@ -44,17 +62,9 @@ class DelegatingTopology:
     def __init__(self, inner: Topology) -> None:
         self.inner = inner
 
-    @property
-    def shard_names(self) -> list[str]:
-        return self.inner.shard_names
-
-    @property
-    def slot_bound(self) -> bool:
-        return self.inner.slot_bound
-
-    @property
-    def slot_map(self) -> SlotMap:
-        return self.inner.slot_map
+    shard_names: _FromInner[list[str]] = _FromInner()
+    slot_bound: _FromInner[bool] = _FromInner()
+    slot_map: _FromInner[SlotMap] = _FromInner()
 
     def slot_of(self, key: bytes) -> int:
         return self.inner.slot_of(key)
