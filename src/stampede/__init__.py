@@ -19,6 +19,7 @@ from .errors import InvalidKeyError as InvalidKeyError
 from .errors import InvalidValueError as InvalidValueError
 from .errors import MalformedEntry as MalformedEntry
 from .errors import MalformedEnvelope as MalformedEnvelope
+from .errors import MixedWritersError as MixedWritersError
 from .errors import ModelValidationError as ModelValidationError
 from .errors import OrderingError as OrderingError
 from .errors import OutcomeUnknownError as OutcomeUnknownError
@@ -88,6 +89,7 @@ __all__ = [
     "KeySpace",
     "MalformedEntry",
     "MalformedEnvelope",
+    "MixedWritersError",
     "Mode",
     "ModelValidationError",
     "Options",

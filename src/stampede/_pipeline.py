@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import metrics
+from ._txn.sweep import complete_pending
 from .results import RepairAction, RepairOutcome
 from .typing import RepairContext, RepairStrategy, Topology
-from .verdict import Mode, Observation, Verdict, judge
+from .verdict import Mode, Observation, Status, Verdict, judge
 from .wire import commit_key
 
 __all__ = ["judge", "observe", "observe_many", "repair"]
@@ -66,9 +67,39 @@ async def repair(
     source: str,
 ) -> RepairOutcome:
     """Hand a torn observation to `strategy` and count what it did (`source`: who
-    asked, "read" or "worker")."""
+    asked, "read" or "worker").
+
+    First, a transaction that is visible at a sibling but still pending at one of
+    the group's keys is completed there (a repair never restamps a key over a
+    transaction that has committed): if that makes the group whole, that is the
+    repair."""
+    if await complete_pending(ctx.topology, obs.keys, grace=ctx.version_grace):
+        fresh = await observe(ctx.topology, obs.group, obs.keys, obs.mode)
+        now = judge(fresh)
+        if now.status in (Status.CONSISTENT, Status.NOT_FOUND):
+            outcome = _completed(fresh, now, verdict)
+            metrics.repair(outcome.action.value, source)
+            return outcome
+        obs, verdict = fresh, now
     outcome = await strategy.repair(ctx, obs, verdict.exhausted())
     metrics.repair(outcome.action.value, source)
     if outcome.action is RepairAction.LOST_RACE:
         metrics.lost_race(source)
     return outcome
+
+
+def _completed(obs: Observation, verdict: Verdict, was: Verdict) -> RepairOutcome:
+    """The outcome of a repair that only had to complete a pending transaction."""
+    env = verdict.envelope
+    values = {
+        key: (e.value if e is not None else raw)
+        for key, e, raw in zip(obs.keys, obs.envelopes, obs.raw, strict=True)
+    }
+    return RepairOutcome(
+        obs.group,
+        RepairAction.ROLLED_FORWARD,
+        was.exhausted().reason,
+        values,
+        True,
+        stamp=None if env is None else (env.version, env.token),
+    )

@@ -108,7 +108,8 @@ def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
             raise InvalidKeyError(
                 f"key {key!r} is named like one of stampede's own keys (<group>:stampede:"
                 "commit, :stampede:version, a key's :stampede:p or :stampede:v, "
-                "stampede:v:{...}, stampede:op:...) and would collide with one; rename it",
+                "stampede:v:{...}, stampede:op:..., stampede:shard, stampede:repairs...) "
+                "and would collide with one; rename it",
                 key=name,
             )
         seen.add(key)

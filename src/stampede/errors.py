@@ -25,6 +25,7 @@ StampedeError
 │       └── ClockSkewError             ...because it is stamped far in this clock's future
 ├── ReadError
 │   ├── TornReadError                  a group stayed torn; carries what was seen
+│   ├── MixedWritersError              read_atomic() met a value no transaction wrote
 │   └── ReadTimeout (ShardTimeout)     the read's deadline passed; names the late shard
 └── RepairError                        a repair could not be made (loader failed, ...)
 ```
@@ -49,6 +50,7 @@ __all__ = [
     "InvalidValueError",
     "MalformedEntry",
     "MalformedEnvelope",
+    "MixedWritersError",
     "ModelValidationError",
     "OrderingError",
     "OutcomeUnknownError",
@@ -163,11 +165,8 @@ class MalformedEntry(StampedeError, ValueError):
 
 
 class ModelValidationError(StampedeError, ValueError):
-    """A part of a typed group did not validate against its pydantic model.
-
-    `fields` names the failing fields (pydantic locations, e.g. `address.zip`);
-    the message names them too, never the values.
-    """
+    """A part of a typed group did not validate against its pydantic model; `fields`
+    names the failing fields (pydantic locations, e.g. `address.zip`), never values."""
 
     def __init__(
         self, key: bytes | str, model: str, errors: int, *, fields: Sequence[str] = ()
@@ -175,11 +174,8 @@ class ModelValidationError(StampedeError, ValueError):
         self.key = key
         self.model = model
         self.fields = list(fields)
-        where = ""
-        if self.fields:
-            shown = ", ".join(repr(f) for f in self.fields[:10])
-            more = f" (+{len(self.fields) - 10} more)" if len(self.fields) > 10 else ""
-            where = f" at {shown}{more}"
+        more = f" (+{len(self.fields) - 10} more)" if len(self.fields) > 10 else ""
+        where = f" at {', '.join(repr(f) for f in self.fields[:10])}{more}" if fields else ""
         super().__init__(
             f"value of key {_show(key)} does not validate as {model} "
             f"({errors} validation error{'s' if errors != 1 else ''}{where}); "
@@ -247,10 +243,8 @@ class PartialWriteError(WriteError):
 
 
 class WriteTimeout(PartialWriteError, TimeoutError):
-    """A write is incomplete because a shard did not answer in time.
-
-    The slow shard may still apply its part later; the guard keeps that harmless.
-    """
+    """A shard did not answer in time (it may still apply its part; the guard keeps
+    that harmless)."""
 
 
 class WriteConflict(WriteError):
@@ -266,11 +260,8 @@ class WriteConflict(WriteError):
 
 
 class TransactionAborted(WriteError):
-    """A read-atomic transaction was committed nowhere, so nothing it wrote is visible.
-
-    A prepare failed or was refused, or preparing took longer than the
-    transaction's timeout. `keys` names the keys involved; `cause` the first error.
-    """
+    """A transaction was committed nowhere, so nothing it wrote is visible: a prepare
+    failed or was refused, or took too long. `keys` names the keys; `cause` the error."""
 
     def __init__(
         self, message: str, *, keys: Sequence[bytes] = (), cause: BaseException | None = None
@@ -280,34 +271,39 @@ class TransactionAborted(WriteError):
         super().__init__(f"transaction aborted, nothing was committed: {message}")
 
 
+_RESENT = "it was resent (it is idempotent) and lost its reply each time"
+_NOT_RESENT = "it was not sent again because it is not idempotent"
+
+
 class OutcomeUnknownError(WriteError):
-    """The connection was lost after a non-idempotent operation was sent, before its reply.
+    """The connection was lost after an operation was sent, before its reply: the server
+    may or may not have applied it. It was not sent again when that could apply it twice
+    (`resent`: it was, and every reply was lost). `operation` names it, `shard` where."""
 
-    The server may or may not have applied it; stampede did not send it again,
-    because doing so could apply it twice. `operation` names it, `shard` where it
-    went. Read the keys it touches to learn what happened.
-    """
-
-    def __init__(self, operation: str, *, shard: str, cause: BaseException | None = None) -> None:
+    def __init__(
+        self,
+        operation: str,
+        *,
+        shard: str,
+        cause: BaseException | None = None,
+        resent: bool = False,
+    ) -> None:
         self.operation = operation
         self.shard = shard
         self.cause = cause
         why = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        sent = _RESENT if resent else _NOT_RESENT
         super().__init__(
             f"{operation} on shard {shard}: the connection was lost after it was sent and "
-            f"before its reply{why}; it may or may not have been applied, and it was not "
-            "sent again because it is not idempotent. Read the keys it touches to find out."
+            f"before its reply{why}; it may or may not have been applied, and {sent}. Read "
+            "the keys it touches to find out."
         )
 
 
 class RepliesLostError(OutcomeUnknownError):
-    """A transaction's replies were lost, but its operation marker proves it applied,
-    exactly once; it was not sent again.
-
-    `operation` names it, `shard` where it ran. Callers that need no replies
-    (`update()`, `append_changes`) treat it as success; `atomic.multi` raises it,
-    since the replies it would return are gone.
-    """
+    """A transaction's replies were lost, but its operation marker proves it applied
+    exactly once (not sent again). `update()` and `append_changes` treat it as success;
+    `atomic.multi` raises it, since the replies it would return are gone."""
 
     def __init__(self, operation: str, *, shard: str, cause: BaseException | None = None) -> None:
         super().__init__(operation, shard=shard, cause=cause)
@@ -319,13 +315,9 @@ class RepliesLostError(OutcomeUnknownError):
 
 
 class OrderingError(WriteError):
-    """A key holds a stamped value that this write cannot be ordered against.
-
-    `why` is `"mixed-sources"` (the stored version comes from another kind of
-    version source: clock versions against sequence versions), `"foreign"` (an
-    envelope-like value whose version is not a valid decimal below 2**63) or
-    `"future"` (`ClockSkewError`). Nothing was written to `keys`.
-    """
+    """A key holds a stamped value this write cannot be ordered against; nothing was
+    written to `keys`. `why`: `"mixed-sources"` (clock versions against sequence
+    versions), `"foreign"` (a version that is not a decimal below 2**63) or `"future"`."""
 
     def __init__(self, group: bytes | str, keys: Sequence[bytes], why: str, detail: str) -> None:
         self.group = group
@@ -336,15 +328,11 @@ class OrderingError(WriteError):
 
 
 class ClockSkewError(OrderingError):
-    """A key holds a clock version further ahead of this writer's clock than allowed.
-
-    A writer whose clock ran ahead (or another program) stamped it; a later write
-    from a correct clock would be kept out as older until that time comes.
-    """
+    """A key holds a clock version further ahead of this writer's clock than allowed."""
 
 
 class ReadError(StampedeError):
-    """A group read could not produce a trustworthy answer."""
+    """A read could not produce a trustworthy answer."""
 
 
 class TornReadError(ReadError):
@@ -366,6 +354,20 @@ class TornReadError(ReadError):
         super().__init__(
             f"group {_show(group)} is torn ({reason}) after {attempts} read(s); "
             "pass repair=... to read() to repair it, or run the repair worker."
+        )
+
+
+class MixedWritersError(ReadError):
+    """`read_atomic()` met values no transaction wrote (a group write, a repair, another
+    program) or whose version hash was evicted; `keys` names them."""
+
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        self.keys = list(keys)
+        super().__init__(
+            f"read_atomic() cannot vouch for {', '.join(_show(k) for k in self.keys[:5])}: not "
+            "written by a transaction (a group write, a repair, another program) or its version "
+            "hash was evicted; write them with transaction(), or read them with read() "
+            "(docs/transactions.md, 'Which reader for which writer')"
         )
 
 

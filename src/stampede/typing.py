@@ -68,7 +68,8 @@ class RepairContext:
     """Where and how a repair writes.
 
     `ttl` is the expiry for a group whose writes carried none that can be kept
-    (a group with no stamp at all); `grace` how long tombstones live.
+    (a group with no stamp at all); `grace` how long tombstones live;
+    `version_grace` how long a transaction's replaced versions stay readable.
     """
 
     topology: Topology
@@ -76,6 +77,7 @@ class RepairContext:
     versions: VersionSource
     ttl: float | None = None
     grace: float = DEFAULT_GRACE
+    version_grace: float = 5.0
 
 
 @runtime_checkable

@@ -1,14 +1,64 @@
 --! idempotent
--- COLLECT  ARGV[1] grace ms; per pair: drop what a commit would collect (the
--- worker's sweep). Replies the number of fields left in the last pair's hash.
+-- COLLECT  ARGV[1] grace ms, ARGV[2] hold ms; per pair: what the worker's sweep
+-- does to a key's version hash, for keys no longer written:
+--   * a version that was current and whose key is gone now (deleted, expired) and a
+--     prepared version older than `hold` that no commit made current (abandoned)
+--     are marked replaced;
+--   * what a commit would collect is collected (replaced more than `grace` ago,
+--     beyond the 8 newest);
+--   * a hash left with nothing a reader needs (no kept or prepared version, no
+--     metadata of the key's current value) is deleted; one whose data key expires
+--     lives no longer than that instant plus `grace`.
+-- Replies the number of hashes deleted.
 --! include now
 --! include older
-local grace = tonumber(ARGV[1])
+local grace, hold = tonumber(ARGV[1]), tonumber(ARGV[2])
+local deleted = 0
 for i = 1, #KEYS / 2 do
   local key, side = KEYS[2 * i - 1], KEYS[2 * i]
-  local cur = redis.call('GET', key)
+  local cur = redis.pcall('GET', key)
+  if type(cur) == 'table' then cur = false end
   local curv, curt = nil, nil
   if cur then curv, curt = string.match(cur, '^(%d+):([0-9A-Z]+)') end
+  local has = {}
+  local raw = redis.call('HGETALL', side)
+  for j = 1, #raw, 2 do has[raw[j]] = raw[j + 1] end
+  for name, value in pairs(has) do
+    if string.sub(name, 1, 2) == 'm:' then
+      local st = string.sub(name, 3)
+      if not has['x:' .. st] then
+        if has['d:' .. st] then
+          local at = tonumber(string.match(value, '^(%d+):')) or 0
+          if now - at > hold then redis.call('HSET', side, 'x:' .. st, now) end
+        elseif not cur then
+          redis.call('HSET', side, 'x:' .. st, now)
+        end
+      end
+    end
+  end
 --! include collect_versions
+  local needed, inflight = false, false
+  local left = redis.call('HGETALL', side)
+  local kept = {}
+  for j = 1, #left, 2 do kept[left[j]] = true end
+  for name, _ in pairs(kept) do
+    local head, st = string.sub(name, 1, 2), string.sub(name, 3)
+    if head == 'd:' then
+      needed = true
+      if not kept['x:' .. st] then inflight = true end
+    elseif head == 'm:' and curv and st == curv .. ':' .. curt then
+      needed = true
+    end
+  end
+  if not needed then
+    deleted = deleted + redis.call('DEL', side)
+  elseif not inflight then
+    local at = redis.call('PEXPIRETIME', key)
+    if at > 0 then
+      local want = math.max(at, now) + grace
+      local until_ = redis.call('PEXPIRETIME', side)
+      if until_ == -1 or until_ > want then redis.call('PEXPIREAT', side, want) end
+    end
+  end
 end
-return redis.call('HLEN', KEYS[2])
+return deleted

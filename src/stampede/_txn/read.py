@@ -23,11 +23,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from ..errors import InvalidKeyError, MalformedEnvelope, ReadError, StampedeError
+from ..errors import (
+    ConfigurationError,
+    InvalidKeyError,
+    MalformedEnvelope,
+    MixedWritersError,
+    ReadError,
+    StampedeError,
+)
 from ..keys import to_bytes
 from ..results import AtomicRead
 from ..typing import Topology, VersionSource
-from ..wire import Envelope
+from ..wire import Envelope, is_reserved
 from ..wire._txn import Stamp, decode_meta, side_key, stamp_text
 from .scripts import COMMIT, ROUND1, ROUND2
 from .write import run_units
@@ -80,20 +87,16 @@ async def read_atomic(
     versions: VersionSource | None = None,
 ) -> AtomicRead[K]:
     """Read `names` (any keys, any shards) read-atomically; see the module notes."""
-    if isinstance(names, str | bytes) or not names:
-        raise InvalidKeyError(
-            "read_atomic() needs a non-empty list of key names, e.g. ['a', 'b']", key=None
-        )
-    keys = [to_bytes(n) for n in names]
-    if len(set(keys)) != len(keys):
-        raise InvalidKeyError("read_atomic() names one key twice; name each key once")
+    keys = _check(names, attempts)
     sides = [side_key(k, topology.slot_of) for k in keys]
+    moved: list[bytes] = []
     for attempt in range(1, attempts + 1):
         first = await run_units(topology, ROUND1, keys, sides, [()] * len(keys))
         _raise_errors(first)
         raws: list[bytes | None] = [pair[0] for pair in first]
         envelopes = [_decode(k, r) for k, r in zip(keys, raws, strict=True)]
         siblings = [decode_meta(pair[1]) for pair in first]
+        _refuse_mixed(keys, raws, envelopes, siblings)
         need = required_versions(keys, envelopes, siblings)
         if not need:
             return _result(names, raws, envelopes, 1, attempt, versions)
@@ -106,18 +109,76 @@ async def read_atomic(
             [(stamp_text(need[p]),) for p in positions],
         )
         _raise_errors(found)
-        if any(f is None for f in found):
-            continue  # collected since round 1: read again
-        for p, raw in zip(positions, found, strict=True):
-            raws[p] = raw
-            envelopes[p] = _decode(keys[p], raw)
-        await _complete(topology, keys, sides, positions, need, round(grace * 1000))
+        moved = [keys[p] for p, (code, _) in zip(positions, found, strict=True) if code == b"r"]
+        if moved:
+            continue  # moved on and collected since round 1: read again
+        lost = [keys[p] for p, (code, _) in zip(positions, found, strict=True) if code == b"l"]
+        if lost:
+            raise ReadError(
+                f"read_atomic(): key {lost[0]!r} holds a value older than the transaction "
+                f"{stamp_text(need[positions[0]]).decode()} that wrote it, and keeps no "
+                "record of that transaction: it was lost (evicted under maxmemory, or an "
+                "acknowledged write lost in a failover). The read cannot be made whole; "
+                "rewrite the keys, or see docs/operations.md on eviction"
+            )
+        prepared = [p for p, (code, _) in zip(positions, found, strict=True) if code == b"p"]
+        for p, (code, raw) in zip(positions, found, strict=True):
+            raws[p] = raw if code in (b"v", b"p") else None
+            envelopes[p] = _decode(keys[p], raws[p])
+        if prepared:
+            await _complete(topology, keys, sides, prepared, need, round(grace * 1000))
         return _result(names, raws, envelopes, 2, attempt, versions)
     raise ReadError(
-        f"read_atomic() of {len(keys)} keys: versions its second round needed were "
-        f"collected {attempts} times in a row (each read was slower than the grace window, "
-        f"{grace} s); retry, or raise the grace window"
+        f"read_atomic() of {len(keys)} keys: key {moved[0]!r} was rewritten between the "
+        f"read's two rounds and the version the second round needed was already collected, "
+        f"{attempts} times in a row (the read is slower than the grace window, {grace} s, "
+        "or the key was rewritten more than 8 times meanwhile); retry, or raise the grace "
+        "window"
     )
+
+
+def _check(names: Sequence[K], attempts: int) -> list[bytes]:
+    """The keys as bytes; `InvalidKeyError` / `ConfigurationError` for bad input."""
+    if isinstance(names, str | bytes) or not names:
+        raise InvalidKeyError(
+            "read_atomic() needs a non-empty list of key names, e.g. ['a', 'b']", key=None
+        )
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise ConfigurationError(f"read_atomic() needs attempts >= 1, got {attempts!r}")
+    keys = [to_bytes(n) for n in names]
+    if len(set(keys)) != len(keys):
+        raise InvalidKeyError("read_atomic() names one key twice; name each key once")
+    own = next((k for k in keys if is_reserved(k)), None)
+    if own is not None:
+        raise InvalidKeyError(
+            f"read_atomic(): key {own!r} is one of stampede's own keys (a commit record, "
+            "counter, kept versions, version hash or repair stream), not data; read the "
+            "data keys it belongs to",
+            key=own,
+        )
+    return keys
+
+
+def _refuse_mixed(
+    keys: Sequence[bytes],
+    raws: Sequence[bytes | None],
+    envelopes: Sequence[Envelope | None],
+    siblings: Sequence[frozenset[bytes] | None],
+) -> None:
+    """`MixedWritersError` for a key whose value no transaction wrote.
+
+    A value stamped by a group write or a repair carries no transaction metadata,
+    so nothing tells which other keys its write covered: a read of it could return
+    half of that write. A value no stampede write stamped cannot be ordered at all.
+    A tombstone (a delete) reads as missing, like an expired key.
+    """
+    bad = [
+        k
+        for k, raw, env, sibs in zip(keys, raws, envelopes, siblings, strict=True)
+        if raw is not None and (env is None or (sibs is None and not env.tombstone))
+    ]
+    if bad:
+        raise MixedWritersError(bad)
 
 
 async def _complete(
@@ -128,7 +189,10 @@ async def _complete(
     need: dict[int, Stamp],
     grace_ms: int,
 ) -> None:
-    """Commit, on the writer's behalf, the prepared versions round 2 had to fetch."""
+    """Commit, on the writer's behalf, the prepared versions round 2 had to fetch,
+    under the transaction's own stamp and expiry (COMMIT takes it from the version's
+    metadata, and writes nothing once that instant has passed). Only versions found
+    prepared: a version found replaced or gone is never written back."""
     args = [(need[p][0], need[p][1], "", 0, b"", b"") for p in positions]
     try:
         await run_units(

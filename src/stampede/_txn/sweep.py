@@ -17,20 +17,34 @@ can also be called directly.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+
 from ..errors import MalformedEnvelope, ShardResponseError
 from ..typing import Topology
 from ..wire import Envelope
-from ..wire._txn import Stamp, decode_meta, parse_stamp
+from ..wire._txn import Stamp, decode_meta, parse_stamp, side_key
 from .scripts import COLLECT, COMMIT
+from .write import PREPARE_HOLD_MS
 
-__all__ = ["sweep"]
+__all__ = ["complete_pending", "sweep"]
 
 _PATTERNS = (b"*:stampede:v", b"*:stampede:v:u", b"stampede:v:{*")
 
 
-async def sweep(topology: Topology, *, grace: float = 5.0, count: int = 500) -> int:
-    """Collect every version hash on every shard; returns how many were visited."""
+async def sweep(
+    topology: Topology,
+    *,
+    grace: float = 5.0,
+    count: int = 500,
+    hold: float = PREPARE_HOLD_MS / 1000,
+) -> int:
+    """Collect every version hash on every shard; returns how many were visited.
+
+    A hash left with nothing a reader needs is deleted; a prepared version that no
+    commit made current within `hold` seconds counts as abandoned."""
     grace_ms = max(1, round(grace * 1000))
+    hold_ms = max(1, round(hold * 1000))
     visited = 0
     for shard in topology.shard_names:
         for pattern in _PATTERNS:
@@ -40,19 +54,19 @@ async def sweep(topology: Topology, *, grace: float = 5.0, count: int = 500) -> 
                     shard, "SCAN", cursor, "MATCH", pattern, "COUNT", count, "TYPE", "hash"
                 )
                 for side in found:
-                    visited += await _collect(topology, side, grace_ms)
+                    visited += await _collect(topology, side, grace_ms, hold_ms)
                 if cursor in (b"0", 0, "0"):
                     break
     return visited
 
 
-async def _collect(topology: Topology, side: bytes, grace_ms: int) -> int:
+async def _collect(topology: Topology, side: bytes, grace_ms: int, hold_ms: int) -> int:
     key = await topology.execute(side, "HGET", side, "k")
     if key is None:
         return 0
     try:
         await _roll_forward(topology, key, side, grace_ms)
-        await topology.script(COLLECT, [key, side], [grace_ms])
+        await topology.script(COLLECT, [key, side], [grace_ms, hold_ms])
     except ShardResponseError:  # the data key holds another type now: leave it
         return 0
     return 1
@@ -68,8 +82,25 @@ def _stamp_of(key: bytes, raw: bytes | None) -> Stamp | None:
     return env.version, env.token
 
 
-async def _roll_forward(topology: Topology, key: bytes, side: bytes, grace_ms: int) -> None:
-    """Commit here each newer prepared version whose transaction a sibling holds."""
+async def complete_pending(topology: Topology, keys: Sequence[bytes], *, grace: float) -> int:
+    """Complete, at `keys`, every transaction that is committed elsewhere but still
+    pending here (what a repair does before it writes: it never restamps a key over
+    a transaction that is already visible at a sibling). Returns how many keys it
+    committed."""
+    grace_ms = max(1, round(grace * 1000))
+    sides = [side_key(k, topology.slot_of) for k in keys]
+    present = await asyncio.gather(*(topology.execute(s, "EXISTS", s) for s in sides))
+    done = 0
+    for key, side, exists in zip(keys, sides, present, strict=True):
+        if exists:
+            done += await _roll_forward(topology, key, side, grace_ms)
+    return done
+
+
+async def _roll_forward(topology: Topology, key: bytes, side: bytes, grace_ms: int) -> int:
+    """Commit here each newer prepared version whose transaction a sibling holds;
+    returns how many it made current."""
+    done = 0
     current = _stamp_of(key, await topology.execute(key, "GET", key))
     fields = await topology.execute(side, "HGETALL", side)
     pairs = dict(zip(fields[::2], fields[1::2], strict=True))
@@ -85,4 +116,8 @@ async def _roll_forward(topology: Topology, key: bytes, side: bytes, grace_ms: i
         held = await topology.fetch(siblings)
         if any(_stamp_of(k, raw) == stamp for k, raw in zip(siblings, held, strict=True)):
             args = [grace_ms, stamp[0], stamp[1], "", 0, b"", b""]
-            await topology.script(COMMIT, [key, side], args)
+            (code,) = await topology.script(COMMIT, [key, side], args)
+            if code == 1:
+                done += 1
+                current = stamp
+    return done

@@ -29,19 +29,32 @@ from types import TracebackType
 from typing import Any
 
 from .. import tracing
+from .._backoff import backoff
 from .._write import as_payload, check_version, limit_for, plan_keys, raise_refusals
-from ..errors import ConfigurationError, ShardError, TransactionAborted
+from ..errors import (
+    ConfigurationError,
+    OutcomeUnknownError,
+    ShardError,
+    ShardResponseError,
+    TransactionAborted,
+)
 from ..results import TransactionReceipt
 from ..topology._base import call_units
 from ..typing import Topology, VersionSource
 from ..versions import Counter
 from ..wire import expire_at, new_token
 from ..wire._txn import encode_meta, side_key
-from .scripts import COMMIT, PREPARE
+from .scripts import COMMIT, COMMIT_ONE, PREPARE
 
-__all__ = ["Transaction", "run_units"]
+__all__ = ["PREPARE_HOLD_MS", "Transaction", "run_units"]
 
 _LABEL = b"transaction"
+_GONE = 3  # COMMIT: the version's expiry instant had passed, nothing was written
+_NOT_WRITTEN = -6  # COMMIT_ONE: another key of the one-slot transaction was refused
+_SETTLED = (0, 1, 2, _GONE)  # a reply that says what the key holds now
+_COMMIT_TRIES = 4  # sends of a one-slot transaction whose outcome stays unknown
+PREPARE_HOLD_MS = 3_600_000
+"""How long a prepared version waits for its commit before it counts as abandoned."""
 
 
 async def run_units(
@@ -161,16 +174,16 @@ class Transaction:
             raise ConfigurationError("this transaction has ended; start a new one")
         self._done = True
         topology = self._topology
+        keys = list(self._writes)
+        if not keys:  # nothing to write: no stamp is drawn, nothing is sent
+            self.receipt = TransactionReceipt(0, "", ())
+            return self.receipt
         if self._version is None:
             version = await self._versions.next_version(_LABEL, topology)
             limit = limit_for(self._versions, version)
         else:
             version, limit = self._version, 0
         token = new_token()
-        keys = list(self._writes)
-        if not keys:
-            self.receipt = TransactionReceipt(version, token, ())
-            return self.receipt
         head = b"%d:%s" % (version, token.encode())
         envs = [head if (p := self._writes[k]) is None else head + b":" + p for k in keys]
         at_data, at_gone = expire_at(self._ttl) or 0, expire_at(self._tombstone_grace) or 0
@@ -179,10 +192,7 @@ class Transaction:
         meta = encode_meta(keys)
         if len({topology.slot_of(k) for k in keys}) == 1:
             args = [(version, token, ats[i], limit, envs[i], meta) for i in range(len(keys))]
-            everything = [list(range(len(keys)))]
-            codes = await run_units(
-                topology, COMMIT, keys, sides, args, head=[self._grace_ms], positions=everything
-            )
+            codes = await self._commit_one_slot(keys, sides, args)
             self.receipt = self._receipt(version, token, keys, codes, atomic=True)
             return self.receipt
         started = time.monotonic()
@@ -192,7 +202,7 @@ class Transaction:
             keys,
             sides,
             [(version, token, limit, ats[i], envs[i], meta) for i in range(len(keys))],
-            head=[max(3_600_000, 10 * self._grace_ms)],
+            head=[max(PREPARE_HOLD_MS, 10 * self._grace_ms)],
         )
         self._check_prepared(keys, prepared)
         elapsed = time.monotonic() - started
@@ -203,9 +213,61 @@ class Transaction:
                 keys=keys,
             )
         args = [(version, token, ats[i], 0, b"", b"") for i in range(len(keys))]
+        codes = await self._commit_everywhere(keys, sides, args)
+        self.receipt = self._receipt(version, token, keys, codes, atomic=False)
+        return self.receipt
+
+    async def _commit_one_slot(
+        self, keys: list[bytes], sides: list[bytes], args: list[tuple[Any, ...]]
+    ) -> list[Any]:
+        """The one-slot transaction: one all-or-nothing call, resent (it is idempotent)
+        while its outcome is unknown; `OutcomeUnknownError` if it stays unknown."""
+        everything = [list(range(len(keys)))]
+        attempt = 0
+        while True:
+            codes = await run_units(
+                self._topology,
+                COMMIT_ONE,
+                keys,
+                sides,
+                args,
+                head=[self._grace_ms],
+                positions=everything,
+            )
+            error = next((c for c in codes if isinstance(c, ShardError)), None)
+            if error is None:
+                return codes
+            if attempt == 0 and isinstance(error, ShardResponseError):
+                # the server refused the call itself, the first time: nothing ran
+                raise TransactionAborted(
+                    f"the one-slot call failed ({error})", keys=keys, cause=error
+                ) from error
+            attempt += 1
+            if attempt >= _COMMIT_TRIES:
+                raise OutcomeUnknownError(
+                    f"one-slot transaction of {len(keys)} key(s)",
+                    shard=error.shard,
+                    cause=error,
+                    resent=True,
+                ) from error
+            await asyncio.sleep(backoff(attempt - 1, 0.02, 0.5))
+
+    async def _commit_everywhere(
+        self, keys: list[bytes], sides: list[bytes], args: list[tuple[Any, ...]]
+    ) -> list[Any]:
+        """Commit every prepared key, resending (idempotent) where a shard failed, for up
+        to the transaction timeout. Once one key holds the transaction, readers and the
+        sweep complete the rest; if none does, the outcome is unknown."""
+        topology = self._topology
         codes = await run_units(topology, COMMIT, keys, sides, args, head=[self._grace_ms])
-        failed = [i for i, c in enumerate(codes) if isinstance(c, ShardError)]
-        if failed:  # committing is idempotent: one more try for the keys that failed
+        deadline = time.monotonic() + self._timeout
+        attempt = 0
+        while True:
+            failed = [i for i, c in enumerate(codes) if isinstance(c, ShardError)]
+            if not failed or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(backoff(attempt, 0.02, 1.0))
+            attempt += 1
             again = await run_units(
                 topology,
                 COMMIT,
@@ -216,8 +278,17 @@ class Transaction:
             )
             for i, code in zip(failed, again, strict=True):
                 codes[i] = code
-        self.receipt = self._receipt(version, token, keys, codes, atomic=False)
-        return self.receipt
+        if not any(c in (1, 2, _GONE) for c in codes if not isinstance(c, ShardError)):
+            error = next((c for c in codes if isinstance(c, ShardError)), None)
+            if error is not None:
+                raise OutcomeUnknownError(
+                    f"commit of a transaction of {len(keys)} key(s) (prepared everywhere, "
+                    "no commit acknowledged)",
+                    shard=error.shard,
+                    cause=error,
+                    resent=True,
+                ) from error
+        return codes
 
     def _check_prepared(self, keys: list[bytes], codes: list[Any]) -> None:
         error = next((c for c in codes if isinstance(c, ShardError)), None)
@@ -234,15 +305,14 @@ class Transaction:
     def _receipt(
         self, version: int, token: str, keys: list[bytes], codes: list[Any], *, atomic: bool
     ) -> TransactionReceipt:
-        error = next((c for c in codes if isinstance(c, ShardError)), None)
-        if atomic and error is not None:
-            raise TransactionAborted(f"the one-slot call failed ({error})", keys=keys, cause=error)
         if atomic:
-            raise_refusals(_LABEL, {k: c for k, c in zip(keys, codes, strict=True) if c < 0})
+            refused = {k: c for k, c in zip(keys, codes, strict=True) if c < 0}
+            if refused and set(refused.values()) != {_NOT_WRITTEN}:
+                raise_refusals(_LABEL, {k: c for k, c in refused.items() if c != _NOT_WRITTEN})
         # After every prepare, the transaction is committed: a key whose commit failed
         # (or was refused by a race since its prepare) is pending; readers of
         # read_atomic still see its prepared version.
-        pending = tuple(k for k, c in zip(keys, codes, strict=True) if c not in (0, 1, 2))
+        pending = tuple(k for k, c in zip(keys, codes, strict=True) if c not in _SETTLED)
         return TransactionReceipt(
             version,
             token,

@@ -8,6 +8,9 @@
 {<key>}:stampede:v:u        stampede.wire's transaction layout)
 stampede:v:{<n>}:<key>
 stampede:op:...             exactly-once markers of non-idempotent operations
+stampede:shard              a primary's shard identity record
+stampede:repairs...         the repair stream, its partitions, dead letters and
+{stampede:repairs}:...      markers
 ```
 
 A derived name keeps the group's hash tag, so it co-locates with tagged data.
@@ -27,7 +30,8 @@ _RESERVED = (
     b":stampede:v",  # a key's version hash (read-atomic transactions)
     b":stampede:v:u",
 )
-_RESERVED_PREFIXES = (b"stampede:v:{", b"stampede:op:")
+_RESERVED_PREFIXES = (b"stampede:v:{", b"stampede:op:", b"stampede:repairs", b"{stampede:repairs}")
+_RESERVED_NAMES = frozenset({b"stampede:shard"})
 
 
 def commit_key(group: bytes) -> bytes:
@@ -42,4 +46,4 @@ def version_key(group: bytes) -> bytes:
 
 def is_reserved(key: bytes) -> bool:
     """True when `key` is named like one of stampede's own keys (and would collide)."""
-    return key.endswith(_RESERVED) or key.startswith(_RESERVED_PREFIXES)
+    return key.endswith(_RESERVED) or key.startswith(_RESERVED_PREFIXES) or key in _RESERVED_NAMES

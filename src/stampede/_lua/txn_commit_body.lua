@@ -1,0 +1,64 @@
+--! fragment
+-- The commit of txn_commit.lua (and of txn_commit_one.lua after its check): makes
+-- each pair's version current where it is newer, keeping what it replaces. A
+-- version whose expiry instant has passed is not written (reply 3): its write is gone.
+--! include now
+--! include older
+local grace = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS / 2 do
+--! include txn_pair
+  local v, t, at, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local s = v .. ':' .. t
+  if env ~= '' then
+    redis.call('HSET', side, 'k', key, 'm:' .. s, now .. ':' .. at .. ':' .. meta)
+  else
+    env = redis.call('HGET', side, 'd:' .. s)
+    if at == '' then
+      local m = redis.call('HGET', side, 'm:' .. s)
+      at = m and string.match(m, '^%d+:(%d+):') or '0'
+    end
+  end
+  local cur = redis.pcall('GET', key)
+  local curv, curt = nil, nil
+  if type(cur) == 'table' and cur.err then
+    out[i] = -1
+    cur = false
+  elseif not env then
+    if cur then curv, curt = string.match(cur, '^(%d+):([0-9A-Z]+)') end
+    if curv and not older(curv, curt, v, t) then out[i] = 2 else out[i] = -5 end
+  else
+--! include compare
+    if state == 1 and at ~= '0' and tonumber(at) <= now then
+      redis.call('HSET', side, 'd:' .. s, env)
+      redis.call('HSETNX', side, 'x:' .. s, now)
+      state = 3
+    elseif state == 1 then
+      if cur then
+        local cv, ct = string.match(cur, '^(%d+):([0-9A-Z]+)')
+        if cv and #ct == 26 then
+          redis.call('HSET', side, 'd:' .. cv .. ':' .. ct, cur)
+          redis.call('HSETNX', side, 'x:' .. cv .. ':' .. ct, now)
+        end
+      end
+      if at ~= '0' then
+        redis.call('SET', key, env, 'PXAT', at)
+        local want = math.max(tonumber(at), now) + grace
+        local left = redis.call('PEXPIRETIME', side)
+        if left == -1 or left < want then redis.call('PEXPIREAT', side, want) end
+      else
+        redis.call('SET', key, env)
+        redis.call('PERSIST', side)
+      end
+      redis.call('HDEL', side, 'd:' .. s, 'x:' .. s)
+      curv, curt = v, t
+    elseif state == 0 then
+      redis.call('HSET', side, 'd:' .. s, env)
+      redis.call('HSETNX', side, 'x:' .. s, now)
+    end
+    out[i] = state
+  end
+  if not curv and cur then curv, curt = string.match(cur, '^(%d+):([0-9A-Z]+)') end
+--! include collect_versions
+end
+return out

@@ -1,0 +1,340 @@
+"""Read-atomic transactions at their edges: deletes, expiry, lost commits, lost
+replies, refusals, repairs and group writes meeting transactions, and leaks. Each
+test failed before the mechanism it names was fixed; every one runs on both
+topologies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from stampede import (
+    Envelope,
+    InvalidKeyError,
+    MixedWritersError,
+    OutcomeUnknownError,
+    RetryPolicy,
+    Stampede,
+)
+from stampede._lua import Script
+from stampede._txn.scripts import COMMIT, COMMIT_ONE, PREPARE
+from stampede._txn.sweep import sweep
+from stampede._txn.write import run_units
+from stampede.errors import ShardUnavailable
+from stampede.repair import NewestWins
+from stampede.testing.faults import DelegatingTopology
+from stampede.wire import new_token
+from stampede.wire._txn import encode_meta, side_key
+
+from ..support import eventually, open_stampede, spread_keys
+
+QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=5.0)
+
+
+async def _raw(st: Stampede, key: str) -> bytes | None:
+    value: bytes | None = await st.topology.execute(key.encode(), "GET", key)
+    return value
+
+
+async def _gone(st: Stampede, key: str) -> None:
+    """Wait until `key` has expired (an event, not a sleep)."""
+
+    async def missing() -> bool:
+        return await _raw(st, key) is None
+
+    await eventually(missing, within=30)
+
+
+async def _stampede_keys(st: Stampede) -> list[bytes]:
+    """Every version hash and kept list left on every shard."""
+    found: list[bytes] = []
+    for shard in st.topology.shard_names:
+        for pattern in (b"*:stampede:v", b"*:stampede:v:u", b"stampede:v:{*", b"*:stampede:p"):
+            cursor: Any = b"0"
+            while True:
+                cursor, keys = await st.topology.execute_on(
+                    shard, "SCAN", cursor, "MATCH", pattern, "COUNT", 1000
+                )
+                found.extend(keys)
+                if cursor in (b"0", 0, "0"):
+                    break
+    return found
+
+
+@pytest.fixture
+async def quick(topology_env: tuple[str, Any]) -> Any:
+    """A `Stampede` with short tombstone and version grace windows."""
+    kind, env = topology_env
+    async with open_stampede(
+        env, kind, tombstone_grace=0.05, version_grace=0.05, transaction_timeout=0.3
+    ) as client:
+        yield client
+
+
+# -- 1. deleted or expired keys never come back ------------------------------------
+
+
+@pytest.mark.parametrize("how", ["tx.delete", "st.delete", "ttl"])
+async def test_a_key_deleted_or_expired_after_its_transaction_stays_gone(
+    quick: Stampede, how: str
+) -> None:
+    """T writes A and B; A is then deleted (transaction or group delete) or rewritten
+    with a TTL, and its tombstone or value expires. read_atomic reads A as missing,
+    never writes T's old A back, and keeps doing so after the grace window."""
+    st = quick
+    a, b = spread_keys(st, f"gone-{how}", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"a1")
+        tx.set(b, b"b1")
+    if how == "tx.delete":
+        async with st.transaction() as tx:
+            tx.delete(a)
+    elif how == "st.delete":
+        await st.delete(a, [a])
+    else:
+        async with st.transaction(ttl=0.05) as tx:
+            tx.set(a, b"a2")
+    await _gone(st, a)
+    for _ in range(3):
+        got = await st.read_atomic([a, b])
+        assert got.values == {a: None, b: b"b1"}
+        assert await _raw(st, a) is None, "read_atomic wrote a deleted value back"
+    await sweep(st.topology, grace=0.05)
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"b1"}
+    assert await _raw(st, a) is None
+
+
+async def test_a_prepared_version_past_its_expiry_is_not_rolled_forward(st: Stampede) -> None:
+    """A writer that committed one key and died: if the transaction's expiry instant has
+    passed, the reader reads the other key as gone and does not write it."""
+    a, b = spread_keys(st, "late", 2)
+    raw = [a.encode(), b.encode()]
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    sides = [side_key(k, st.topology.slot_of) for k in raw]
+    at = 1  # an instant long past
+    env = b"%d:%s:v" % (version, token.encode())
+    args = [(version, token, 0, at, env, encode_meta(raw))] * 2
+    assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
+    got = await st.read_atomic([a, b])
+    assert got.values == {a: None, b: None}
+    assert await _raw(st, a) is None and await _raw(st, b) is None
+
+
+# -- 2. an acknowledged transaction is never lost ----------------------------------
+
+
+class FailingCommits(DelegatingTopology):
+    """Runs (or not) COMMIT scripts, then reports the connection lost."""
+
+    def __init__(self, inner: Any, *, run_first: bool, times: int | None) -> None:
+        super().__init__(inner)
+        self.run_first = run_first
+        self.times = times
+        self.hits = 0
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        if script.sha in (COMMIT.sha, COMMIT_ONE.sha) and (
+            self.times is None or self.hits < self.times
+        ):
+            self.hits += 1
+            if self.run_first:
+                await self.inner.script(script, keys, args)
+            raise ShardUnavailable("connection lost (injected)", shard="test")
+        return await self.inner.script(script, keys, args)
+
+
+async def test_no_commit_acknowledged_anywhere_is_outcome_unknown(quick: Stampede) -> None:
+    """Every prepare acknowledged, no commit reached any shard: not a receipt (which
+    would promise a transaction nobody will ever see) but OutcomeUnknownError."""
+    st = quick
+    keys = spread_keys(st, "nocommit", 3)
+    faulty = FailingCommits(st.topology, run_first=False, times=None)
+    tx = st.transaction()
+    tx._topology = faulty  # noqa: SLF001 - the test swaps in a faulty topology
+    for key in keys:
+        tx.set(key, b"x")
+    with pytest.raises(OutcomeUnknownError, match="no commit acknowledged"):
+        await tx.commit()
+    assert faulty.hits >= 2  # resent before giving up
+
+
+async def test_a_commit_that_fails_once_is_resent(quick: Stampede) -> None:
+    """A commit whose connection failed is resent (it is idempotent): the receipt has
+    nothing pending and every key holds the transaction."""
+    st = quick
+    keys = spread_keys(st, "resent", 3)
+    faulty = FailingCommits(st.topology, run_first=False, times=1)
+    tx = st.transaction()
+    tx._topology = faulty  # noqa: SLF001 - the test swaps in a faulty topology
+    for key in keys:
+        tx.set(key, b"x")
+    receipt = await tx.commit()
+    assert receipt.pending == ()
+    assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"x")
+
+
+# -- 3. a lost reply of a one-slot transaction: exactly once or unknown ------------
+
+
+async def test_one_slot_transaction_whose_reply_was_lost_commits_once(st: Stampede) -> None:
+    """The one-slot call ran and its reply was lost: it is resent, finds its own stamp
+    stored, and returns the receipt, not TransactionAborted."""
+    faulty = FailingCommits(st.topology, run_first=True, times=1)
+    tx = st.transaction()
+    tx._topology = faulty  # noqa: SLF001 - the test swaps in a faulty topology
+    tx.set("acct:{lost}:a", b"1")
+    tx.set("acct:{lost}:b", b"2")
+    receipt = await tx.commit()
+    assert receipt.atomic and faulty.hits == 1
+    stored = Envelope.decode(await _raw(st, "acct:{lost}:a") or b"")
+    assert stored.token == receipt.token
+
+
+async def test_one_slot_transaction_whose_replies_stay_lost_is_outcome_unknown(
+    st: Stampede,
+) -> None:
+    """Every send ran and lost its reply: OutcomeUnknownError, never "nothing was
+    committed" (it was)."""
+    faulty = FailingCommits(st.topology, run_first=True, times=None)
+    tx = st.transaction()
+    tx._topology = faulty  # noqa: SLF001 - the test swaps in a faulty topology
+    tx.set("acct:{lost2}:a", b"1")
+    with pytest.raises(OutcomeUnknownError):
+        await tx.commit()
+    assert await _raw(st, "acct:{lost2}:a") is not None
+
+
+# -- 4. one slot is all or nothing --------------------------------------------------
+
+
+async def test_one_slot_transaction_with_a_refused_key_writes_nothing(st: Stampede) -> None:
+    """A key of another type refuses the one-slot transaction: no other key changes."""
+    await st.topology.execute(b"acct:{aon}:b", "RPUSH", "acct:{aon}:b", "x")
+    with pytest.raises(InvalidKeyError, match="WRONGTYPE"):
+        async with st.transaction() as tx:
+            tx.set("acct:{aon}:a", b"1")
+            tx.set("acct:{aon}:b", b"2")
+    assert await _raw(st, "acct:{aon}:a") is None
+
+
+# -- 5. a repair never destroys a transaction ---------------------------------------
+
+
+async def test_a_group_repair_completes_a_pending_transaction(st: Stampede) -> None:
+    """T committed at A, prepared (pending) at B. A repairing group read completes T
+    instead of restamping B's old value above it: read_atomic returns T whole."""
+    a, b = spread_keys(st, "rtx", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+        tx.set(b, b"old")
+    raw = [a.encode(), b.encode()]
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    sides = [side_key(k, st.topology.slot_of) for k in raw]
+    env = b"%d:%s:new" % (version, token.encode())
+    args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
+    assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
+    done = await run_units(
+        st.topology, COMMIT, raw[:1], sides[:1], [(version, token, 0, 0, b"", b"")], head=[5000]
+    )
+    assert done == [1]
+    result = await st.read("rtx", [a, b], retry=QUICK, repair=NewestWins())
+    assert result.consistent and result.values == {a: b"new", b: b"new"}
+    assert (await st.read_atomic([a, b])).values == {a: b"new", b: b"new"}
+
+
+# -- 6. mixing APIs is refused, not silent -------------------------------------------
+
+
+async def test_read_atomic_refuses_keys_written_by_group_writes(st: Stampede) -> None:
+    """A group write leaves no transaction metadata: read_atomic says so instead of
+    returning what may be half of two group writes."""
+    keys = spread_keys(st, "mixed", 2)
+    await st.write("mixed", dict.fromkeys(keys, b"g1"))
+    with pytest.raises(MixedWritersError) as caught:
+        await st.read_atomic(keys)
+    assert {k.decode() for k in caught.value.keys} == set(keys)
+
+
+async def test_read_atomic_refuses_values_no_stampede_write_stamped(st: Stampede) -> None:
+    """A plain value another program wrote is never returned as if it were whole."""
+    await st.topology.execute(b"plain:{p}:a", "SET", "plain:{p}:a", "hello")
+    with pytest.raises(MixedWritersError):
+        await st.read_atomic(["plain:{p}:a"])
+
+
+async def test_read_atomic_reads_a_group_delete_as_missing(st: Stampede) -> None:
+    """A tombstone is a delete wherever it came from: read as missing."""
+    keys = spread_keys(st, "gdel", 2)
+    async with st.transaction() as tx:
+        for key in keys:
+            tx.set(key, b"v")
+    await st.delete("gdel", keys)
+    assert (await st.read_atomic(keys)).values == dict.fromkeys(keys)
+
+
+# -- 7. nothing leaks -----------------------------------------------------------------
+
+
+async def test_version_hashes_of_deleted_keys_are_collected(quick: Stampede) -> None:
+    """Keys written by transactions and then deleted (either way) leave no version
+    hash behind once the grace window has passed and the sweep has run."""
+    st = quick
+    keys = spread_keys(st, "leak", 4)
+    for i in range(3):
+        async with st.transaction() as tx:
+            for key in keys:
+                tx.set(key, b"%d" % i)
+    async with st.transaction() as tx:
+        tx.delete(keys[0])
+    await st.delete("leak", keys[1:3])
+    async with st.transaction(ttl=0.05) as tx:
+        tx.set(keys[3], b"short")
+    for key in keys:
+        await _gone(st, key)
+
+    async def collected() -> bool:
+        await sweep(st.topology, grace=0.05)
+        return await _stampede_keys(st) == []
+
+    await eventually(collected, within=30)
+
+
+# -- 9. bad input ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key", ["stampede:shard", "stampede:repairs", "stampede:repairs:{0}", "stampede:repairs:dead"]
+)
+async def test_stampedes_own_key_names_are_refused_as_data(st: Stampede, key: str) -> None:
+    """The shard identity record and the repair stream cannot be written as data."""
+    with pytest.raises(InvalidKeyError, match="stampede's own keys"):
+        await st.write("g", {key: b"x"})
+    with pytest.raises(InvalidKeyError, match="stampede's own keys"):
+        async with st.transaction() as tx:
+            tx.set(key, b"x")
+    with pytest.raises(InvalidKeyError, match="stampede's own keys"):
+        await st.read_atomic([key])
+
+
+async def test_read_atomic_of_a_version_hash_is_refused(st: Stampede) -> None:
+    """Naming a version hash gives InvalidKeyError, not WRONGTYPE."""
+    async with st.transaction() as tx:
+        tx.set("vh:{1}:a", b"x")
+    side = side_key(b"vh:{1}:a", st.topology.slot_of).decode()
+    with pytest.raises(InvalidKeyError, match="stampede's own keys"):
+        await st.read_atomic([side])
+
+
+async def test_read_atomic_attempts_must_be_positive(st: Stampede) -> None:
+    """attempts=0 would never read: refused before anything is sent."""
+    with pytest.raises(ValueError, match="attempts"):
+        await st.read_atomic(["a"], attempts=0)
+
+
+async def test_an_empty_transaction_takes_no_stamp(st: Stampede) -> None:
+    """Nothing to write: nothing is sent, no version is drawn."""
+    async with st.transaction() as tx:
+        pass
+    assert tx.receipt is not None and tx.receipt.keys == () and tx.receipt.version == 0
