@@ -34,9 +34,9 @@ from .topology._guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
 from .topology._node_ops import watch_update
 from .typing import Topology, VersionSource
 from .verdict import Mode
-from .versions import HybridClock
+from .versions import Counter, HybridClock
 from .wire import (
-    MAX_VERSION,
+    CLOCK_FLOOR,
     Envelope,
     VersionKind,
     commit_key,
@@ -127,12 +127,28 @@ _PLANNED_MAX = 4096
 
 
 def check_version(version: int) -> int:
-    """An application's own version: an int in 1..2**63-1, or `ConfigurationError`."""
+    """An application's own version: an int in 1..2**56-1 (the sequence kind), or
+    `ConfigurationError`. Larger versions are the hybrid clock's: an application
+    version there would be ordered against clock time."""
     if isinstance(version, bool) or not isinstance(version, int):
         raise ConfigurationError(f"version must be an int, got {type(version).__name__}")
-    if not 1 <= version <= MAX_VERSION:
-        raise ConfigurationError(f"version must be in 1..2**63-1, got {version}")
+    if not 1 <= version < CLOCK_FLOOR:
+        raise ConfigurationError(
+            f"version must be in 1..2**56-1 (an application's own version: a row version, "
+            f"an updated_at in microseconds, a log position), got {version}; 2**56 and above "
+            "belong to the hybrid clock"
+        )
     return version
+
+
+async def draw_version(
+    versions: VersionSource, group: bytes, topology: Topology, at: int | None
+) -> int:
+    """The next version for a write of `group` expiring at `at` (a `Counter` lives as
+    long as the writes it versions)."""
+    if isinstance(versions, Counter):
+        return await versions.next_version(group, topology, expire_at_ms=at)
+    return await versions.next_version(group, topology)
 
 
 def limit_for(versions: VersionSource, version: int) -> int:
@@ -163,7 +179,7 @@ async def write_group(
     """
     at = expire_at(ttl)
     if version is None:
-        version = await versions.next_version(group, topology)
+        version = await draw_version(versions, group, topology, at)
         limit = limit_for(versions, version)
     else:
         limit = 0
@@ -316,7 +332,7 @@ async def update_group(
                 f"update function returned no value for {missing!r}; it must return the new "
                 "payload of every key it was given (nothing was written)"
             )
-        fresh = await versions.next_version(group, topology)
+        fresh = await draw_version(versions, group, topology, expire_at(ttl))
         _check_orderable(group, keys, stored, fresh, limit_for(versions, fresh))
         version = max(fresh, newest + 1)
         versions.observe(version)

@@ -18,14 +18,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ._lua import script
 from .errors import ConfigurationError
 from .wire import CLOCK_FLOOR, MAX_VERSION, version_key
 
 if TYPE_CHECKING:
     from .typing import Topology
 
-__all__ = ["DEFAULT_MAX_OFFSET", "Counter", "HybridClock"]
+__all__ = ["COUNTER", "DEFAULT_MAX_OFFSET", "Counter", "HybridClock"]
 
+_MAX_OFFSET = 86_400.0
 DEFAULT_MAX_OFFSET = 5.0
 """Seconds a clock version may be ahead of this clock before it is refused."""
 _NS = 1_000_000_000
@@ -33,15 +35,31 @@ _NS = 1_000_000_000
 log = logging.getLogger("stampede.versions")
 
 
+COUNTER = script("counter")
+
+
 class Counter:
-    """Versions from INCR on `<group>:stampede:version` (one round trip per write)."""
+    """Versions from INCR on `<group>:stampede:version` (one round trip per write).
+
+    Given the write's expiry instant, the counter lives as long as that write plus
+    `Counter.outlive` seconds (and without one, as long as the group's data may), so
+    the counter of a deleted or expired group is collected by Redis itself.
+    """
 
     needs_round_trip = True
+    outlive = 3600.0
+    """Seconds the counter outlives the newest write it versioned (a late, older write
+    landing after the group expired is still older than what comes next)."""
 
-    async def next_version(self, group: bytes, topology: Topology) -> int:
+    async def next_version(
+        self, group: bytes, topology: Topology, *, expire_at_ms: int | None = None
+    ) -> int:
+        """The next version of `group`; `expire_at_ms` is the expiry instant (unix ms)
+        of the write it is for (None: the write has none)."""
         key = version_key(group)
         # Resent after a lost reply: a counter only has to grow; a resend leaves a gap.
-        return int(await topology.execute(key, "INCR", key, resend=True))
+        args = [expire_at_ms or 0, round(self.outlive * 1000)]
+        return int(await topology.script(COUNTER, [key], args))
 
     def observe(self, version: int) -> None:
         """The counter lives in Redis: nothing to learn locally."""
@@ -75,9 +93,14 @@ class HybridClock:
         offset_ms: int = 0,
         max_offset: float = DEFAULT_MAX_OFFSET,
     ) -> None:
-        if not max_offset > 0:
+        if isinstance(max_offset, bool) or not isinstance(max_offset, int | float):
             raise ConfigurationError(
-                f"max_offset must be a positive number of seconds, got {max_offset!r}"
+                f"max_offset must be a number of seconds, got {type(max_offset).__name__}"
+            )
+        if not 0 < max_offset <= _MAX_OFFSET:
+            raise ConfigurationError(
+                f"max_offset must be a positive number of seconds, at most {_MAX_OFFSET:g} "
+                f"(a day), got {max_offset!r}"
             )
         self._clock = clock or time.time_ns
         self.offset_ms = offset_ms

@@ -14,17 +14,21 @@ from stampede import (
     Envelope,
     InvalidKeyError,
     MixedWritersError,
+    Mode,
     OutcomeUnknownError,
     RetryPolicy,
     Stampede,
 )
+from stampede._kept import newest_whole
 from stampede._lua import Script
 from stampede._txn.scripts import COMMIT, COMMIT_ONE, PREPARE
 from stampede._txn.sweep import sweep
 from stampede._txn.write import run_units
-from stampede.errors import ShardUnavailable
+from stampede.errors import ConfigurationError, ShardUnavailable
 from stampede.repair import NewestWins
 from stampede.testing.faults import DelegatingTopology
+from stampede.typing import RepairContext
+from stampede.verdict import Observation, judge
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
@@ -338,3 +342,90 @@ async def test_an_empty_transaction_takes_no_stamp(st: Stampede) -> None:
     async with st.transaction() as tx:
         pass
     assert tx.receipt is not None and tx.receipt.keys == () and tx.receipt.version == 0
+
+
+# -- 8. a repair never extends a write's life ----------------------------------------
+
+
+REBUILD = NewestWins(rebuild=lambda truth, stale: dict.fromkeys(stale, b"rebuilt"))
+
+
+async def test_a_repair_of_a_group_that_expired_since_the_read_writes_nothing(
+    st: Stampede,
+) -> None:
+    """The read saw one key expired and the other not yet; by the time the repair
+    runs, the other has expired too. The repair must not bring the group back (it
+    used to rewrite the missing key with no expiry at all)."""
+    a, b = spread_keys(st, "expgroup", 2)
+    await st.write("expgroup", {a: b"x", b: b"y"}, ttl=60)
+    seen_b = await _raw(st, b)
+    obs = Observation(b"expgroup", (a.encode(), b.encode()), (None, seen_b), Mode.STAMP, None)
+    await st.topology.execute(a.encode(), "DEL", a)
+    await st.topology.execute(b.encode(), "DEL", b)  # b expires too, after the read
+    ctx = RepairContext(st.topology, Mode.STAMP, st.versions)
+    await REBUILD.repair(ctx, obs, judge(obs).exhausted())
+    assert await _raw(st, a) is None and await _raw(st, b) is None
+
+
+async def test_a_repair_keeps_the_expiry_instant_of_the_write(st: Stampede) -> None:
+    """One key of a TTL'd write already gone, the other still there: the repair writes
+    with that write's own expiry instant, never without one."""
+    a, b = spread_keys(st, "expkeep", 2)
+    await st.write("expkeep", {a: b"x", b: b"y"}, ttl=60)
+    at = int(await st.topology.execute(b.encode(), "PEXPIRETIME", b))
+    await st.topology.execute(a.encode(), "DEL", a)  # a expired first
+    result = await st.read("expkeep", [a, b], retry=QUICK, repair=REBUILD)
+    assert result.repaired
+    for key in (a, b):
+        assert int(await st.topology.execute(key.encode(), "PEXPIRETIME", key)) == at
+
+
+async def test_application_versions_above_the_sequence_range_are_refused(st: Stampede) -> None:
+    """Application versions live below 2**56; above is the hybrid clock's range."""
+    with pytest.raises(ConfigurationError, match="2\\*\\*56"):
+        await st.write("v", {"v:{1}:a": b"x"}, version=2**62)
+    with pytest.raises(ConfigurationError, match="2\\*\\*56"):
+        st.transaction(version=2**56)
+    await st.write("v", {"v:{1}:a": b"x"}, version=2**56 - 1)
+
+
+async def test_a_foreign_envelope_with_the_largest_token_is_repaired(st: Stampede) -> None:
+    """A value another program stamped with the largest ULID: a repairing read gets a
+    stamp after it (the next version) instead of a ValueError."""
+    a, b = "fx:{1}:a", "fx:{1}:b"
+    await st.topology.execute(a.encode(), "SET", a, "200:7ZZZZZZZZZZZZZZZZZZZZZZZZZ:x")
+    await st.topology.execute(b.encode(), "SET", b, "100:01JD0000000000000000000000:y")
+    result = await st.read("fx:{1}", [a, b], retry=QUICK, repair=NewestWins())
+    assert result.consistent and result.version == 201
+
+
+# -- kept versions of group writes follow the same rule -------------------------------
+
+
+async def test_kept_versions_never_outlive_the_write_that_replaced_them(st: Stampede) -> None:
+    """W1, then W2 with a short TTL: once W2 has expired, nothing of W1 is left for a
+    read to find (it used to live on in the kept versions for the grace window, and a
+    read that saw W2 half expired returned W1 as whole)."""
+    a, b = spread_keys(st, "keptexp", 2)
+    await st.write("keptexp", {a: b"w1", b: b"w1"})
+    await st.write("keptexp", {a: b"w2", b: b"w2"}, ttl=0.2)
+    seen_b = await _raw(st, b)
+    await _gone(st, a)
+    await _gone(st, b)
+    obs = Observation(b"keptexp", (a.encode(), b.encode()), (None, seen_b), Mode.STAMP, None)
+    assert await newest_whole(st.topology, obs) is None
+
+
+async def test_a_counter_lives_as_long_as_the_writes_it_versions(st: Stampede) -> None:
+    """A Counter-versioned group: its counter has no expiry while the data has none,
+    and takes the delete's expiry (plus Counter.outlive) when the group is deleted."""
+    keys = spread_keys(st, "ctr", 2)
+    counter = b"ctr:stampede:version"
+    await st.write("ctr", dict.fromkeys(keys, b"x"), versions="counter")
+    assert await st.topology.execute(counter, "PEXPIRETIME", counter) == -1
+    receipt = await st.delete("ctr", keys, versions="counter", grace=60)
+    until = int(await st.topology.execute(counter, "PEXPIRETIME", counter))
+    tombstone = int(await st.topology.execute(keys[0].encode(), "PEXPIRETIME", keys[0]))
+    assert until == tombstone + 3_600_000 and receipt.version == 2
+    await st.write("ctr", dict.fromkeys(keys, b"y"), versions="counter", ttl=60)
+    assert int(await st.topology.execute(counter, "PEXPIRETIME", counter)) > until - 3_600_000

@@ -79,6 +79,9 @@ def test_bad_max_offset_and_insane_clock_are_configuration_errors() -> None:
     """A non-positive max_offset, or a clock outside 1972..2262, fails clearly."""
     with pytest.raises(ConfigurationError, match="max_offset"):
         HybridClock(max_offset=0)
+    for bad in (float("inf"), float("nan"), 10**9, "5"):
+        with pytest.raises(ConfigurationError, match="max_offset"):
+            HybridClock(max_offset=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="clock source"):
         HybridClock(clock=lambda: 5).now()
 

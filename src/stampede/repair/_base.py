@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _pipeline as pipeline
@@ -34,10 +34,19 @@ from ..results import RepairAction, RepairOutcome
 from ..topology._guard import CAS, KEPT
 from ..typing import RepairContext, Topology
 from ..verdict import Mode, Observation, Reason, Status, judge
-from ..wire import Envelope, commit_key, expire_at, kind_of, new_token, token_after
+from ..wire import (
+    MAX_VERSION,
+    Envelope,
+    commit_key,
+    expire_at,
+    kind_of,
+    new_token,
+    token_after,
+)
 from ..wire import encode_commit as encode_commit
 
 __all__ = [
+    "EXPIRED",
     "best_effort",
     "compare_and_set",
     "expiry_of",
@@ -46,6 +55,7 @@ __all__ = [
     "repair_stamp",
     "rewrite",
     "roll_forward",
+    "write_expiry",
 ]
 
 
@@ -68,7 +78,7 @@ def repair_stamp(obs: Observation, source_version: int | None = None) -> tuple[i
     stamps = _stamps(obs)
     newest = max(stamps) if stamps else None
     if source_version is None:
-        return (0, new_token()) if newest is None else (newest[0], token_after(newest[1]))
+        return (0, new_token()) if newest is None else _after(obs, newest)
     group = obs.group.decode("utf-8", "backslashreplace")
     if newest is None:
         return source_version, new_token()
@@ -86,37 +96,61 @@ def repair_stamp(obs: Observation, source_version: int | None = None) -> tuple[i
             "already stored; it may read a lagging replica. Nothing was written",
         )
     if source_version == newest[0]:
-        return source_version, token_after(newest[1])
+        return _after(obs, newest)
     return source_version, new_token()
+
+
+def _after(obs: Observation, stamp: tuple[int, str]) -> tuple[int, str]:
+    """A stamp just after `stamp`: same version, a later token; the next version when
+    the token is the largest ULID (a value another program wrote)."""
+    try:
+        return stamp[0], token_after(stamp[1])
+    except ValueError:
+        version = stamp[0] + 1
+        if version <= MAX_VERSION and (stamp[0] == 0 or kind_of(version) is kind_of(stamp[0])):
+            return version, new_token()
+    raise RepairError(
+        obs.group,
+        "the newest stored stamp is the largest that can exist (another program wrote it); "
+        "delete the group's keys",
+    )
+
+
+EXPIRED = 1
+"""An expiry instant long past: what a repair writes with when the write it would keep
+has already expired (the compare-and-set then deletes instead of writing)."""
 
 
 async def kept_expiry(ctx: RepairContext, obs: Observation) -> int | None:
     """The absolute expiry (unix ms) of the newest write `obs` saw, to keep it.
 
-    Every key of one write expires at the same instant, so one key holding the
-    newest stamp tells it; a group with no stamp gets the context's `ttl`.
+    Every key of one write expires at the same instant, so the keys holding the
+    newest stamp tell it; a group with no stamp gets the context's `ttl`. When
+    every one of them has gone since the read (the write expired), `EXPIRED`: a
+    repair never extends a write's life.
     """
-    newest = obs.newest()
+    stamps = [(k, (e.version, e.token)) for k, e in zip(obs.keys, obs.envelopes, strict=True) if e]
     record = obs.commit()
-    key: bytes | None = None
-    if newest is not None:
-        key = obs.keys[obs.envelopes.index(newest)]
-    if record is not None and (
-        newest is None
-        or (record.version, record.token)
-        > (
-            newest.version,
-            newest.token,
-        )
-    ):
-        key = commit_key(obs.group)
-    if key is None:
+    if record is not None:
+        stamps.append((commit_key(obs.group), (record.version, record.token)))
+    if not stamps:
         return expire_at(ctx.ttl)
-    return await expiry_of(ctx.topology, key)
+    newest = max(s for _, s in stamps)
+    return await write_expiry(ctx.topology, [k for k, s in stamps if s == newest])
 
 
-async def expiry_of(topology: Topology, key: bytes) -> int | None:
-    """PEXPIRETIME of `key` (PTTL on servers before 7.0); None when it has none."""
+async def write_expiry(topology: Topology, keys: Sequence[bytes]) -> int | None:
+    """The expiry instant of the write that `keys` hold (one stamp): None when it has
+    none, `EXPIRED` when every key has gone (expired) since it was read."""
+    found = await asyncio.gather(*(expiry_of(topology, k, missing=EXPIRED) for k in keys))
+    if any(at is None for at in found):
+        return None
+    return max(at for at in found if at is not None)
+
+
+async def expiry_of(topology: Topology, key: bytes, *, missing: int | None = None) -> int | None:
+    """PEXPIRETIME of `key` (PTTL on servers before 7.0); None when it has none,
+    `missing` when the key does not exist."""
     try:
         at = int(await topology.execute(key, "PEXPIRETIME", key))
     except ShardResponseError as exc:
@@ -124,6 +158,8 @@ async def expiry_of(topology: Topology, key: bytes) -> int | None:
             raise
         left = int(await topology.execute(key, "PTTL", key))
         at = left if left < 0 else time.time_ns() // 1_000_000 + left
+    if at == -2:
+        return missing
     return at if at > 0 else None
 
 
@@ -252,7 +288,7 @@ async def roll_forward(
         return None  # a newer write has committed: its data has not landed yet
     payload = encode_commit(list(obs.keys))
     ckey = commit_key(obs.group)
-    at = await expiry_of(ctx.topology, obs.keys[0])
+    at = await write_expiry(ctx.topology, obs.keys)
     outcome = await ctx.topology.write_guarded(
         [ckey],
         [Envelope(first.version, first.token, payload).encode()],

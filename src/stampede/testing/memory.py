@@ -36,6 +36,7 @@ from ..results import GuardCode
 from ..topology._base import FixedShards, WriteOutcome
 from ..topology._guard import CAS, KEEP_MS, KEPT_DEPTH
 from ..topology._node_ops import Body, Command
+from ..versions import COUNTER
 from ..wire import CLOCK_FLOOR
 
 if TYPE_CHECKING:
@@ -182,17 +183,18 @@ class MemoryTopology(FixedShards):
             code = guard(current, v, t, lim)
             if code is GuardCode.WRITTEN:
                 if current is not None and keep_ms and isinstance(_stamp(current), tuple):
-                    self._keep(key, current, keep_ms)
+                    self._keep(key, current, keep_ms, expire_at_ms)
                 self._set(key, value, expire_at_ms or None)
             outcome.results[key] = int(code)
         return outcome
 
-    def _keep(self, key: bytes, replaced: bytes, keep_ms: int) -> None:
+    def _keep(self, key: bytes, replaced: bytes, keep_ms: int, until: int | None) -> None:
         where = kept_key(key)
         if where is None:
             return
         kept = [replaced, *self._kept(where)][:KEPT_DEPTH]
-        self._shard(where)[where] = _Entry(kept, time.time_ns() // 1_000_000 + keep_ms)
+        expiry = time.time_ns() // 1_000_000 + keep_ms
+        self._shard(where)[where] = _Entry(kept, min(expiry, until) if until else expiry)
 
     def _kept(self, where: bytes | None) -> list[bytes]:
         entry = None if where is None else self._entry(where)
@@ -226,6 +228,11 @@ class MemoryTopology(FixedShards):
             return dropped
         if script.sha == CAS.sha:
             return self._cas(keys, args)
+        if script.sha == COUNTER.sha:
+            value = self._cmd_incr(self.shard_of(keys[0]), [keys[0]])
+            at = int(args[0])
+            self._shard(keys[0])[keys[0]].expire_at_ms = at + int(args[1]) if at else None
+            return value
         raise ShardResponseError(
             f"the in-memory topology runs stampede's own read and repair scripts only, not "
             f"{script!r}; test scripts on real servers (stampede.testing.LocalPrimaries)",

@@ -91,15 +91,17 @@ def new_token() -> str:
 def token_after(token: str) -> str:
     """A fresh random token that sorts after `token` (a repair's own token).
 
-    The 128-bit value of `token` plus one plus 63 random bits: ordered after it,
-    and unique to the caller, so two repairs of one group never share a stamp.
+    The 128-bit value of `token` plus one plus 63 random bits (fewer near the top
+    of the range): ordered after it, and unique to the caller, so two repairs of
+    one group never share a stamp. `ValueError` for the largest ULID itself.
     """
     value = 0
     for char in token:
         value = value * 32 + _VALUE[char]
-    value += 1 + random.getrandbits(63)
-    if value >= 1 << 128:  # pragma: no cover - needs a ULID from the year 10889
+    room = (1 << 128) - 1 - value  # how many tokens sort after it
+    if room < 1:
         raise ValueError("no token sorts after the largest ULID")
+    value += 1 + random.randrange(min(1 << 63, room))
     chars = []
     for _ in range(TOKEN_LENGTH):
         value, digit = divmod(value, 32)
