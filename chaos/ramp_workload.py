@@ -147,7 +147,9 @@ class RampSession:
         self._last = 0
 
     def next_version(self) -> int:
-        v = (self.clock.now() >> _SESSION_BITS << _SESSION_BITS) | self.session
+        # An application version (microseconds, below 2**56), the low bits the session.
+        micros = self.clock.now() // 1000
+        v = (micros >> _SESSION_BITS << _SESSION_BITS) | self.session
         if v <= self._last:
             v = self._last + (1 << _SESSION_BITS)
         self._last = v

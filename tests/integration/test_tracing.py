@@ -36,6 +36,7 @@ async def test_spans_name_the_operation_and_never_carry_payloads(st: Stampede) -
     await st.read("traced", keys)
     async with st.transaction() as tx:
         tx.set(keys[0], b"secret payload")
+        tx.set(keys[1], b"secret payload")
     await st.read_atomic(keys)
     await write_newer(st, [keys[0].encode()], b"newer")
     with pytest.raises(TornReadError):
@@ -44,7 +45,7 @@ async def test_spans_name_the_operation_and_never_carry_payloads(st: Stampede) -
     write = spans["stampede.write"].attributes or {}
     assert write["stampede.group"] == "traced" and write["stampede.keys"] == 2
     assert write["stampede.token"] == receipt.token
-    assert spans["stampede.transaction"].attributes["stampede.keys"] == 1  # type: ignore[index]
+    assert spans["stampede.transaction"].attributes["stampede.keys"] == 2  # type: ignore[index]
     assert spans["stampede.read_atomic"].attributes["stampede.rounds"] == 1  # type: ignore[index]
     reads = [s for s in EXPORTER.get_finished_spans() if s.name == "stampede.read"]
     assert reads[0].attributes["stampede.status"] == "consistent"  # type: ignore[index]
