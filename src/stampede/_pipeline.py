@@ -73,11 +73,14 @@ async def repair(
     the group's keys is completed there (a repair never restamps a key over a
     transaction that has committed): if that makes the group whole, that is the
     repair."""
-    if await complete_pending(ctx.topology, obs.keys, grace=ctx.version_grace):
+    pending = await complete_pending(ctx.topology, obs.keys, grace=ctx.version_grace)
+    if pending.completed or pending.undecided:
         fresh = await observe(ctx.topology, obs.group, obs.keys, obs.mode)
         now = judge(fresh)
-        if now.status in (Status.CONSISTENT, Status.NOT_FOUND):
-            outcome = _completed(fresh, now, verdict)
+        whole = now.status in (Status.CONSISTENT, Status.NOT_FOUND)
+        if whole or pending.undecided:
+            # whole now; or a transaction is still committing here: leave it alone
+            outcome = _completed(fresh, now, verdict, whole=whole)
             metrics.repair(outcome.action.value, source)
             return outcome
         obs, verdict = fresh, now
@@ -88,8 +91,9 @@ async def repair(
     return outcome
 
 
-def _completed(obs: Observation, verdict: Verdict, was: Verdict) -> RepairOutcome:
-    """The outcome of a repair that only had to complete a pending transaction."""
+def _completed(obs: Observation, verdict: Verdict, was: Verdict, *, whole: bool) -> RepairOutcome:
+    """The outcome of a repair that met a transaction: completed it (`whole`), or left
+    a group where one is still committing alone (a lost race: read it again later)."""
     env = verdict.envelope
     values = {
         key: (e.value if e is not None else raw)
@@ -97,9 +101,9 @@ def _completed(obs: Observation, verdict: Verdict, was: Verdict) -> RepairOutcom
     }
     return RepairOutcome(
         obs.group,
-        RepairAction.ROLLED_FORWARD,
+        RepairAction.ROLLED_FORWARD if whole else RepairAction.LOST_RACE,
         was.exhausted().reason,
         values,
-        True,
-        stamp=None if env is None else (env.version, env.token),
+        whole,
+        stamp=None if env is None or not whole else (env.version, env.token),
     )

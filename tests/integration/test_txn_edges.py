@@ -429,3 +429,31 @@ async def test_a_counter_lives_as_long_as_the_writes_it_versions(st: Stampede) -
     assert until == tombstone + 3_600_000 and receipt.version == 2
     await st.write("ctr", dict.fromkeys(keys, b"y"), versions="counter", ttl=60)
     assert int(await st.topology.execute(counter, "PEXPIRETIME", counter)) > until - 3_600_000
+
+
+async def test_a_group_repair_leaves_a_transaction_that_is_still_committing_alone(
+    st: Stampede,
+) -> None:
+    """T prepared at both keys, committed nowhere yet (its writer is between the
+    rounds): a repair of the torn group does not restamp the keys under T, it reads
+    again later; T then commits whole."""
+    a, b = spread_keys(st, "undecided", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"a0")
+        tx.set(b, b"b0")
+    async with st.transaction() as tx:
+        tx.set(b, b"b1")  # the group is torn: a and b hold different writes
+    raw = [a.encode(), b.encode()]
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    sides = [side_key(k, st.topology.slot_of) for k in raw]
+    env = b"%d:%s:t" % (version, token.encode())
+    args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
+    assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
+    before = [await _raw(st, a), await _raw(st, b)]
+    result = await st.read("undecided", [a, b], retry=QUICK, repair=REBUILD)
+    assert not result.consistent and result.repair is not None
+    assert result.repair.action.value == "lost_race"
+    assert [await _raw(st, a), await _raw(st, b)] == before
+    commit = [(version, token, 0, 0, b"", b"")] * 2
+    assert await run_units(st.topology, COMMIT, raw, sides, commit, head=[5000]) == [1, 1]
+    assert (await st.read_atomic([a, b])).values == {a: b"t", b: b"t"}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..errors import MalformedEnvelope, ShardResponseError
 from ..typing import Topology
@@ -27,7 +28,7 @@ from ..wire._txn import Stamp, decode_meta, parse_stamp, side_key
 from .scripts import COLLECT, COMMIT
 from .write import PREPARE_HOLD_MS
 
-__all__ = ["complete_pending", "sweep"]
+__all__ = ["UNDECIDED_MS", "Pending", "complete_pending", "sweep"]
 
 _PATTERNS = (b"*:stampede:v", b"*:stampede:v:u", b"stampede:v:{*")
 
@@ -82,42 +83,73 @@ def _stamp_of(key: bytes, raw: bytes | None) -> Stamp | None:
     return env.version, env.token
 
 
-async def complete_pending(topology: Topology, keys: Sequence[bytes], *, grace: float) -> int:
+UNDECIDED_MS = 60_000
+"""How long a prepared version no sibling holds yet counts as a transaction still
+committing (its writer is within its timeouts), which a repair leaves alone."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What `complete_pending` found at a group's keys."""
+
+    completed: int
+    """Keys where it committed a transaction that a sibling already held."""
+    undecided: tuple[bytes, ...]
+    """Keys holding a prepared version of a transaction that is still committing."""
+
+
+async def complete_pending(topology: Topology, keys: Sequence[bytes], *, grace: float) -> Pending:
     """Complete, at `keys`, every transaction that is committed elsewhere but still
-    pending here (what a repair does before it writes: it never restamps a key over
-    a transaction that is already visible at a sibling). Returns how many keys it
-    committed."""
+    pending here, and name the keys where one is still committing (what a repair
+    does before it writes: it never restamps a key over a transaction that is
+    visible at a sibling, nor under one that may still commit)."""
     grace_ms = max(1, round(grace * 1000))
     sides = [side_key(k, topology.slot_of) for k in keys]
     present = await asyncio.gather(*(topology.execute(s, "EXISTS", s) for s in sides))
     done = 0
+    undecided: list[bytes] = []
     for key, side, exists in zip(keys, sides, present, strict=True):
         if exists:
-            done += await _roll_forward(topology, key, side, grace_ms)
-    return done
+            rolled = await _roll_forward(topology, key, side, grace_ms, undecided=True)
+            done += rolled.completed
+            undecided.extend(rolled.undecided)
+    return Pending(done, tuple(undecided))
 
 
-async def _roll_forward(topology: Topology, key: bytes, side: bytes, grace_ms: int) -> int:
+async def _roll_forward(
+    topology: Topology, key: bytes, side: bytes, grace_ms: int, *, undecided: bool = False
+) -> Pending:
     """Commit here each newer prepared version whose transaction a sibling holds;
-    returns how many it made current."""
-    done = 0
+    with `undecided`, also name the key if a newer prepared version that no sibling
+    holds was prepared less than `UNDECIDED_MS` ago (by the server's clock)."""
+    done, waiting = 0, False
     current = _stamp_of(key, await topology.execute(key, "GET", key))
     fields = await topology.execute(side, "HGETALL", side)
     pairs = dict(zip(fields[::2], fields[1::2], strict=True))
-    for name, meta in pairs.items():
+    for name, meta in sorted(pairs.items()):
         if not name.startswith(b"m:") or b"x:" + name[2:] in pairs:
             continue
         stamp = parse_stamp(name[2:])
         if current is not None and stamp <= current:
             continue
         siblings = sorted((decode_meta(meta) or frozenset()) - {key})
-        if not siblings:
-            continue
-        held = await topology.fetch(siblings)
+        held = await topology.fetch(siblings) if siblings else []
         if any(_stamp_of(k, raw) == stamp for k, raw in zip(siblings, held, strict=True)):
             args = [grace_ms, stamp[0], stamp[1], "", 0, b"", b""]
             (code,) = await topology.script(COMMIT, [key, side], args)
             if code == 1:
                 done += 1
                 current = stamp
-    return done
+        elif undecided and b"d:" + name[2:] in pairs:
+            waiting = waiting or await _recent(topology, side, meta)
+    return Pending(done, (key,) if waiting else ())
+
+
+async def _recent(topology: Topology, side: bytes, meta: bytes) -> bool:
+    """Was this version prepared less than `UNDECIDED_MS` ago, by the server's clock?"""
+    head = meta.split(b":", 1)[0]
+    if not head.isdigit():
+        return False
+    seconds, micros = await topology.execute(side, "TIME")
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    return now_ms - int(head) < UNDECIDED_MS
