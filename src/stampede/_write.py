@@ -28,7 +28,7 @@ from .errors import (
     WriteTimeout,
 )
 from .keys import to_bytes
-from .results import Receipt
+from .results import GuardCode, Receipt
 from .topology._base import WriteOutcome
 from .topology._guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
 from .topology._node_ops import watch_update
@@ -248,6 +248,7 @@ def _raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ()
 
 def raise_refusals(group: bytes, codes: Mapping[bytes, int]) -> None:
     """Raise what the guard's refusal codes in `codes` (key -> code) mean, if any."""
+    codes = {k: c for k, c in codes.items() if c != GuardCode.WITHHELD}
     if not codes or min(codes.values()) >= 0:  # written, already there, or kept
         return
     wrong = [k for k, c in codes.items() if c == WRONGTYPE]

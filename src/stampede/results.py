@@ -172,3 +172,6 @@ class GuardCode(IntEnum):
     """The stored clock version is further ahead than the writer's clock allows."""
     FOREIGN = -4
     """The stored value is not an envelope (another program wrote it)."""
+    WITHHELD = -6
+    """Not written: another key of the same write refused it in the same call (a
+    write whose keys share one call is all or nothing)."""

@@ -16,6 +16,7 @@ from stampede import (
     MixedWritersError,
     Mode,
     OutcomeUnknownError,
+    PartialWriteError,
     RetryPolicy,
     Stampede,
 )
@@ -457,3 +458,52 @@ async def test_a_group_repair_leaves_a_transaction_that_is_still_committing_alon
     commit = [(version, token, 0, 0, b"", b"")] * 2
     assert await run_units(st.topology, COMMIT, raw, sides, commit, head=[5000]) == [1, 1]
     assert (await st.read_atomic([a, b])).values == {a: b"t", b: b"t"}
+
+
+async def test_a_one_slot_group_write_with_a_refused_key_writes_nothing(st: Stampede) -> None:
+    """The same rule for group writes: a one-slot write that one key refuses (another
+    type) leaves every other key, and the commit record, untouched."""
+    await st.topology.execute(b"g1:{aon}:b", "RPUSH", "g1:{aon}:b", "x")
+    for mode in ("stamp", "commit"):
+        with pytest.raises((InvalidKeyError, PartialWriteError), match="WRONGTYPE"):
+            await st.write("g1:{aon}", {"g1:{aon}:a": b"1", "g1:{aon}:b": b"2"}, mode=mode)
+        assert await _raw(st, "g1:{aon}:a") is None
+        assert await _raw(st, "g1:{aon}:stampede:commit") is None
+
+
+# -- 10. eviction: missing, or an honest error; never fractured, never back ---------
+
+
+@pytest.mark.parametrize("evicted", ["pending-hash", "committed-hash", "tombstone", "data"])
+async def test_evicted_keys_read_as_missing_or_raise_never_fractured(
+    st: Stampede, evicted: str
+) -> None:
+    """What maxmemory eviction can remove (played with DEL): a transaction committed at
+    B and pending at A, then A's or B's version hash evicted; a tombstone evicted; a
+    data key evicted. read_atomic raises an honest error or reads the key as missing;
+    it never returns B's new value beside A's old one, and never writes anything back."""
+    a, b = spread_keys(st, f"evict-{evicted}", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+        tx.set(b, b"old")
+    raw = [a.encode(), b.encode()]
+    sides = [side_key(k, st.topology.slot_of) for k in raw]
+    if evicted.endswith("hash"):
+        version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+        env = b"%d:%s:new" % (version, token.encode())
+        args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
+        assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
+        commit = [(version, token, 0, 0, b"", b"")]
+        assert await run_units(st.topology, COMMIT, raw[1:], sides[1:], commit, head=[5000]) == [1]
+        side = sides[0] if evicted == "pending-hash" else sides[1]
+        await st.topology.execute(side, "DEL", side)
+        with pytest.raises(MixedWritersError):
+            await st.read_atomic([a, b])
+        return
+    if evicted == "tombstone":
+        async with st.transaction() as tx:
+            tx.delete(a)
+    await st.topology.execute(raw[0], "DEL", a)
+    got = await st.read_atomic([a, b])
+    assert got.values == {a: None, b: b"old"}
+    assert await _raw(st, a) is None

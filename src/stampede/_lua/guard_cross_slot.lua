@@ -5,6 +5,9 @@
 local n = tonumber(ARGV[1])
 local seen = {}
 for i = 1, n do seen[i] = redis.call('GET', ARGV[1 + i]) end
+local first = 1 + n
+local function current(i) return seen[i] end
+--! include guard_refused
 local latest, out = {}, {}
 for i = 1, n do
   local key = ARGV[1 + i]
@@ -15,6 +18,7 @@ for i = 1, n do
   local keep = ARGV[b + 6]
   local kk = kept_key(key)
 --! include compare
+  if state >= 0 and refused[v .. ':' .. t] then state = -6 end
 --! include guard_put
   if state == 1 then latest[key] = value end
 end

@@ -38,7 +38,7 @@ from ..errors import (
     ShardResponseError,
     TransactionAborted,
 )
-from ..results import TransactionReceipt
+from ..results import GuardCode, TransactionReceipt
 from ..topology._base import call_units
 from ..typing import Topology, VersionSource
 from ..versions import Counter
@@ -50,7 +50,7 @@ __all__ = ["PREPARE_HOLD_MS", "Transaction", "run_units"]
 
 _LABEL = b"transaction"
 _GONE = 3  # COMMIT: the version's expiry instant had passed, nothing was written
-_NOT_WRITTEN = -6  # COMMIT_ONE: another key of the one-slot transaction was refused
+_NOT_WRITTEN = int(GuardCode.WITHHELD)  # COMMIT_ONE: another key was refused
 _SETTLED = (0, 1, 2, _GONE)  # a reply that says what the key holds now
 _COMMIT_TRIES = 4  # sends of a one-slot transaction whose outcome stays unknown
 PREPARE_HOLD_MS = 3_600_000

@@ -173,6 +173,10 @@ class MemoryTopology(FixedShards):
         v, t = str(stamp["version"]).encode(), stamp["token"].encode()
         lim = str(stamp.get("limit", 0)).encode()
         expire_at_ms, keep_ms = stamp.get("expire_at_ms"), stamp.get("keep_ms", KEEP_MS)
+        if self._refused(keys, v, t, lim):  # one write: all or nothing
+            for key in keys:
+                outcome.results[key] = int(self._refusal(key, v, t, lim) or GuardCode.WITHHELD)
+            return outcome
         for key, value in zip(keys, values, strict=True):
             entry = self._entry(key)
             if entry is not None and not isinstance(entry.value, bytes):
@@ -187,6 +191,17 @@ class MemoryTopology(FixedShards):
                 self._set(key, value, expire_at_ms or None)
             outcome.results[key] = int(code)
         return outcome
+
+    def _refusal(self, key: bytes, v: bytes, t: bytes, lim: bytes) -> GuardCode | None:
+        """The guard's refusal of a write at `key`, or None if it may go ahead."""
+        entry = self._entry(key)
+        if entry is not None and not isinstance(entry.value, bytes):
+            return GuardCode.WRONGTYPE
+        code = guard(None if entry is None else entry.value, v, t, lim)  # type: ignore[arg-type]
+        return code if code < 0 else None
+
+    def _refused(self, keys: Sequence[bytes], v: bytes, t: bytes, lim: bytes) -> bool:
+        return any(self._refusal(k, v, t, lim) is not None for k in keys)
 
     def _keep(self, key: bytes, replaced: bytes, keep_ms: int, until: int | None) -> None:
         where = kept_key(key)

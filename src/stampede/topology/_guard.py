@@ -25,6 +25,9 @@ reply  one integer per key:
            (stamped by a clock far ahead of this writer's)
        -4  not written: the stored value looks like an envelope but its version
            cannot be ordered (2**63 or more, or leading zeros)
+       -6  not written: another key of the same write (same stamp) refused it in
+           this call; every key is read before any is written, so a write whose
+           keys share one call (one slot) is all or nothing
 
 Kept versions: a write that replaces an envelope pushes it onto the key's kept
 list, `<key>:stampede:p` for a key with a hash tag or `{<key>}:stampede:p` for one
