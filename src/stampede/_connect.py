@@ -30,8 +30,10 @@ def connect(
 ) -> Stampede:
     """A `Stampede` over independent primaries (a list of URLs) or a cluster.
 
-    `cluster=True` takes one startup node URL. Keyword options (`mode`, `versions`,
-    `retry`, `ttl`, `repair`, `connection`) override the fields of `options`.
+    `cluster=True` takes one or more startup node URLs (any node of the cluster;
+    several, so that `open()` and slot map reloads survive one being down).
+    Keyword options (`mode`, `versions`, `retry`, `ttl`, `repair`, `connection`)
+    override the fields of `options`.
     Nothing is sent until the first call (or `open()`).
     """
     opts = load_options(options, overrides)
@@ -53,15 +55,11 @@ def connect(
                 "redis://user:password@host:port with credentials)"
             )
     if cluster:
-        if len(urls) != 1:
-            raise ConfigurationError(
-                "cluster=True takes one startup node URL; the rest are discovered"
-            )
         if slot_map is not None or hash_pattern is not None:
             raise ConfigurationError(
                 "slot_map and hash_pattern apply to client-side sharding, not a cluster"
             )
-        topology: Topology = Cluster(urls[0], options=opts.connection)
+        topology: Topology = Cluster(urls, options=opts.connection)
     else:
         policy = HashPolicy(hash_pattern) if hash_pattern is not None else None
         topology = Shards(urls, options=opts.connection, slot_map=slot_map, policy=policy)

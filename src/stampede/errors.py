@@ -96,10 +96,10 @@ class SetupError(ConfigurationError):
     `url` names the server (its password hidden) and `problem` says what is wrong
     as a short code: `"unreachable"`, `"timeout"`, `"auth"`, `"permission"`,
     `"tls"`, `"cluster-node"` (a cluster node listed without `cluster=True`),
-    `"not-cluster"` (`cluster=True` against a plain server), `"same-server"` (two
-    URLs reach one server), `"order"`, `"count"` or `"layout"` (the URLs disagree
-    with the shard identity records the data was written with; see
-    docs/wire-formats.md). The message says how to fix it.
+    `"not-cluster"` (`cluster=True` against a plain server), `"replica"` (a replica
+    where a primary is needed), `"same-server"` (two URLs reach one server),
+    `"order"`, `"count"` or `"layout"` (the URLs disagree with the shard identity
+    records; see docs/wire-formats.md). The message says how to fix it.
     """
 
     def __init__(self, message: str, *, url: str, problem: str) -> None:

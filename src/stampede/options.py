@@ -87,6 +87,19 @@ class ConnectOptions(_Frozen):
         description="gather the requests of one loop turn into one round trip per shard",
     )
     batch_keys: int = Field(default=1024, ge=1, description="most keys in one coalesced batch")
+    failover_timeout: float = Field(
+        default=5.0,
+        ge=0,
+        description="seconds a command that is safe to resend (a read, a stamp-guarded "
+        "write) keeps trying while a cluster node fails over: the slot map is reloaded "
+        "and the command sent to the slot's new owner, with backoff; 0 turns it off",
+    )
+    refresh_interval: float = Field(
+        default=10.0,
+        ge=0,
+        description="seconds between background reloads of a cluster's slot map (besides "
+        "the reloads that MOVED, failed nodes and transient states trigger); 0 turns it off",
+    )
     check_identity: bool = Field(
         default=True,
         description="on open(), check (and on first use write) each primary's shard identity "

@@ -258,8 +258,8 @@ def test_connect_rejects_bad_configuration() -> None:
     """connect() names what is wrong with its arguments."""
     with pytest.raises(ConfigurationError, match="at least one"):
         stampede.connect([])
-    with pytest.raises(ConfigurationError, match="one startup node"):
-        stampede.connect(["redis://a", "redis://b"], cluster=True)
+    with pytest.raises(ConfigurationError, match="slot_map and hash_pattern"):
+        stampede.connect(["redis://a", "redis://b"], cluster=True, hash_pattern="(?P<tag>x)")
     with pytest.raises(ConfigurationError, match="ttl"):
         stampede.connect("redis://localhost", ttl=-1)
     with pytest.raises(ConfigurationError, match="twice"):

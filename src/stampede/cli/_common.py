@@ -136,8 +136,8 @@ _CONNECTION = [
         callback=_urls,
         envvar="STAMPEDE_URLS",
         show_envvar=True,
-        help="A Redis URL: one per primary (in the application's order), or one startup "
-        "node with --cluster. The variable takes several, comma-separated.",
+        help="A Redis URL: one per primary (in the application's order), or with --cluster "
+        "one or more startup nodes. The variable takes several, comma-separated.",
     ),
     click.option(
         "--cluster",

@@ -47,8 +47,6 @@ def check_live_options(
         raise click.UsageError("give keys (arguments or --file) or --url, not both")
     if ctx.get_parameter_source("shards") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--shards is for key samples; with --url the servers are the shards")
-    if cluster and len(urls) != 1:
-        raise click.UsageError("--cluster takes one --url (a node); the others are discovered")
     if cluster and policy is not None:
         raise click.UsageError("--pattern applies to client-side shards, not a cluster")
 
@@ -67,7 +65,7 @@ def run_live(
     async def run() -> LiveSlots:
         topology: Topology
         if cluster:
-            topology = Cluster(urls[0])
+            topology = Cluster(urls)
         else:
             topology = Shards(list(urls), policy=policy)
         try:

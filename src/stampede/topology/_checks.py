@@ -74,6 +74,23 @@ class ServerInfo:
     url: str
     run_id: str | None
     cluster_enabled: bool | None
+    role: str | None = None
+    """`master` or `slave` (INFO replication), None when the server did not say."""
+    primary: str | None = None
+    """For a replica: the `host:port` of the primary it follows."""
+
+    def refuse_replica(self) -> None:
+        """`SetupError` when this server is a replica: a write would fail READONLY after
+        other shards took their part of it."""
+        if self.role == "slave":
+            follows = f" of {self.primary}" if self.primary else ""
+            raise SetupError(
+                f"is a replica{follows}, and stampede writes only to primaries: list the "
+                f"primary's URL instead (redis://{self.primary or '<primary>'}), or use "
+                "Sentinel (sentinels=..., services=...) to follow failovers",
+                url=redact(self.url),
+                problem="replica",
+            )
 
 
 def _fields(raw: Any) -> dict[str, str]:
@@ -160,17 +177,29 @@ def refusal(exc: BaseException, url: str, *, waited: float | None = None) -> Set
 async def probe(lane: Lane, url: str, *, waited: float | None = None) -> ServerInfo:
     """Ask the server at `url` who it is; `SetupError` when it cannot be used."""
     try:
-        server, cluster = await lane.pipeline([("INFO", "server"), ("INFO", "cluster")])
+        server, cluster, replication = await lane.pipeline(
+            [("INFO", "server"), ("INFO", "cluster"), ("INFO", "replication")]
+        )
     except (RedisError, OSError, TimeoutError) as exc:
         raise refusal(exc, url, waited=waited) from exc
-    for reply in (server, cluster):
+    for reply in (server, cluster, replication):
         if isinstance(reply, NoPermissionError):
             raise refusal(reply, url) from reply
     run_id = None if isinstance(server, BaseException) else _fields(server).get("run_id")
     enabled = (
         None if isinstance(cluster, BaseException) else _fields(cluster).get("cluster_enabled")
     )
-    return ServerInfo(url, run_id or None, None if enabled is None else enabled == "1")
+    repl = {} if isinstance(replication, BaseException) else _fields(replication)
+    primary = None
+    if repl.get("master_host"):
+        primary = f"{repl['master_host']}:{repl.get('master_port', '6379')}"
+    return ServerInfo(
+        url,
+        run_id or None,
+        None if enabled is None else enabled == "1",
+        role=repl.get("role"),
+        primary=primary,
+    )
 
 
 def same_servers(infos: Sequence[ServerInfo]) -> None:

@@ -10,6 +10,7 @@ what still fails is translated into a `ShardError` naming the node.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
@@ -19,7 +20,7 @@ from ..errors import ConfigurationError, SetupError, ShardUnavailable
 from ..keys import SlotMap, keyslot
 from ..options import ConnectOptions
 from ._base import WriteOutcome, translate
-from ._checks import probe, redact
+from ._checks import ServerInfo, probe, redact
 from ._cluster_io import NodeIO
 from ._coalesce import Coalescer
 from ._discovery import AddressRemap, SlotTable
@@ -47,33 +48,54 @@ class Cluster:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         *,
         options: ConnectOptions | None = None,
         address_remap: AddressRemap | None = None,
     ) -> None:
-        """A cluster reached through one startup node's URL (its credentials and TLS
-        settings hold for every node). `address_remap` maps the addresses the cluster
-        announces to the ones to connect to (a proxy, a NAT)."""
+        """A cluster reached through one or more startup nodes' URLs (the first one's
+        credentials and TLS settings hold for every node). `address_remap` maps the
+        addresses the cluster announces to the ones to connect to (a proxy, a NAT)."""
         opts = options or ConnectOptions()
-        self._url = url
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise ConfigurationError("a cluster needs at least one startup node URL")
+        self._urls = urls
+        self._url = urls[0]
         self._options = opts
-        self._endpoint = parse_url(url, opts)
-        self._table = SlotTable(self._endpoint.name, address_remap)
+        self._endpoint = parse_url(urls[0], opts)
+        startups = [parse_url(u, opts).name for u in urls]
+        self._table = SlotTable(startups, address_remap)
         self._router = Router(self._endpoint, self._table, opts)
         self._io = NodeIO(self._router)
         self._batchers: dict[str, tuple[Coalescer[Any, Any], Coalescer[Any, Any]]] = {}
         self._markers = Markers(keyslot)
+        self._refresher: asyncio.Task[None] | None = None
+
+    async def _startup(self) -> ServerInfo:
+        """Probe the startup nodes in turn; the first that answers (else its error)."""
+        timeout = self._options.socket_timeout
+        first: BaseException | None = None
+        for url, name in zip(self._urls, self._table.startups, strict=True):
+            try:
+                return await probe(self._router.lane_at(name), url, waited=timeout)
+            except SetupError as exc:
+                if exc.problem not in ("unreachable", "timeout"):
+                    raise
+                first = first or exc
+        assert first is not None
+        raise first
 
     async def open(self) -> None:
-        """Check the startup node, learn the slot map, and check every primary.
+        """Check a startup node, learn the slot map, and check every primary.
 
-        `SetupError` (naming the URL and the fix) when the startup node cannot be
-        reached or used (credentials, ACL, TLS), is not cluster-enabled, or a
-        primary does not answer.
+        `SetupError` (naming the URL and the fix) when no startup node can be reached,
+        one cannot be used (credentials, ACL, TLS), is not cluster-enabled, or a
+        primary does not answer. Then the map is reloaded every `refresh_interval`
+        seconds in the background.
         """
         timeout = self._options.socket_timeout
-        info = await probe(self._router.lane_at(self._endpoint.name), self._url, waited=timeout)
+        info = await self._startup()
         if info.cluster_enabled is False:
             raise SetupError(
                 "is not a Redis Cluster node (cluster_enabled:0); drop cluster=True and "
@@ -92,6 +114,16 @@ class Cluster:
                 raise result
         for name in [n for n in self._router.lanes if n not in primaries]:
             await self._router.lanes.pop(name).aclose()  # the startup node under another name
+        if self._options.refresh_interval > 0 and self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_forever())
+
+    async def _refresh_forever(self) -> None:
+        """Reload the slot map every `refresh_interval` seconds (a failed reload waits
+        for the next turn: calls reload on their own when they meet a stale map)."""
+        while True:
+            await asyncio.sleep(self._options.refresh_interval)
+            with contextlib.suppress(*ERRORS):
+                await self._router.refresh()
 
     def _node_url(self, name: str) -> str:
         """A URL for the node `name`, in the startup URL's scheme and credentials."""
@@ -106,7 +138,7 @@ class Cluster:
         try:
             await self._table.load(self._router.ask_slots)
         except ERRORS as exc:
-            nodes = self._endpoint.name
+            nodes = ", ".join(self._table.startups)
             raise ShardUnavailable(
                 f"could not load the cluster's slot map ({exc}); is it a cluster-enabled "
                 "node and is the cluster up (CLUSTER INFO: cluster_state:ok)?",
@@ -234,6 +266,11 @@ class Cluster:
         return results[0]
 
     async def aclose(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+            self._refresher = None
         for pair in self._batchers.values():
             for coalescer in pair:
                 await coalescer.aclose()

@@ -22,7 +22,8 @@ from ._guard import (
     split_codes,
 )
 from ._node_ops import eval_fallback
-from ._router import Router, redirected
+from ._resp import ReplyError
+from ._router import Router, failing, redirected
 
 __all__ = ["NodeIO"]
 
@@ -33,6 +34,15 @@ _READ = script("cluster_read")
 def _first_key(command: tuple[Any, ...]) -> bytes:
     """The first declared key of an EVAL/EVALSHA (where a redirection is looked up)."""
     return bytes(command[3]) if int(command[2]) > 0 else bytes(command[4])
+
+
+def _refuses_flags(reply: BaseException) -> bool:
+    """True when a node answered a cross-slot script with an error that says it cannot
+    run one at all (a server before 7.0: no script flags), not one that passes: a
+    slot moving, a redirection, a failed connection or a transient state."""
+    if not isinstance(reply, ReplyError) or redirected(reply) or failing(reply):
+        return False
+    return "non local key" not in str(reply)
 
 
 class NodeIO:
@@ -69,7 +79,7 @@ class NodeIO:
             (reply,) = await eval_fallback(run, [("EVALSHA", _READ.sha, 0, *keys)])
             if not isinstance(reply, BaseException):
                 return list(reply)
-            if "non local key" not in str(reply) and not redirected(reply):
+            if _refuses_flags(reply):
                 self._no_read_script.add(node)  # e.g. Redis 6: no script flags
         return await self.router.pipeline(node, [("GET", k) for k in keys], keys)
 
@@ -140,8 +150,7 @@ class NodeIO:
         (reply,) = await eval_fallback(run, [("EVALSHA", CROSS_SLOT_GUARD.sha, 0, *args)])
         if not isinstance(reply, BaseException):
             return list(reply)
-        text = str(reply)
-        if not ("non local key" in text or "WRONGTYPE" in text or redirected(reply)):
+        if _refuses_flags(reply) and "WRONGTYPE" not in str(reply):
             self._no_write_script.add(node)  # e.g. Redis 6: no script flags
         return None
 

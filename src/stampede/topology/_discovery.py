@@ -1,9 +1,11 @@
 """A Redis Cluster's slot map, learnt with `CLUSTER SLOTS`.
 
-`SlotTable.load` asks the primaries it knows (then the startup node) in turn and
-keeps the first complete answer: which primary (`host:port`) serves each of the
-16384 slots. A MOVED reply updates one slot at once; the caller then reloads the
-whole map (once, however many callers met MOVED meanwhile).
+`SlotTable.load` asks every node it knows (the primaries and replicas the last map
+named, then the startup nodes) in turn and keeps the first complete answer: which
+primary (`host:port`) serves each of the 16384 slots. A MOVED reply updates one
+slot at once; the caller then reloads the whole map (once, however many callers
+met MOVED meanwhile), as it does after a connection error, a timeout or a
+transient state (CLUSTERDOWN, READONLY, LOADING, MASTERDOWN) and periodically.
 
 `address_remap` maps each announced `(host, port)` to the one to connect to (a
 proxy, a NAT), as the cluster announces addresses from its own point of view.
@@ -30,13 +32,28 @@ class SlotsUnknown(RedisError):
 class SlotTable:
     """Which primary serves each slot (see the module)."""
 
-    __slots__ = ("_owners", "_primaries", "remap", "startup")
+    __slots__ = ("_owners", "_primaries", "_replicas", "remap", "startups")
 
-    def __init__(self, startup: str, remap: AddressRemap | None = None) -> None:
-        self.startup = startup
+    def __init__(self, startup: str | Sequence[str], remap: AddressRemap | None = None) -> None:
+        self.startups = [startup] if isinstance(startup, str) else list(startup)
         self.remap = remap
         self._owners: list[str | None] = [None] * SLOTS
         self._primaries: list[str] = []
+        self._replicas: list[str] = []
+
+    @property
+    def startup(self) -> str:
+        """The first startup node."""
+        return self.startups[0]
+
+    def known(self, *, avoid: str | None = None) -> list[str]:
+        """Every node to ask for the map: primaries, replicas, startup nodes; `avoid`
+        (a node that just failed) last."""
+        nodes = list(dict.fromkeys([*self._primaries, *self._replicas, *self.startups]))
+        if avoid in nodes:
+            nodes.remove(avoid)
+            nodes.append(avoid)
+        return nodes
 
     @property
     def loaded(self) -> bool:
@@ -85,42 +102,49 @@ class SlotTable:
             self._primaries.append(name)
         return name
 
-    async def load(self, ask: Callable[[str], Awaitable[Any]]) -> None:
+    async def load(self, ask: Callable[[str], Awaitable[Any]], *, avoid: str | None = None) -> None:
         """Learn the map from the first node that answers `CLUSTER SLOTS` (`ask(node)`
-        sends it to one node); `SlotsUnknown` with every node's error when none does."""
-        candidates = [*self._primaries, self.startup]
+        sends it to one node): any node known (primaries, replicas, startup nodes;
+        `avoid` last); `SlotsUnknown` with every node's error when none does."""
         errors: list[str] = []
-        for node in dict.fromkeys(candidates):
+        for node in self.known(avoid=avoid):
             try:
                 reply = await ask(node)
             except (RedisError, OSError, TimeoutError) as exc:
                 errors.append(f"{node}: {exc}")
                 continue
-            owners, primaries = self._parse(reply, node)
+            owners, primaries, replicas = self._parse(reply, node)
             if primaries:
-                self._owners, self._primaries = owners, primaries
+                self._owners, self._primaries, self._replicas = owners, primaries, replicas
                 return
             errors.append(f"{node}: no slots assigned")
         raise SlotsUnknown("; ".join(errors) or "no node to ask")
 
-    def _parse(self, reply: Any, asked: str) -> tuple[list[str | None], list[str]]:
+    def _parse(self, reply: Any, asked: str) -> tuple[list[str | None], list[str], list[str]]:
         owners: list[str | None] = [None] * SLOTS
         primaries: list[str] = []
+        replicas: list[str] = []
         if not isinstance(reply, Sequence):
-            return owners, primaries
+            return owners, primaries, replicas
         for entry in reply:
             if not isinstance(entry, Sequence) or len(entry) < 3:
                 continue
-            first, last, master = int(entry[0]), int(entry[1]), entry[2]
-            host = _text(master[0]) or asked.rsplit(":", 1)[0]  # "" or "?": the node asked
-            if host == "?":
-                host = asked.rsplit(":", 1)[0]
-            name = self.address(host, int(master[1]))
+            first, last = int(entry[0]), int(entry[1])
+            name = self._node(entry[2], asked)
             if name not in primaries:
                 primaries.append(name)
             for slot in range(first, last + 1):
                 owners[slot] = name
-        return owners, primaries
+            replicas.extend(
+                self._node(r, asked) for r in entry[3:] if isinstance(r, Sequence) and len(r) >= 2
+            )
+        return owners, primaries, list(dict.fromkeys(replicas))
+
+    def _node(self, entry: Any, asked: str) -> str:
+        host = _text(entry[0]) or asked.rsplit(":", 1)[0]  # "" or "?": the node asked
+        if host == "?":
+            host = asked.rsplit(":", 1)[0]
+        return self.address(host, int(entry[1]))
 
 
 def _text(value: Any) -> str:

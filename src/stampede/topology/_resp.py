@@ -30,6 +30,23 @@ from typing import Any
 import hiredis
 
 from ._endpoint import Endpoint
+from ._reply_errors import AskError as AskError
+from ._reply_errors import AuthError as AuthError
+from ._reply_errors import BusyLoadingError as BusyLoadingError
+from ._reply_errors import ClusterDownError as ClusterDownError
+from ._reply_errors import ConnectionLost as ConnectionLost
+from ._reply_errors import ConnectTimeout as ConnectTimeout
+from ._reply_errors import MasterDownError as MasterDownError
+from ._reply_errors import MovedError as MovedError
+from ._reply_errors import NoPermissionError as NoPermissionError
+from ._reply_errors import NoScriptError as NoScriptError
+from ._reply_errors import ReadOnlyError as ReadOnlyError
+from ._reply_errors import RedisError as RedisError
+from ._reply_errors import ReplyError as ReplyError
+from ._reply_errors import ReplyTimeout as ReplyTimeout
+from ._reply_errors import TryAgainError as TryAgainError
+from ._reply_errors import is_auth_refusal as is_auth_refusal
+from ._reply_errors import kind_of as _kind_of
 
 __all__ = [
     "AskError",
@@ -39,6 +56,7 @@ __all__ = [
     "ConnectTimeout",
     "Connection",
     "ConnectionLost",
+    "MasterDownError",
     "MovedError",
     "NoPermissionError",
     "NoScriptError",
@@ -49,117 +67,6 @@ __all__ = [
     "TryAgainError",
     "pack",
 ]
-
-
-class RedisError(Exception):
-    """What the transport raises: a reply error, a lost connection or a timeout."""
-
-
-class ReplyError(RedisError):
-    """The server answered one command with an error reply (`-ERR ...`)."""
-
-    @property
-    def code(self) -> str:
-        """The error's first word: ERR, WRONGTYPE, NOSCRIPT, MOVED..."""
-        text = str(self.args[0]) if self.args else ""
-        return text.split(" ", 1)[0]
-
-
-class NoScriptError(ReplyError):
-    """EVALSHA of a script the server has not cached (NOSCRIPT)."""
-
-
-class _Redirect(ReplyError):
-    """MOVED or ASK: `slot` is served by `host:port`."""
-
-    @property
-    def slot(self) -> int:
-        return int(str(self.args[0]).split()[1])
-
-    @property
-    def address(self) -> str:
-        return str(self.args[0]).split()[2]
-
-    @property
-    def host(self) -> str:
-        return self.address.rsplit(":", 1)[0]
-
-    @property
-    def port(self) -> int:
-        return int(self.address.rsplit(":", 1)[1])
-
-
-class MovedError(_Redirect):
-    """MOVED: the slot lives on another node for good."""
-
-
-class AskError(_Redirect):
-    """ASK: the slot is migrating; ask the importing node once, after ASKING."""
-
-
-class TryAgainError(ReplyError):
-    """TRYAGAIN: a multi-key command's keys are split by a migrating slot."""
-
-
-class ClusterDownError(ReplyError):
-    """CLUSTERDOWN: the cluster cannot serve the slot now."""
-
-
-class BusyLoadingError(ReplyError):
-    """LOADING: the server is still loading its dataset."""
-
-
-class ReadOnlyError(ReplyError):
-    """READONLY: a write sent to a replica."""
-
-
-class NoPermissionError(ReplyError):
-    """NOPERM: the ACL user may not run the command or touch the key."""
-
-
-class AuthError(RedisError):
-    """The server refused the credentials (or wanted some): never a lost reply."""
-
-
-class ConnectionLost(RedisError):
-    """The connection failed (or could not be made); replies not yet read are lost."""
-
-
-class ConnectTimeout(ConnectionLost):
-    """Connecting (or the TLS handshake, or the hello) took longer than `connect_timeout`."""
-
-
-class ReplyTimeout(RedisError):
-    """No reply within the socket timeout; the connection was closed."""
-
-
-_KINDS: dict[str, type[ReplyError]] = {
-    "NOSCRIPT": NoScriptError,
-    "MOVED": MovedError,
-    "ASK": AskError,
-    "TRYAGAIN": TryAgainError,
-    "CLUSTERDOWN": ClusterDownError,
-    "LOADING": BusyLoadingError,
-    "READONLY": ReadOnlyError,
-    "NOPERM": NoPermissionError,
-}
-_AUTH_CODES = frozenset({"NOAUTH", "WRONGPASS"})
-
-
-def _kind_of(error: ReplyError) -> ReplyError:
-    """The specific kind of an error reply (hiredis makes them all `ReplyError`)."""
-    kind = _KINDS.get(error.code)
-    return error if kind is None else kind(*error.args)
-
-
-def is_auth_refusal(reply: object) -> bool:
-    """True for a refusal of the credentials (NOAUTH, WRONGPASS, AUTH without a password)."""
-    if not isinstance(reply, ReplyError):
-        return False
-    text = str(reply)
-    return reply.code in _AUTH_CODES or (
-        "AUTH" in text and ("password" in text or "invalid username" in text)
-    )
 
 
 def pack(commands: Sequence[Sequence[Any]]) -> bytes:

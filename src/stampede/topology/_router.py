@@ -11,10 +11,12 @@ of a known script that meets NOSCRIPT goes again as EVAL.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ..errors import ShardUnavailable
+from .._backoff import backoff
+from ..errors import ShardTimeout, ShardUnavailable
 from ..keys import keyslot
 from ..options import ConnectOptions
 from ._base import translate
@@ -23,9 +25,19 @@ from ._endpoint import Endpoint
 from ._guard import without_keeping
 from ._lane import Lane
 from ._node_ops import eval_fallback
-from ._resp import AskError, MovedError, RedisError, TryAgainError
+from ._resp import (
+    AskError,
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    MovedError,
+    ReadOnlyError,
+    RedisError,
+    TryAgainError,
+)
+from ._retries import is_idempotent
 
-__all__ = ["ERRORS", "Router", "redirected"]
+__all__ = ["ERRORS", "TRANSIENT", "Router", "failing", "redirected"]
 
 ERRORS = (RedisError, OSError, TimeoutError)
 _MAX_REDIRECTS = 16
@@ -34,6 +46,23 @@ _MAX_REDIRECTS = 16
 def redirected(result: Any) -> bool:
     """True for a reply that says the command belongs elsewhere (or later)."""
     return isinstance(result, MovedError | AskError | TryAgainError)
+
+
+TRANSIENT = (ClusterDownError, ReadOnlyError, BusyLoadingError, MasterDownError)
+"""Replies of a node in a passing state: the cluster electing, a primary demoted to a
+replica, a restarted node loading, a replica cut off from its primary."""
+
+
+def failing(result: Any) -> bool:
+    """True for a result that says the node failed or is in a passing state: the map
+    may be stale, and a command safe to resend may go again."""
+    return isinstance(result, (ShardUnavailable, ShardTimeout, *TRANSIENT))
+
+
+def _quiet(task: asyncio.Future[None]) -> None:
+    """Retrieve a background reload's error (the next caller meets it again)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class Router:
@@ -45,6 +74,8 @@ class Router:
         self.options = options
         self.lanes: dict[str, Lane] = {}
         self._refreshing: asyncio.Future[None] | None = None
+        self.reloads = 0
+        """How many times the slot map was loaded (tests and metrics)."""
 
     def node(self, slot: int) -> str:
         return self.table.node_of(slot)
@@ -76,13 +107,18 @@ class Router:
 
         `keys[i]` is a key of command i (where its redirection is looked up). With
         `follow`, a command redirected by MOVED, ASK or TRYAGAIN is sent on to where
-        it belongs, command by command.
+        it belongs, command by command. A node that fails (connection, timeout) or
+        answers with a transient state (CLUSTERDOWN, READONLY, LOADING, MASTERDOWN)
+        makes the slot map reload; the commands that are safe to resend are sent
+        again, to the slot's owner as the map now says, with backoff, for up to
+        `failover_timeout` seconds (see `failover`).
         """
-        try:
-            results = await self.lane_at(node).pipeline(commands, resend=resend)
-        except ERRORS as exc:
-            err = translate(exc, node)
-            return [err] * len(commands)
+        results = await self._send(node, commands, resend)
+        if self.options.failover_timeout > 0:
+            failed = [i for i, r in enumerate(results) if failing(r)]
+            safe = [i for i in failed if resend or is_idempotent(commands[i])]
+            if safe:
+                await self.failover(node, commands, keys, results, safe)
         moved = [i for i, r in enumerate(results) if redirected(r)]
         if moved and follow:
             followed = await asyncio.gather(
@@ -92,6 +128,61 @@ class Router:
             for i, res in zip(moved, followed, strict=True):
                 results[i] = res
         return results
+
+    async def _send(
+        self, node: str, commands: list[tuple[Any, ...]], resend: bool | None
+    ) -> list[Any]:
+        try:
+            results = await self.lane_at(node).pipeline(commands, resend=resend)
+        except ERRORS as exc:
+            self.stale(node)
+            return [translate(exc, node)] * len(commands)
+        if any(failing(r) for r in results):
+            self.stale(node)
+        return results
+
+    async def failover(
+        self,
+        node: str,
+        commands: list[tuple[Any, ...]],
+        keys: list[bytes],
+        results: list[Any],
+        positions: list[int],
+    ) -> None:
+        """Send `commands[positions]` again until they get through or the failover
+        window ends: reload the slot map (from any node), send each to its slot's
+        owner, back off. A timed-out command goes again only to another node (the
+        one that timed out may be paused, and resending there would wait again)."""
+        deadline = time.monotonic() + self.options.failover_timeout
+        tried_at = dict.fromkeys(positions, node)
+        attempt = 0
+        while positions and time.monotonic() < deadline:
+            await asyncio.sleep(
+                backoff(attempt, self.options.retry_base, min(0.25, self.options.retry_cap))
+            )
+            attempt += 1
+            try:
+                await self.refresh(avoid=node)
+            except ERRORS:
+                continue
+            plan: dict[str, list[int]] = {}
+            for i in positions:
+                target = self.safe_shard(keys[i])
+                if isinstance(results[i], ShardTimeout) and target == tried_at[i]:
+                    continue
+                plan.setdefault(target, []).append(i)
+            for target, chosen in plan.items():
+                got = await self._send(target, [commands[i] for i in chosen], True)
+                for i, reply in zip(chosen, got, strict=True):
+                    results[i] = reply
+                    tried_at[i] = target
+            positions = [i for i in positions if failing(results[i])]
+
+    def stale(self, node: str) -> None:
+        """The map may be out of date (`node` failed): reload it in the background."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.ensure_future(self.reload(avoid=node))
+            self._refreshing.add_done_callback(_quiet)
 
     def runner(
         self, node: str, keys: Sequence[bytes], *, follow: bool = True
@@ -147,15 +238,18 @@ class Router:
             raise reply
         return reply
 
-    async def refresh(self) -> None:
-        """Reload the slot map once, however many callers met MOVED meanwhile."""
+    async def refresh(self, *, avoid: str | None = None) -> None:
+        """Reload the slot map once, however many callers met MOVED (or a failed node)
+        meanwhile: one reload at a time."""
         task = self._refreshing
         if task is None or task.done():
-            task = self._refreshing = asyncio.ensure_future(self.reload())
+            task = self._refreshing = asyncio.ensure_future(self.reload(avoid=avoid))
+            task.add_done_callback(_quiet)
         await asyncio.shield(task)
 
-    async def reload(self) -> None:
-        await self.table.load(self.ask_slots)
+    async def reload(self, *, avoid: str | None = None) -> None:
+        self.reloads += 1
+        await self.table.load(self.ask_slots, avoid=avoid)
 
     async def ask_slots(self, node: str) -> Any:
         return await self.lane_at(node).call("CLUSTER", "SLOTS")

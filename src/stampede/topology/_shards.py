@@ -149,6 +149,7 @@ class Shards(FixedShards):
                     url=redact(info.url),
                     problem="cluster-node",
                 )
+            info.refuse_replica()
         same_servers(infos)
         if self._options.check_identity:
             await self._check_identity()

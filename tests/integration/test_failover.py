@@ -1,0 +1,109 @@
+"""Failover without an outage: a cluster client follows a promotion, startup nodes may
+be down, and a replica is refused where a primary is needed. Real replicas, real
+failovers (node timeout 1 s)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+import stampede
+from stampede import RetryPolicy, SetupError, Stampede
+from stampede.keys import keyslot
+from stampede.options import ConnectOptions
+from stampede.testing import LocalCluster, RedisNode
+
+FAILOVER = ConnectOptions(
+    socket_timeout=1.0, connect_timeout=0.5, connection_retries=1, failover_timeout=30.0
+)
+
+
+@pytest.fixture
+def replicated() -> Iterator[LocalCluster]:
+    """Three masters with a replica each, node timeout 1 s (a fresh cluster per test:
+    each test kills a master)."""
+    cluster = LocalCluster(3, replicas=1, extra_args=["--cluster-node-timeout", "1000"])
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+async def st(replicated: LocalCluster) -> AsyncIterator[Stampede]:
+    """A client given every master's URL as startup nodes."""
+    async with stampede.connect(
+        [m.url for m in replicated.masters], cluster=True, connection=FAILOVER
+    ) as client:
+        yield client
+
+
+async def test_a_client_open_before_a_master_dies_writes_after_the_promotion(
+    replicated: LocalCluster, st: Stampede
+) -> None:
+    """The master of a group's slot is killed: the same open client's next write waits
+    through the election (map reloads from the nodes still up) and lands on the promoted
+    replica; reads follow, and nothing was lost of what the replica had."""
+    group = "fo:{1}"
+    keys = [f"{group}:a", f"{group}:b"]
+    await st.write(group, dict.fromkeys(keys, b"before"))
+    victim = replicated.master_for_slot(keyslot(keys[0]))
+    victim.client().wait(1, 5000)  # the replica has the write
+    before = st.topology.shard_of(keys[0].encode())
+    victim.kill()
+    receipt = await st.write(group, dict.fromkeys(keys, b"after"))
+    assert receipt.keys and st.topology.shard_of(keys[0].encode()) != before
+    got = await st.read(group, keys)
+    assert got.consistent and got.values == dict.fromkeys(keys, b"after")
+
+
+async def test_reads_wait_through_the_election_too(replicated: LocalCluster, st: Stampede) -> None:
+    """A read of a killed master's keys is resent (it is safe to resend) until the
+    replica is promoted, instead of failing with conn-failed for good."""
+    group = "fo:{2}"
+    keys = [f"{group}:a"]
+    await st.write(group, {keys[0]: b"v"})
+    node = replicated.master_for_slot(keyslot(keys[0]))
+    node.client().wait(1, 5000)  # the replica has it
+    node.kill()
+    got = await st.read(group, keys, retry=RetryPolicy(deadline=60.0))
+    assert got.consistent and got.values == {keys[0]: b"v"}
+
+
+async def test_open_succeeds_while_a_startup_node_is_down(replicated: LocalCluster) -> None:
+    """The first startup URL is a dead node: open() goes on to the next one."""
+    dead = replicated.replicas[0]
+    dead.kill()
+    urls = [dead.url, replicated.masters[0].url]
+    async with stampede.connect(urls, cluster=True, connection=FAILOVER) as st:
+        await st.write("up:{1}", {"up:{1}:a": b"x"})
+        assert (await st.read("up:{1}", ["up:{1}:a"])).consistent
+
+
+@pytest.fixture
+def primary_and_replica() -> Iterator[tuple[RedisNode, RedisNode]]:
+    """A standalone primary and a replica of it."""
+    primary = RedisNode()
+    primary.start()
+    replica = RedisNode(extra_args=["--replicaof", primary.host, str(primary.port)])
+    replica.start()
+    try:
+        yield primary, replica
+    finally:
+        replica.stop()
+        primary.stop()
+
+
+async def test_a_replica_url_is_refused_naming_its_primary(
+    primary_and_replica: tuple[RedisNode, RedisNode],
+) -> None:
+    """open() refuses a replica where a primary is needed, before anything is written,
+    and says which primary to list instead."""
+    primary, replica = primary_and_replica
+    st = stampede.connect([replica.url], connection=FAILOVER)
+    with pytest.raises(SetupError) as caught:
+        await st.open()
+    await st.aclose()
+    assert caught.value.problem == "replica" and primary.address in str(caught.value)
