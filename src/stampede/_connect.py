@@ -13,6 +13,7 @@ from .keys import HashPolicy, SlotMap
 from .options import Options, load_options
 from .topology._checks import redact
 from .topology._cluster import Cluster
+from .topology._sentinel import SentinelShards
 from .topology._shards import Shards
 from .typing import Topology
 
@@ -20,9 +21,11 @@ __all__ = ["connect"]
 
 
 def connect(
-    urls: str | Sequence[str],
+    urls: str | Sequence[str] | None = None,
     *,
     cluster: bool = False,
+    sentinels: Sequence[str] | None = None,
+    services: Sequence[str] | None = None,
     options: Options | None = None,
     slot_map: SlotMap | None = None,
     hash_pattern: str | None = None,
@@ -32,11 +35,35 @@ def connect(
 
     `cluster=True` takes one or more startup node URLs (any node of the cluster;
     several, so that `open()` and slot map reloads survive one being down).
+    `sentinels=[...]` and `services=[...]` (instead of URLs): primaries that Redis
+    Sentinel manages, one Sentinel master name per shard, in shard order.
     Keyword options (`mode`, `versions`, `retry`, `ttl`, `repair`, `connection`)
     override the fields of `options`.
     Nothing is sent until the first call (or `open()`).
     """
     opts = load_options(options, overrides)
+    if sentinels is not None or services is not None:
+        if urls is not None or cluster:
+            raise ConfigurationError(
+                "give either URLs (or cluster=True) or sentinels= and services=, not both"
+            )
+        if not sentinels or not services:
+            raise ConfigurationError(
+                "Sentinel needs both sentinels=['redis://h1:26379', ...] and "
+                "services=['shard-a', ...] (one master name per shard, in shard order)"
+            )
+        policy = HashPolicy(hash_pattern) if hash_pattern is not None else None
+        return Stampede(
+            SentinelShards(
+                sentinels, services, options=opts.connection, slot_map=slot_map, policy=policy
+            ),
+            options=opts,
+        )
+    if urls is None:
+        raise ConfigurationError(
+            "connect() needs Redis URLs (one per primary, or cluster nodes with "
+            "cluster=True), or sentinels= and services="
+        )
     if isinstance(urls, str):
         urls = [urls]
     if not isinstance(urls, list | tuple):

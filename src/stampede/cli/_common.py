@@ -147,6 +147,27 @@ _CONNECTION = [
         help="The URL is a Redis Cluster node.",
     ),
     click.option(
+        "--sentinel",
+        "sentinels",
+        multiple=True,
+        metavar="URL",
+        callback=_urls,
+        envvar="STAMPEDE_SENTINELS",
+        show_envvar=True,
+        help="A Redis Sentinel's URL (repeatable), instead of --url: the primaries are the "
+        "--service masters it knows, followed through failovers.",
+    ),
+    click.option(
+        "--service",
+        "services",
+        multiple=True,
+        metavar="NAME",
+        callback=_urls,
+        envvar="STAMPEDE_SERVICES",
+        show_envvar=True,
+        help="A Sentinel master name, one per shard in shard order (repeatable; with --sentinel).",
+    ),
+    click.option(
         "--socket-timeout",
         type=click.FloatRange(min=0.01),
         default=5.0,
@@ -183,10 +204,18 @@ class Where:
     socket_timeout: float
     partitions: int | None
     stream: str
+    sentinels: tuple[str, ...] = ()
+    services: tuple[str, ...] = ()
 
     def connect(self) -> Stampede:
         """A `Stampede` for these servers; a usage error if the options make none."""
-        return connect_from(self.urls, self.cluster, self.socket_timeout)
+        return connect_from(
+            self.urls,
+            self.cluster,
+            self.socket_timeout,
+            sentinels=self.sentinels,
+            services=self.services,
+        )
 
 
 def with_connection(fn: Callable[..., T]) -> Callable[..., T]:
@@ -197,28 +226,51 @@ def with_connection(fn: Callable[..., T]) -> Callable[..., T]:
     def command(
         urls: tuple[str, ...],
         cluster: bool,
+        sentinels: tuple[str, ...],
+        services: tuple[str, ...],
         socket_timeout: float,
         partitions: int | None,
         stream: str,
         **rest: Any,
     ) -> T:
-        return fn(Where(urls, cluster, socket_timeout, partitions, stream), **rest)
+        where = Where(urls, cluster, socket_timeout, partitions, stream, sentinels, services)
+        return fn(where, **rest)
 
     for option in reversed(_CONNECTION):
         command = option(command)
     return command
 
 
-def connect_from(urls: Sequence[str], cluster: bool, socket_timeout: float) -> Stampede:
+def connect_from(
+    urls: Sequence[str],
+    cluster: bool,
+    socket_timeout: float,
+    *,
+    sentinels: Sequence[str] = (),
+    services: Sequence[str] = (),
+) -> Stampede:
     """A `Stampede` for the connection options; a usage error if they do not make one."""
+    connection = ConnectOptions(socket_timeout=socket_timeout)
+    if sentinels or services:
+        if urls or cluster:
+            raise click.UsageError("give --sentinel and --service, or --url, not both")
+        if not sentinels or not services:
+            raise click.UsageError(
+                "with Sentinel give both: --sentinel URL (one or more) and --service NAME "
+                "(one per shard, in shard order)"
+            )
+        try:
+            return connect(
+                sentinels=list(sentinels), services=list(services), connection=connection
+            )
+        except StampedeError as exc:
+            raise click.UsageError(str(exc)) from None
     if not urls:
         raise click.UsageError(
             "give at least one --url (several for independent primaries), or set STAMPEDE_URLS"
         )
     try:
-        return connect(
-            list(urls), cluster=cluster, connection=ConnectOptions(socket_timeout=socket_timeout)
-        )
+        return connect(list(urls), cluster=cluster, connection=connection)
     except StampedeError as exc:
         raise click.UsageError(str(exc)) from None
 

@@ -2,7 +2,8 @@
 
 `RedisNode` is one server process (`$STAMPEDE_TEST_SERVER` picks redis-server,
 the Valkey bundled in `stampede-redis[server]`, or a path: `default_server()`);
-`LocalPrimaries` runs independent primaries, `LocalCluster` a real Redis Cluster.
+`LocalPrimaries` runs independent primaries, `LocalCluster` a real Redis Cluster,
+`LocalSentinels` primaries with replicas watched by Sentinel processes.
 The pytest plugin (`stampede.testing.plugin`, loaded automatically) shares one of
 each per session as the `stampede_primaries` and `stampede_cluster` fixtures. `RedisProxy` sits in
 front of a server and loses the replies you pick. `drop_kept` forgets the kept
@@ -23,6 +24,8 @@ from .node import RedisNode as RedisNode
 from .primaries import LocalPrimaries as LocalPrimaries
 from .proxy import ProxyRule as ProxyRule
 from .proxy import RedisProxy as RedisProxy
+from .sentinel import LocalSentinels as LocalSentinels
+from .sentinel import SentinelNode as SentinelNode
 from .servers import SERVER_ENV as SERVER_ENV
 from .servers import ServerBinary as ServerBinary
 from .servers import ServerNotFoundError as ServerNotFoundError
@@ -38,10 +41,12 @@ __all__ = [
     "HarnessError",
     "LocalCluster",
     "LocalPrimaries",
+    "LocalSentinels",
     "NodeOptions",
     "ProxyRule",
     "RedisNode",
     "RedisProxy",
+    "SentinelNode",
     "ServerBinary",
     "ServerNotFoundError",
     "ServerStartError",

@@ -300,16 +300,19 @@ class RedisNode(Started, Addressed):
             raise RuntimeError(f"{self!r} is not running")
         return pid
 
-    def _launch(self, executable: str, port: int, *, may_move: bool) -> None:
-        self._port = port
-        argv = [*launcher(), executable]
-        argv += server_args(
+    def _arguments(self, port: int) -> list[str]:
+        """The command line after the executable (a Sentinel node has its own)."""
+        return server_args(
             port,
             bind=self.host,
             directory=str(self.directory),
             cluster_enabled=self.cluster_enabled,
             extra_args=self.extra_args,
         )
+
+    def _launch(self, executable: str, port: int, *, may_move: bool) -> None:
+        self._port = port
+        argv = [*launcher(), executable, *self._arguments(port)]
         with self.log_path.open("a", encoding="utf-8") as log:
             log.write(f"{_MARKER}starting on port {port}: {argv!r}\n")
             log.flush()

@@ -233,6 +233,15 @@ class Lane:
                 waiter.set_result(None)
                 break
 
+    def repoint(self, endpoint: Endpoint) -> None:
+        """Talk to another server from now on (a Sentinel failover moved the primary):
+        the connections to the old one are closed (what waits on them fails as a lost
+        connection, and follows the retry policy)."""
+        self.endpoint = endpoint
+        conns, self._shared = self._shared, []
+        for conn in conns:
+            conn.close()
+
     async def aclose(self) -> None:
         conns, self._shared = self._shared, []
         held, self._exclusive = self._exclusive, []

@@ -10,9 +10,9 @@ to every shard at once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from ulid import ULID
 
@@ -25,7 +25,6 @@ from ._base import (
     FixedShards,
     WriteOutcome,
     guarded,
-    mapped,
 )
 from ._checks import (
     IDENTITY_KEY,
@@ -39,7 +38,7 @@ from ._checks import (
     same_servers,
 )
 from ._coalesce import Coalescer
-from ._endpoint import parse_url
+from ._endpoint import Endpoint, parse_url
 from ._guard import GUARD, WriteRequest, joined, split_codes
 from ._lane import Lane
 from ._node_ops import (
@@ -52,12 +51,14 @@ from ._node_ops import (
     transaction,
 )
 from ._plan import fetch_parts, write_parts
-from ._retries import Markers
+from ._retries import Markers, is_idempotent
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp
 
 __all__ = ["Shards"]
+
+T = TypeVar("T")
 
 
 _PLACES_MAX = 1 << 16
@@ -86,10 +87,22 @@ class Shards(FixedShards):
         if len(set(urls)) != len(urls):
             raise ConfigurationError("the same URL is listed twice; each shard needs its own")
         opts = options or ConnectOptions()
+        endpoints = [parse_url(url, opts) for url in urls]
+        self._build(list(urls), endpoints, [e.name for e in endpoints], opts, slot_map, policy)
+
+    def _build(
+        self,
+        urls: list[str],
+        endpoints: list[Endpoint],
+        names: list[str],
+        opts: ConnectOptions,
+        slot_map: SlotMap | None,
+        policy: HashPolicy | None,
+    ) -> None:
+        """Set up one lane, reader and writer per shard (`names` name them)."""
         self._options = opts
-        self._urls = list(urls)
-        endpoints = [parse_url(url, opts) for url in self._urls]
-        self._names = [e.name for e in endpoints]
+        self._urls = urls
+        self._names = names
         self._map = slot_map or SlotMap.even(len(endpoints))
         if self._map.shards != len(endpoints):
             raise ConfigurationError(
@@ -276,11 +289,16 @@ class Shards(FixedShards):
         parts = [(self._writers[s], pos) for s, pos in self._partition(keys).items()]
         return await write_parts(keys, values, parts, **stamp)
 
+    async def _call(self, shard: int, call: Callable[[], Awaitable[T]], *, safe: bool) -> T:
+        """Await `call()`, which talks to shard `shard`, with its transport errors mapped
+        to `ShardError`s naming the shard. `safe`: the call may be sent again (a hook:
+        Sentinel-managed shards resend it to a new primary after a failover)."""
+        return await guarded(self._names[shard], call)
+
     async def _mget_batch(self, shard: int, requests: list[list[bytes]]) -> list[Any]:
         """One MGET for every read of this loop turn on `shard`."""
         flat = [key for keys in requests for key in keys]
-        with mapped(self._names[shard]):
-            values = await self._lanes[shard].call("MGET", *flat)
+        values = await self._call(shard, lambda: self._lanes[shard].call("MGET", *flat), safe=True)
         out: list[Any] = []
         pos = 0
         for keys in requests:
@@ -291,23 +309,30 @@ class Shards(FixedShards):
     async def _write_batch(self, shard: int, requests: list[WriteRequest]) -> list[Any]:
         """One guarded-script call for every write of this loop turn on `shard`."""
         keys, argv, _ = joined(requests)
-        with mapped(self._names[shard]):
+
+        async def run() -> Any:
             (codes,) = await evalsha(self._lanes[shard], [(GUARD, keys, argv)])
             if isinstance(codes, BaseException):
                 raise codes
+            return codes
+
+        codes = await self._call(shard, run, safe=True)
         return split_codes(requests, codes, self._names[shard])
 
     async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
         """Run one command on the shard of `key`; its raw (RESP2) reply."""
         shard = self._index(key)
-        return await guarded(self._names[shard], lambda: _one(self._lanes[shard], args, resend))
+        safe = bool(resend) or (resend is None and is_idempotent(args))
+        return await self._call(shard, lambda: _one(self._lanes[shard], args, resend), safe=safe)
 
     async def execute_on(self, shard: str, *args: Any) -> Any:
         """Run one command on the named shard (SCAN, INFO and the like); its raw reply."""
         if shard not in self._names:
             raise ConfigurationError(f"no shard named {shard!r}; shards: {self._names}")
         index = self._names.index(shard)
-        return await guarded(shard, lambda: self._lanes[index].call(*args))
+        return await self._call(
+            index, lambda: self._lanes[index].call(*args), safe=is_idempotent(args)
+        )
 
     def _single(self, keys: Sequence[bytes], what: str) -> int:
         indexes = {self._index(k) for k in keys}
@@ -319,8 +344,8 @@ class Shards(FixedShards):
         """One WATCH / read / MULTI / EXEC attempt; (False, []) when a watched key changed."""
         shard = self._single(keys, "a WATCH transaction")
         marker = self._markers.key(keys[0], marker_id())
-        return await guarded(
-            self._names[shard], lambda: optimistic_once(self._lanes[shard], keys, body, marker)
+        return await self._call(
+            shard, lambda: optimistic_once(self._lanes[shard], keys, body, marker), safe=False
         )
 
     async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
@@ -331,13 +356,15 @@ class Shards(FixedShards):
         def marker() -> bytes:
             return self._markers.key(keys[0], marker_id())
 
-        return await guarded(self._names[shard], lambda: transaction(lane, commands, marker))
+        return await self._call(shard, lambda: transaction(lane, commands, marker), safe=False)
 
     async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         """Run a Lua script (EVALSHA, EVAL on NOSCRIPT) on the shard that holds `keys`."""
         shard = self._single(keys, "a Lua script")
-        return await guarded(
-            self._names[shard], lambda: run_script(self._lanes[shard], script, keys, args)
+        return await self._call(
+            shard,
+            lambda: run_script(self._lanes[shard], script, keys, args),
+            safe=script.idempotent,
         )
 
     async def aclose(self) -> None:

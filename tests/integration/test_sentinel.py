@@ -1,0 +1,109 @@
+"""Sentinel-managed primaries: `connect(sentinels=..., services=...)` finds each shard's
+primary, and a client that is open when a primary dies writes again once Sentinel
+has promoted its replica. Real primaries, replicas and Sentinel processes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+import stampede
+from stampede import ConfigurationError, RetryPolicy, SetupError, Stampede
+from stampede.options import ConnectOptions
+from stampede.testing import LocalSentinels
+from stampede.topology import SentinelShards
+
+from ..support import run_cli
+
+FOLLOW = ConnectOptions(
+    socket_timeout=1.0, connect_timeout=0.5, connection_retries=1, failover_timeout=30.0
+)
+
+
+@pytest.fixture
+def watched() -> Iterator[LocalSentinels]:
+    """Two services (a primary and a replica each) and three Sentinels (quorum 2)."""
+    with LocalSentinels(2, replicas=1, sentinels=3) as servers:
+        yield servers
+
+
+@pytest.fixture
+async def st(watched: LocalSentinels) -> AsyncIterator[Stampede]:
+    async with stampede.connect(
+        sentinels=watched.sentinel_urls, services=watched.names, connection=FOLLOW
+    ) as client:
+        yield client
+
+
+def _group_on(st: Stampede, service: str) -> str:
+    """A group name whose keys live on `service`'s shard."""
+    for i in range(1000):
+        group = f"sv:{{{i}}}"
+        if st.topology.shard_of(f"{group}:a".encode()) == service:
+            return group
+    raise AssertionError(f"no group routes to {service}")
+
+
+async def test_the_shards_are_the_services_in_order(watched: LocalSentinels, st: Stampede) -> None:
+    """Each shard is named after its service and reaches that service's primary."""
+    assert st.topology.shard_names == watched.names
+    for name in watched.names:
+        group = _group_on(st, name)
+        await st.write(group, {f"{group}:a": b"x", f"{group}:b": b"y"})
+        got = await st.read(group, [f"{group}:a", f"{group}:b"])
+        assert got.consistent
+        primary = watched.node_at(watched.primary_of(name))
+        assert primary.client().exists(f"{group}:a") == 1
+
+
+async def test_a_client_open_before_a_primary_dies_writes_after_the_promotion(
+    watched: LocalSentinels, st: Stampede
+) -> None:
+    """The primary of shard-a is killed: the open client's next write waits until
+    Sentinel promotes the replica and lands there; a read follows it."""
+    name = watched.names[0]
+    group = _group_on(st, name)
+    keys = [f"{group}:a", f"{group}:b"]
+    await st.write(group, dict.fromkeys(keys, b"before"))
+    old = watched.node_at(watched.primary_of(name))
+    old.client().wait(1, 5000)
+    old.kill()
+    await st.write(group, dict.fromkeys(keys, b"after"))
+    got = await st.read(group, keys, retry=RetryPolicy(deadline=30.0))
+    assert got.consistent and got.values == dict.fromkeys(keys, b"after")
+    assert watched.primary_of(name) != (old.host, old.port)
+    assert isinstance(st.topology, SentinelShards) and st.topology.switches >= 3
+
+
+async def test_an_unknown_service_is_refused_at_open(watched: LocalSentinels) -> None:
+    """A service no Sentinel monitors is a SetupError naming it."""
+    client = stampede.connect(sentinels=watched.sentinel_urls, services=["nope"], connection=FOLLOW)
+    with pytest.raises(SetupError, match="'nope'"):
+        await client.open()
+    await client.aclose()
+
+
+def test_sentinel_arguments_are_checked() -> None:
+    """URLs and sentinels together, or sentinels without services, say what to give."""
+    with pytest.raises(ConfigurationError, match="not both"):
+        stampede.connect(["redis://a"], sentinels=["redis://s"], services=["x"])
+    with pytest.raises(ConfigurationError, match="both sentinels"):
+        stampede.connect(sentinels=["redis://s:26379"])
+    with pytest.raises(ConfigurationError, match="lists"):
+        stampede.connect(sentinels="redis://s:26379", services=["x"])
+
+
+async def test_the_cli_takes_sentinels_and_services(watched: LocalSentinels) -> None:
+    """`--sentinel` and `--service` (repeatable) stand in for `--url` on the commands
+    that connect; giving both, or one without the other, is a usage error."""
+    where = [f"--sentinel={u}" for u in watched.sentinel_urls]
+    where += [f"--service={n}" for n in watched.names]
+    scan = ["scan", "--pattern", "(?P<group>sv:\\{\\d+\\}):.*"]
+    done = await asyncio.to_thread(run_cli, *scan, *where, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    mixed = await asyncio.to_thread(run_cli, *scan, "--url", "redis://a:1", *where)
+    assert mixed.returncode == 2 and b"not both" in mixed.stderr
+    alone = await asyncio.to_thread(run_cli, *scan, where[0])
+    assert alone.returncode == 2 and b"--service" in alone.stderr
