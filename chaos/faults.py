@@ -155,6 +155,9 @@ class FaultyTopology(DelegatingTopology):
         expire_at_ms: int | None = None,
         limit: int = 0,
         keep_ms: int = KEEP_MS,
+        replicas: int = 0,
+        wait_ms: int = 1000,
+        aof: bool = False,
     ) -> WriteOutcome:
         ctx = CURRENT_OP.get()
         if ctx is not None and ctx.f == "delete":
@@ -169,6 +172,9 @@ class FaultyTopology(DelegatingTopology):
                 expire_at_ms=expire_at_ms,
                 limit=limit,
                 keep_ms=keep_ms,
+                replicas=replicas,
+                wait_ms=wait_ms,
+                aof=aof,
             )
         ctx.version, ctx.token = version, token
         ckey = commit_key(ctx.group)

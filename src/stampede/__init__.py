@@ -47,6 +47,7 @@ from .keys import hash_tag as hash_tag
 from .keys import keyslot as keyslot
 from .keys import lint as lint
 from .options import ConnectOptions as ConnectOptions
+from .options import Durability as Durability
 from .options import Options as Options
 from .options import RetryPolicy as RetryPolicy
 from .results import AtomicRead as AtomicRead
@@ -78,6 +79,7 @@ __all__ = [
     "ConnectOptions",
     "Counter",
     "CrossSlotError",
+    "Durability",
     "Envelope",
     "GuardCode",
     "GuardStamp",

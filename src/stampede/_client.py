@@ -21,7 +21,7 @@ from .errors import (
     ReadTimeout,
 )
 from .keys import to_bytes
-from .options import Options, RetryPolicy, check_strategy, resolve_versions
+from .options import Durability, Options, RetryPolicy, check_strategy, resolve_versions
 from .results import AtomicRead, ReadResult, Receipt
 from .topology._base import READ_WATCH, ReadWatch
 from .typing import RepairStrategy, Topology, VersionSource
@@ -96,13 +96,16 @@ class Stampede:
         versions: Literal["hybrid", "counter"] | VersionSource | None = None,
         ttl: float | None = None,
         version: int | None = None,
+        durability: Durability | None = None,
     ) -> Receipt:
         """Write every key of `group` as one logical write; returns its `Receipt`.
 
         `version` orders the write by the application's own version (a row
-        version, an `updated_at`, a log position: 1..2**63-1) instead of the
+        version, an `updated_at`, a log position: 1..2**56-1) instead of the
         version source's, so a slow writer carrying older database state never
-        replaces newer state, whichever reaches Redis first.
+        replaces newer state, whichever reaches Redis first. `durability` (default:
+        the `durability` option) waits until replicas have it; the receipt says
+        what each shard acknowledged (`replicas`, `durable`).
 
         Raises `PartialWriteError` (`WriteTimeout` for a slow shard) naming the
         shard when only some keys were acknowledged; readers then see the group
@@ -140,6 +143,7 @@ class Stampede:
                     ttl=ttl_,
                     version=fixed,
                     keep_ms=self._keep_ms,
+                    durability=self.options.durability if durability is None else durability,
                 )
                 traced.set(
                     version=receipt.version,
@@ -164,6 +168,7 @@ class Stampede:
         versions: Literal["hybrid", "counter"] | VersionSource | None = None,
         version: int | None = None,
         grace: float | None = None,
+        durability: Durability | None = None,
     ) -> Receipt:
         """Delete every key of `group` as one logical write; returns its `Receipt`.
 
@@ -186,6 +191,7 @@ class Stampede:
             ttl=self.options.tombstone_grace if grace is None else grace,
             version=None if version is None else check_version(version),
             keep_ms=self._keep_ms,
+            durability=self.options.durability if durability is None else durability,
         )
 
     @property

@@ -28,11 +28,12 @@ from .errors import (
     WriteTimeout,
 )
 from .keys import to_bytes
+from .options import Durability
 from .results import GuardCode, Receipt
 from .topology._base import WriteOutcome
 from .topology._guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
 from .topology._node_ops import watch_update
-from .typing import Topology, VersionSource
+from .typing import GuardStamp, Topology, VersionSource
 from .verdict import Mode
 from .versions import Counter, HybridClock
 from .wire import (
@@ -169,6 +170,7 @@ async def write_group(
     ttl: float | None,
     version: int | None = None,
     keep_ms: int = KEEP_MS,
+    durability: Durability | None = None,
 ) -> Receipt:
     """Stamp and write every key of a group; raise `PartialWriteError` if a shard failed.
 
@@ -188,28 +190,53 @@ async def write_group(
     encoded = [head if p is None else head + b":" + p for p in payloads]
     first = topology.slot_of(keys[0])
     one_slot = all(topology.slot_of(k) == first for k in keys[1:])
-    put = partial(
-        topology.write_guarded, version=version, token=token, expire_at_ms=at, keep_ms=keep_ms
-    )
+    stamp: GuardStamp = {
+        "version": version,
+        "token": token,
+        "expire_at_ms": at,
+        "keep_ms": keep_ms,
+        "limit": limit,
+    }
+    if durability is not None:
+        stamp["replicas"] = durability.replicas
+        stamp["wait_ms"] = max(1, round(durability.timeout * 1000))
+        stamp["aof"] = durability.aof
+    put = partial(topology.write_guarded, **stamp)
     if mode is Mode.STAMP:
         atomic = one_slot
-        outcome = await put(keys, encoded, limit=limit)
+        outcome = await put(keys, encoded)
         _raise_for(group, outcome)
     else:
         record = head + b":" + encode_commit(keys)
         ckey = commit_key(group)
         atomic = one_slot and topology.slot_of(ckey) == first
         if atomic:
-            outcome = await put([*keys, ckey], [*encoded, record], limit=limit)
+            outcome = await put([*keys, ckey], [*encoded, record])
             _raise_for(group, outcome)
         else:
-            outcome = await put(keys, encoded, limit=limit)
+            outcome = await put(keys, encoded)
             _raise_for(group, outcome)
-            done = await put([ckey], [record], limit=limit)
+            done = await put([ckey], [record])
             _raise_for(group, done, landed=keys)
+            for shard, acks in done.acks.items():  # the record's shard: both must hold
+                outcome.acks[shard] = min(acks, outcome.acks.get(shard, acks))
     superseded = tuple(k for k in keys if outcome.results.get(k) == KEPT)
     deleted = all(p is None for p in payloads)
-    return Receipt(group, version, token, tuple(keys), mode, atomic, superseded, deleted)
+    durable = None
+    if durability is not None:
+        durable = all(n >= durability.replicas for n in outcome.acks.values())
+    return Receipt(
+        group,
+        version,
+        token,
+        tuple(keys),
+        mode,
+        atomic,
+        superseded,
+        deleted,
+        replicas=dict(outcome.acks),
+        durable=durable,
+    )
 
 
 _REFUSALS = {

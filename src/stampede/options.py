@@ -21,6 +21,7 @@ from .versions import Counter, HybridClock
 
 __all__ = [
     "ConnectOptions",
+    "Durability",
     "Options",
     "RetryPolicy",
     "check_strategy",
@@ -108,6 +109,19 @@ class ConnectOptions(_Frozen):
     )
 
 
+class Durability(_Frozen):
+    """Wait, after each guarded write, until replicas have it (`WAIT`), and with `aof`
+    until it is fsynced to the append-only file locally and on those replicas
+    (`WAITAOF`, Redis 7.2 and later, Valkey). Sent on the write's own connection,
+    pipelined with it; the receipt says what each shard acknowledged."""
+
+    replicas: int = Field(default=1, ge=0, le=64, description="replicas that must have it")
+    timeout: float = Field(
+        default=1.0, gt=0, description="seconds to wait for them before reporting a shortfall"
+    )
+    aof: bool = Field(default=False, description="also wait for the AOF fsync (WAITAOF)")
+
+
 class Options(_Frozen):
     """Defaults for every `write` and `read` of one `Stampede`."""
 
@@ -131,6 +145,9 @@ class Options(_Frozen):
         default=10.0,
         gt=0,
         description="seconds a transaction may take to prepare before it aborts",
+    )
+    durability: Durability | None = Field(
+        default=None, description="wait for replicas after every group write (docs: Failover)"
     )
     repair: Any = Field(default=None, description="a RepairStrategy, or None")
     connection: ConnectOptions = ConnectOptions()

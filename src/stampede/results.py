@@ -28,7 +28,10 @@ class Receipt:
 
     `superseded` lists keys where a newer write was already stored, so this one
     was kept out by the guard; `atomic` is True when the write went to one slot
-    in one server-side step; `deleted` is True for a delete (tombstones).
+    in one server-side step; `deleted` is True for a delete (tombstones). With
+    durability asked (`Durability`), `replicas` maps each shard to the replicas
+    that acknowledged the write there (its record included) and `durable` says
+    whether every shard reached the number asked; both are empty / None otherwise.
     """
 
     group: bytes
@@ -39,6 +42,8 @@ class Receipt:
     atomic: bool = False
     superseded: tuple[bytes, ...] = ()
     deleted: bool = False
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    durable: bool | None = None
 
     @property
     def stamp(self) -> str:

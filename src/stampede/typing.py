@@ -128,7 +128,10 @@ class GuardStamp(TypedDict):
     - `expire_at_ms`: when the keys expire, unix milliseconds (None or 0: never);
     - `limit`: the newest clock version the writer accepts as real (0: no check);
     - `keep_ms`: how long a replaced value is kept for group reads (0: not kept;
-      default 5000).
+      default 5000);
+    - `replicas`, `wait_ms`, `aof`: wait on the write's own connection until that
+      many replicas have it (`WAIT`), at most `wait_ms`, and with `aof` until it is
+      fsynced (`WAITAOF`); the outcome's `acks` says what each shard acknowledged.
     """
 
     version: int
@@ -136,6 +139,9 @@ class GuardStamp(TypedDict):
     expire_at_ms: NotRequired[int | None]
     limit: NotRequired[int]
     keep_ms: NotRequired[int]
+    replicas: NotRequired[int]
+    wait_ms: NotRequired[int]
+    aof: NotRequired[bool]
 
 
 @runtime_checkable

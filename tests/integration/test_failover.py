@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import stampede
-from stampede import RetryPolicy, SetupError, Stampede
+from stampede import Durability, RetryPolicy, SetupError, Stampede
 from stampede.keys import keyslot
 from stampede.options import ConnectOptions
 from stampede.testing import LocalCluster, RedisNode
@@ -107,3 +107,36 @@ async def test_a_replica_url_is_refused_naming_its_primary(
         await st.open()
     await st.aclose()
     assert caught.value.problem == "replica" and primary.address in str(caught.value)
+
+
+async def test_durability_reports_what_each_shard_acknowledged(replicated: LocalCluster) -> None:
+    """Durability(replicas=1): WAIT follows the write on its connection; every shard's
+    replica acknowledged, so the receipt is durable. Asking for more replicas than
+    exist reports the shortfall (durable False) instead of raising."""
+    async with stampede.connect(replicated.url, cluster=True, connection=FAILOVER) as st:
+        keys = [f"dur:{i}" for i in range(12)]
+        receipt = await st.write(
+            "dur", dict.fromkeys(keys, b"v"), durability=Durability(replicas=1, timeout=5)
+        )
+        assert receipt.durable is True and receipt.replicas
+        assert set(receipt.replicas.values()) == {1}
+        more = await st.write(
+            "dur", dict.fromkeys(keys, b"w"), durability=Durability(replicas=2, timeout=0.05)
+        )
+        assert more.durable is False and max(more.replicas.values()) <= 1
+        assert (await st.read("dur", keys)).values == dict.fromkeys(keys, b"w")
+        plain = await st.write("dur", dict.fromkeys(keys, b"x"))
+        assert plain.durable is None and plain.replicas == {}
+
+
+async def test_durability_over_independent_primaries(
+    primary_and_replica: tuple[RedisNode, RedisNode],
+) -> None:
+    """The same over a primary with one replica (client-side sharding), commit mode:
+    the commit record waits too."""
+    primary, _ = primary_and_replica
+    async with stampede.connect(
+        [primary.url], connection=FAILOVER, durability=Durability(replicas=1, timeout=5)
+    ) as st:
+        receipt = await st.write("d:{1}", {"d:{1}:a": b"1", "d:{1}:b": b"2"}, mode="commit")
+        assert receipt.durable is True and receipt.replicas == {primary.address: 1}

@@ -8,7 +8,8 @@ import stampede.testing
 
 EXPECTED = [
     "AtomicRead", "ClockSkewError", "Cluster", "ConfigurationError", "ConnectOptions",
-    "Counter", "CrossSlotError", "Envelope", "GuardCode", "GuardStamp", "HashPolicy", "HybridClock",
+    "Counter", "CrossSlotError", "Durability", "Envelope", "GuardCode", "GuardStamp",
+    "HashPolicy", "HybridClock",
     "InvalidKeyError", "InvalidValueError", "JsonCodec", "KeySpace", "MalformedEntry",
     "MalformedEnvelope", "MixedWritersError", "Mode", "ModelValidationError", "Options",
     "OrderingError",

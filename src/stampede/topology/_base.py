@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ShardError, ShardResponseError, ShardTimeout, ShardUnavailable
 from ._resp import (
@@ -40,6 +40,7 @@ __all__ = [
     "incr",
     "mapped",
     "translate",
+    "translated",
     "unit_of",
 ]
 
@@ -69,11 +70,14 @@ class WriteOutcome:
     `results[key]` is a guard code: `WRITTEN`, `SAME` (already there), `KEPT` (a
     newer write is stored), or a refusal (`MIXED`, `FUTURE`, `FOREIGN`: the
     stored value cannot be ordered against the write); keys of a shard that
-    failed are in `failed` with that shard's error.
+    failed are in `failed` with that shard's error; `acks` what replicas took it.
     """
 
     results: dict[bytes, int] = field(default_factory=dict)
     failed: dict[bytes, ShardError] = field(default_factory=dict)
+    acks: dict[str, int] = field(default_factory=dict)
+    """With durability asked: shard -> replicas that acknowledged the write there
+    (with `aof`, that fsynced it; 0 when the local fsync did not happen either)."""
 
     @property
     def ok(self) -> bool:
@@ -160,6 +164,11 @@ def translate(exc: BaseException, shard: str) -> ShardError:
     if isinstance(exc, ReplyError):
         return ShardResponseError(f"server replied with an error: {exc}", shard=shard)
     return ShardError(f"{type(exc).__name__}: {exc}", shard=shard)
+
+
+def translated(reply: Any, shard: str) -> Any:
+    """A reply as is; an error reply as the `ShardError` naming `shard`."""
+    return translate(reply, shard) if isinstance(reply, BaseException) else reply
 
 
 TRANSPORT_ERRORS = (RedisError, OSError, TimeoutError)

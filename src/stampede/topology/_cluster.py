@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
 
 from .._lua import Script
-from ..errors import ConfigurationError, SetupError, ShardUnavailable
+from ..errors import ConfigurationError, SetupError, ShardError, ShardUnavailable
 from ..keys import SlotMap, keyslot
 from ..options import ConnectOptions
 from ._base import WriteOutcome, translate
@@ -24,7 +24,9 @@ from ._checks import ServerInfo, probe, redact
 from ._cluster_io import NodeIO
 from ._coalesce import Coalescer
 from ._discovery import AddressRemap, SlotTable
+from ._durable import acks_of, asks_durability, plain_stamp, wait_commands
 from ._endpoint import parse_url
+from ._guard import GUARD, WriteRequest, split_codes
 from ._node_ops import Body, Command, eval_fallback, marker_id, optimistic_once, transaction
 from ._plan import fetch_parts, write_parts
 from ._resp import AskError, MovedError, TryAgainError
@@ -179,8 +181,62 @@ class Cluster:
         self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]
     ) -> WriteOutcome:
         slots = [keyslot(k) for k in keys]
+        if asks_durability(stamp):
+            return await self._write_durable(keys, values, slots, stamp)
         parts = [(self._coalescers(n)[1], pos) for n, pos in self._router.by_slots(slots).items()]
         return await write_parts(keys, values, parts, slots=slots, **stamp)
+
+    async def _write_durable(
+        self, keys: Sequence[bytes], values: Sequence[bytes], slots: list[int], stamp: GuardStamp
+    ) -> WriteOutcome:
+        """Per node: one EVAL of the guard per slot, then WAIT (and WAITAOF), on one
+        connection (`_durable`). A node whose pipeline fails or is redirected gets the
+        write again the usual way (following MOVED and ASK), and no acknowledgement."""
+        outcome = WriteOutcome()
+        again: list[int] = []
+
+        async def one(node: str, positions: list[int]) -> None:
+            by_slot: dict[int, list[int]] = {}
+            for p in positions:
+                by_slot.setdefault(slots[p], []).append(p)
+            requests = [
+                WriteRequest.build(keys, values, pos, (), **stamp) for pos in by_slot.values()
+            ]
+            commands: list[tuple[Any, ...]] = [
+                ("EVAL", GUARD.source, len(r.keys), *r.keys, *r.argv) for r in requests
+            ]
+            try:
+                replies = await self._router.lane_at(node).pipeline(
+                    [*commands, *wait_commands(stamp)], resend=True
+                )
+            except ERRORS:
+                again.extend(positions)
+                return
+            if any(isinstance(r, BaseException) for r in replies[: len(requests)]):
+                again.extend(positions)
+                return
+            for request, codes in zip(
+                requests,
+                split_codes(requests, [c for r in replies[: len(requests)] for c in r], node),
+                strict=True,
+            ):
+                if isinstance(codes, ShardError):
+                    outcome.failed.update(dict.fromkeys(request.keys, codes))
+                else:
+                    outcome.results.update(zip(request.keys, codes, strict=True))
+            outcome.acks[node] = acks_of(replies[len(requests) :])
+
+        plan = self._router.by_slots(slots)
+        await asyncio.gather(*(one(node, pos) for node, pos in plan.items()))
+        if again:
+            retried = await self.write_guarded(
+                [keys[p] for p in again], [values[p] for p in again], **plain_stamp(**stamp)
+            )
+            outcome.results.update(retried.results)
+            outcome.failed.update(retried.failed)
+            for node in {self._router.safe_shard(keys[p]) for p in again}:
+                outcome.acks[node] = 0
+        return outcome
 
     async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
         try:

@@ -38,6 +38,7 @@ from ._checks import (
     same_servers,
 )
 from ._coalesce import Coalescer
+from ._durable import asks_durability, durable_write
 from ._endpoint import Endpoint, parse_url
 from ._guard import GUARD, WriteRequest, joined, split_codes
 from ._lane import Lane
@@ -286,8 +287,16 @@ class Shards(FixedShards):
     async def write_guarded(
         self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]
     ) -> WriteOutcome:
+        if asks_durability(stamp):
+            return await durable_write(
+                keys, values, stamp, self._partition(keys), self._names, self._send_durable
+            )
         parts = [(self._writers[s], pos) for s, pos in self._partition(keys).items()]
         return await write_parts(keys, values, parts, **stamp)
+
+    async def _send_durable(self, shard: int, commands: list[tuple[Any, ...]]) -> list[Any]:
+        lane = self._lanes[shard]
+        return await self._call(shard, lambda: lane.pipeline(commands, resend=True), safe=True)
 
     async def _call(self, shard: int, call: Callable[[], Awaitable[T]], *, safe: bool) -> T:
         """Await `call()`, which talks to shard `shard`, with its transport errors mapped

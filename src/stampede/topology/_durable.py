@@ -1,0 +1,98 @@
+"""Durability a writer asks for: `WAIT` (and `WAITAOF`) pipelined with the guarded
+write on the write's own connection.
+
+`WAIT n ms` answers how many replicas have every write the connection sent before
+it, so it must follow the write on the same connection: a durable write goes as
+one pipeline per shard (`EVAL` of the guard, not `EVALSHA`, so that no NOSCRIPT
+retry can put the write on another connection), then `WAIT`, then `WAITAOF 1 n ms`
+when `aof` is asked. Both change nothing and are safe to resend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Unpack
+
+from ..errors import ShardError
+from ._base import WriteOutcome, translated
+from ._guard import GUARD, WriteRequest, split_codes
+
+if TYPE_CHECKING:
+    from ..typing import GuardStamp
+
+__all__ = ["acks_of", "asks_durability", "durable_write", "plain_stamp", "wait_commands"]
+
+
+def asks_durability(stamp: GuardStamp) -> bool:
+    return bool(stamp.get("replicas") or stamp.get("aof"))
+
+
+def plain_stamp(**stamp: Unpack[GuardStamp]) -> GuardStamp:
+    """The stamp without its durability keywords (a write that waits for nothing)."""
+    out: GuardStamp = {"version": stamp["version"], "token": stamp["token"]}
+    for name in ("expire_at_ms", "limit", "keep_ms"):
+        if name in stamp:
+            out[name] = stamp[name]
+    return out
+
+
+def wait_commands(stamp: GuardStamp) -> list[tuple[Any, ...]]:
+    """The commands that follow a durable write on its connection."""
+    replicas, wait_ms = stamp.get("replicas", 0), stamp.get("wait_ms", 1000)
+    out: list[tuple[Any, ...]] = [("WAIT", replicas, wait_ms)]
+    if stamp.get("aof"):
+        out.append(("WAITAOF", 1, replicas, wait_ms))
+    return out
+
+
+def acks_of(replies: list[Any]) -> int:
+    """Replicas that acknowledged, from the replies of `wait_commands` (0 when the
+    server refused them; with `aof`, the replicas that fsynced, and 0 when the
+    local fsync did not happen)."""
+    count = replies[0] if isinstance(replies[0], int) else 0
+    if len(replies) > 1:
+        aof = replies[1]
+        if not (isinstance(aof, list) and len(aof) == 2 and int(aof[0]) >= 1):
+            return 0
+        count = min(count, int(aof[1]))
+    return count
+
+
+Send = Callable[[int, list[tuple[Any, ...]]], Awaitable[list[Any]]]
+
+
+async def durable_write(
+    keys: Sequence[bytes],
+    values: Sequence[bytes],
+    stamp: GuardStamp,
+    partition: dict[int, list[int]],
+    names: Sequence[str],
+    send: Send,
+) -> WriteOutcome:
+    """The guarded write of `keys` (shard index -> positions in `partition`), then WAIT
+    (and WAITAOF), one pipeline per shard through `send(shard, commands)`."""
+    outcome = WriteOutcome()
+
+    async def one(shard: int, positions: list[int]) -> None:
+        request = WriteRequest.build(keys, values, positions, (), **stamp)
+        guard = ("EVAL", GUARD.source, len(request.keys), *request.keys, *request.argv)
+        name = names[shard]
+        try:
+            replies = await send(shard, [guard, *wait_commands(stamp)])
+        except ShardError as exc:
+            outcome.failed.update(dict.fromkeys(request.keys, exc))
+            return
+        codes = translated(replies[0], name)
+        if isinstance(codes, ShardError):
+            outcome.failed.update(dict.fromkeys(request.keys, codes))
+            return
+        (mine,) = split_codes([request], codes, name)
+        if isinstance(mine, ShardError):
+            outcome.failed.update(dict.fromkeys(request.keys, mine))
+            return
+        outcome.results.update(zip(request.keys, mine, strict=True))
+        outcome.acks[name] = acks_of(replies[1:])
+
+    await asyncio.gather(*(one(shard, pos) for shard, pos in partition.items()))
+    return outcome
