@@ -141,6 +141,7 @@ async def test_run_demo_in_process_pauses_the_given_primaries(
     assert not any(node.is_paused for node in stampede_primaries.nodes)
 
 
+@pytest.mark.timeout(300)
 async def test_ctrl_c_stops_every_server_the_demo_started() -> None:
     """SIGINT in the middle of a run exits 130 and leaves no redis-server listening."""
     proc = await asyncio.create_subprocess_exec(
@@ -157,13 +158,13 @@ async def test_ctrl_c_stops_every_server_the_demo_started() -> None:
     assert proc.stderr is not None
     addresses: list[str] = []
     while not addresses:
-        line = (await asyncio.wait_for(proc.stderr.readline(), timeout=30)).decode()
+        line = (await asyncio.wait_for(proc.stderr.readline(), timeout=120)).decode()
         assert line, "the demo ended before its servers came up"
         if "servers up at" in line:
             addresses = line.rsplit("servers up at", 1)[1].strip().split(", ")
     await asyncio.sleep(1.0)  # well into the running phase
     proc.send_signal(signal.SIGINT)
-    _, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 130, err.decode()
     assert "interrupted" in err.decode()
     assert len(addresses) == 3 and all(refuses(a) for a in addresses), addresses

@@ -14,6 +14,8 @@ from stampede.keys import keyslot
 from stampede.options import ConnectOptions
 from stampede.testing import LocalCluster, RedisNode
 
+pytestmark = pytest.mark.timeout(180)  # real elections, on a machine that may be busy
+
 FAILOVER = ConnectOptions(
     socket_timeout=1.0, connect_timeout=0.5, connection_retries=1, failover_timeout=30.0
 )

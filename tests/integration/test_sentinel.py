@@ -17,6 +17,8 @@ from stampede.topology import SentinelShards
 
 from ..support import run_cli
 
+pytestmark = pytest.mark.timeout(180)  # real elections, on a machine that may be busy
+
 FOLLOW = ConnectOptions(
     socket_timeout=1.0, connect_timeout=0.5, connection_retries=1, failover_timeout=30.0
 )
