@@ -172,28 +172,41 @@ async def test_failing_loader_dead_letters_and_worker_keeps_going(st: Stampede) 
     assert sum("the database is unreachable" in e for e in errors) == 3
 
 
-async def test_worker_survives_an_unreachable_shard() -> None:
-    """A worker whose shard is down logs the failure and keeps running until told to stop."""
+async def test_a_worker_that_reaches_no_server_at_start_exits_3() -> None:
+    """Nothing answers at start: after its connection attempts the worker exits with
+    status 3 and one line saying which servers did not answer (it used to log
+    claim_failed forever)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    worker = await start_cli(
-        "worker",
-        "--url",
-        f"redis://127.0.0.1:{port}",
-        "--strategy",
-        "newest-wins",
-        "--socket-timeout",
-        "0.5",
+    args = ["worker", "--url", f"redis://127.0.0.1:{port}", "--strategy", "newest-wins"]
+    done = await asyncio.to_thread(
+        run_cli, *args, "--connect-attempts", "2", "--socket-timeout", "0.5"
     )
-    await asyncio.sleep(2.0)
-    still_running = worker.returncode is None
-    worker.send_signal(signal.SIGTERM)
-    _, err = await asyncio.wait_for(worker.communicate(), timeout=30)
-    assert still_running and worker.returncode == 0
-    log = events(err)
-    failures = [e for e in log if e["event"] == "worker.claim_failed"]
-    assert failures and f"127.0.0.1:{port}" in failures[0]["error"]
+    err = done.stderr.decode()
+    assert done.returncode == 3, err
+    assert f"no server answered (redis://127.0.0.1:{port}) after 2 attempts" in err
+    assert "Traceback" not in err
+
+
+async def test_worker_usage_and_runtime_errors_are_one_clear_line(
+    stampede_primaries: Any,
+) -> None:
+    """No --strategy is a usage error (exit 2), whatever click's version; a metrics port
+    in use is a runtime error (exit 1) in one line, with no traceback and no "Try --help"."""
+    url = stampede_primaries.urls[0]
+    missing = await asyncio.to_thread(run_cli, "worker", "--url", url)
+    assert missing.returncode == 2 and b"Missing option '--strategy'" in missing.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        args = ["worker", "--url", url, "--strategy", "newest-wins", "--burst"]
+        taken = await asyncio.to_thread(run_cli, *args, "--metrics-port", str(port))
+    err = taken.stderr.decode()
+    assert taken.returncode == 1, err
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in err and "--metrics-port" in err
+    assert "Traceback" not in err and "Try " not in err
 
 
 async def get(port: int, path: str) -> bytes:

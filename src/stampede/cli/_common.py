@@ -301,11 +301,14 @@ def setting(
 ) -> Callable[[F], F]:
     """An option whose default `--help` shows, also read from `$STAMPEDE_<env>` when
     `env` is given: one line per option where click needs six."""
-    settings = from_env(env) if env is not None else {}
+    settings: dict[str, Any] = from_env(env) if env is not None else {}
+    if not more.get("required"):
+        # A required option gets no default at all: newer click no longer enforces
+        # `required` when a default (even None) is given.
+        settings["default"] = default
     return click.option(
         *decls,
         type=type,
-        default=default,
         show_default=show_default,
         help=help,
         **settings,

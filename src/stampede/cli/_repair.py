@@ -32,22 +32,44 @@ async def _plain_server(url: str, socket_timeout: float) -> bool:
     return await cluster_mode(url, options) is False
 
 
-async def _open(st: Stampede, where: Where) -> None:
-    """Open the connection; misconfiguration is fatal, an unreachable server is not (the
-    worker keeps trying, as it does when a shard goes down later)."""
-    try:
-        await st.open()
-    except ConfigurationError as exc:  # e.g. SetupError: the URLs do not fit the servers
-        if not unreachable(exc):
-            raise
-        event("worker.connect_failed", logging.WARNING, error=str(exc))
-    except ShardError as exc:
-        if where.cluster and await _plain_server(where.urls[0], where.socket_timeout):
-            raise ConfigurationError(
-                f"{where.urls[0]} is a plain Redis server (cluster_enabled:0), not a cluster node: "
-                "drop --cluster and give one --url per primary"
-            ) from None
-        event("worker.connect_failed", logging.WARNING, error=str(exc))
+UNREACHABLE_EXIT = 3
+"""The worker's exit status when no server answered at start (after its attempts)."""
+
+
+class Unreachable(Exception):
+    """No server answered `open()` in the worker's connection attempts."""
+
+
+async def _open(st: Stampede, where: Where, attempts: int) -> None:
+    """Open the connection. Misconfiguration is fatal at once; an unreachable server
+    is tried `attempts` times with backoff (about a second apart, as arq does), then
+    `Unreachable`. A shard that goes down later is the worker's to wait out."""
+    last: BaseException | None = None
+    for attempt in range(attempts):
+        try:
+            await st.open()
+            return
+        except ConfigurationError as exc:  # e.g. SetupError: the URLs do not fit the servers
+            if not unreachable(exc):
+                raise
+            last = exc
+        except ShardError as exc:
+            if where.cluster and await _plain_server(where.urls[0], where.socket_timeout):
+                raise ConfigurationError(
+                    f"{where.urls[0]} is a plain Redis server (cluster_enabled:0), not a "
+                    "cluster node: drop --cluster and give one --url per primary"
+                ) from None
+            last = exc
+        event(
+            "worker.connect_failed",
+            logging.WARNING,
+            error=str(last),
+            attempt=attempt + 1,
+            attempts=attempts,
+        )
+        if attempt + 1 < attempts:
+            await asyncio.sleep(min(5.0, 0.25 * 2**attempt))
+    raise Unreachable(str(last))
 
 
 _SECONDS = click.FloatRange(min=0)
@@ -59,6 +81,12 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         "async, or returning an async context manager) run in the worker's event loop. The "
         "current directory is on the import path.",
         {"required": True, "metavar": "SPEC", "show_default": False},
+    ),
+    "--connect-attempts": (
+        click.IntRange(1, 1000),
+        5,
+        "Tries to reach the servers at start (backing off up to 5 s between them) before "
+        f"the worker gives up with exit status {UNREACHABLE_EXIT}.",
     ),
     "--mode": (
         click.Choice(["stamp", "commit"]),
@@ -126,6 +154,7 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
 def worker_command(
     where: Where,
     strategy: str,
+    connect_attempts: int,
     mode: str,
     concurrency: int,
     consumer: str | None,
@@ -162,7 +191,7 @@ def worker_command(
 
     async def run() -> None:
         try:
-            await _open(st, where)
+            await _open(st, where, connect_attempts)
             queue = RepairQueue(
                 st.topology,
                 name=where.stream,
@@ -195,11 +224,16 @@ def worker_command(
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, worker.stop)
-                server = (
-                    await serve_metrics(worker, metrics_port, metrics_host)
-                    if metrics_port is not None
-                    else None
-                )
+                server = None
+                if metrics_port is not None:
+                    try:
+                        server = await serve_metrics(worker, metrics_port, metrics_host)
+                    except OSError as exc:
+                        raise ConfigurationError(
+                            f"cannot serve metrics on {metrics_host}:{metrics_port} "
+                            f"({exc.strerror or exc}); pick another --metrics-port, or stop "
+                            "what listens there"
+                        ) from None
                 try:
                     await worker.run()
                 finally:
@@ -211,7 +245,12 @@ def worker_command(
 
     try:
         asyncio.run(run())
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
-    except StampedeError as exc:
+    except Unreachable as exc:
+        servers = ", ".join(where.urls or where.sentinels)
+        click.echo(
+            f"Error: no server answered ({servers}) after {connect_attempts} attempts: {exc}",
+            err=True,
+        )
+        sys.exit(UNREACHABLE_EXIT)
+    except StampedeError as exc:  # found running: not a mistake in the command line
         raise click.ClickException(str(exc)) from None
