@@ -52,6 +52,7 @@ from .options import Options as Options
 from .options import RetryPolicy as RetryPolicy
 from .results import AtomicRead as AtomicRead
 from .results import GuardCode as GuardCode
+from .results import Health as Health
 from .results import ReadResult as ReadResult
 from .results import Receipt as Receipt
 from .results import TransactionReceipt as TransactionReceipt
@@ -84,6 +85,7 @@ __all__ = [
     "GuardCode",
     "GuardStamp",
     "HashPolicy",
+    "Health",
     "HybridClock",
     "InvalidKeyError",
     "InvalidValueError",

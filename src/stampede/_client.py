@@ -10,6 +10,7 @@ from typing import Any, Literal, Self, TypedDict, TypeVar
 
 from . import _deadline as deadlines
 from . import metrics, tracing
+from ._health import ping
 from ._read import read_group
 from ._txn import Transaction, read_atomic
 from ._write import UpdateFn, as_payload, check_version, plan_keys, update_group, write_group
@@ -22,7 +23,7 @@ from .errors import (
 )
 from .keys import to_bytes
 from .options import Durability, Options, RetryPolicy, check_strategy, resolve_versions
-from .results import AtomicRead, ReadResult, Receipt
+from .results import AtomicRead, Health, ReadResult, Receipt
 from .topology._base import READ_WATCH, ReadWatch
 from .typing import RepairStrategy, Topology, VersionSource
 from .verdict import Mode
@@ -73,6 +74,11 @@ class Stampede:
 
     async def aclose(self) -> None:
         await self.topology.aclose()
+
+    async def ping(self, *, within: float = 2.0) -> Health:
+        """PING every shard at once (each within `within` seconds): its round trip or its
+        error; never raises. For a readiness endpoint: `(await st.ping()).ok`."""
+        return await ping(self.topology, within)
 
     async def __aenter__(self) -> Self:
         try:

@@ -218,11 +218,21 @@ def load_options(options: Options | None, overrides: dict[str, Any]) -> Options:
     """`options` with `overrides` applied and validated; one `ConfigurationError` if bad."""
     try:
         data = {} if options is None else dict(options)
+        overrides = dict(overrides)
+        # The connection's own fields may be given flat (connect(urls, socket_timeout=1)).
+        flat = {k: overrides.pop(k) for k in list(overrides) if k in ConnectOptions.model_fields}
         data.update(overrides)
+        if flat:
+            base = data.get("connection", ConnectOptions())
+            current = dict(base) if isinstance(base, ConnectOptions) else dict(base or {})
+            data["connection"] = {**current, **flat}
         return Options.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}"
             for err in exc.errors()
         )
+        known = sorted({*Options.model_fields, *ConnectOptions.model_fields})
+        if "Extra inputs are not permitted" in problems:
+            problems += f" (known options: {', '.join(known)})"
         raise ConfigurationError(f"invalid stampede options: {problems}") from None

@@ -12,6 +12,7 @@ from .verdict import Mode, Observation, Reason, Status
 __all__ = [
     "AtomicRead",
     "GuardCode",
+    "Health",
     "ReadResult",
     "Receipt",
     "RepairAction",
@@ -180,3 +181,17 @@ class GuardCode(IntEnum):
     WITHHELD = -6
     """Not written: another key of the same write refused it in the same call (a
     write whose keys share one call is all or nothing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """What `Stampede.ping()` found: each shard's PING round trip in seconds, or the
+    error that shard answered with (or the timeout). `ok` when every shard answered;
+    for a readiness endpoint."""
+
+    latency: Mapping[str, float]
+    errors: Mapping[str, str]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.latency) and not self.errors

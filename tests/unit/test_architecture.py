@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "core",  # groups over a topology: write, read, repair, transactions, co-located helpers
         [
             r"_pipeline",
+            r"_health",
             r"_kept",
             r"_write",
             r"_read",

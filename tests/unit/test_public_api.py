@@ -9,7 +9,7 @@ import stampede.testing
 EXPECTED = [
     "AtomicRead", "ClockSkewError", "Cluster", "ConfigurationError", "ConnectOptions",
     "Counter", "CrossSlotError", "Durability", "Envelope", "GuardCode", "GuardStamp",
-    "HashPolicy", "HybridClock",
+    "HashPolicy", "Health", "HybridClock",
     "InvalidKeyError", "InvalidValueError", "JsonCodec", "KeySpace", "MalformedEntry",
     "MalformedEnvelope", "MixedWritersError", "Mode", "ModelValidationError", "Options",
     "OrderingError",

@@ -18,6 +18,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from .._backoff import backoff
+from .._health import ping
 from ..errors import ConfigurationError
 from ..results import RepairAction
 from ..typing import Topology
@@ -148,21 +149,9 @@ class WorkerStats:
 
 async def ping_shards(topology: Topology, ping_timeout: float) -> tuple[bool, dict[str, str]]:
     """PING every shard; (all answered, shard -> "ok" or the error). For `/healthz`."""
-    try:
-        shards = list(topology.shard_names)
-    except Exception as exc:  # a cluster whose slot map could not be loaded
-        return False, {"topology": f"{type(exc).__name__}: {exc}"}
-
-    async def ping(shard: str) -> str:
-        try:
-            await asyncio.wait_for(topology.execute_on(shard, "PING"), ping_timeout)
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        return "ok"
-
-    answers = await asyncio.gather(*(ping(s) for s in shards))
-    detail = dict(zip(shards, answers, strict=True))
-    return bool(shards) and all(a == "ok" for a in answers), detail
+    health = await ping(topology, ping_timeout)
+    detail = {**dict.fromkeys(health.latency, "ok"), **health.errors}
+    return health.ok, detail
 
 
 _OUTCOMES = (
