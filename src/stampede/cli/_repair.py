@@ -32,6 +32,19 @@ async def _plain_server(url: str, socket_timeout: float) -> bool:
     return await cluster_mode(url, options) is False
 
 
+async def _metrics(worker: Worker, port: int | None, host: str) -> asyncio.Server | None:
+    """The metrics endpoint, when a port is given; a port in use is one clear line."""
+    if port is None:
+        return None
+    try:
+        return await serve_metrics(worker, port, host)
+    except OSError as exc:  # found running: not a usage error
+        raise click.ClickException(
+            f"cannot serve metrics on {host}:{port} ({exc.strerror or exc}); pick another "
+            "--metrics-port, or stop what listens there"
+        ) from None
+
+
 UNREACHABLE_EXIT = 3
 """The worker's exit status when no server answered at start (after its attempts)."""
 
@@ -191,15 +204,15 @@ def worker_command(
 
     async def run() -> None:
         try:
-            await _open(st, where, connect_attempts)
-            queue = RepairQueue(
-                st.topology,
-                name=where.stream,
-                partitions=where.partitions,
-                max_attempts=max_attempts,
-                min_idle=min_idle,
-            )
-            async with open_strategy(strategy) as repair:
+            async with open_strategy(strategy) as repair:  # a bad --strategy: before Redis
+                await _open(st, where, connect_attempts)
+                queue = RepairQueue(
+                    st.topology,
+                    name=where.stream,
+                    partitions=where.partitions,
+                    max_attempts=max_attempts,
+                    min_idle=min_idle,
+                )
                 registry = CollectorRegistry()
                 for collector in (ProcessCollector, PlatformCollector, GCCollector):
                     collector(registry=registry)
@@ -224,16 +237,7 @@ def worker_command(
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, worker.stop)
-                server = None
-                if metrics_port is not None:
-                    try:
-                        server = await serve_metrics(worker, metrics_port, metrics_host)
-                    except OSError as exc:
-                        raise ConfigurationError(
-                            f"cannot serve metrics on {metrics_host}:{metrics_port} "
-                            f"({exc.strerror or exc}); pick another --metrics-port, or stop "
-                            "what listens there"
-                        ) from None
+                server = await _metrics(worker, metrics_port, metrics_host)
                 try:
                     await worker.run()
                 finally:
@@ -252,5 +256,7 @@ def worker_command(
             err=True,
         )
         sys.exit(UNREACHABLE_EXIT)
+    except ConfigurationError as exc:  # what the command line gave: --strategy, the URLs
+        raise click.UsageError(str(exc)) from None
     except StampedeError as exc:  # found running: not a mistake in the command line
         raise click.ClickException(str(exc)) from None
