@@ -3,6 +3,11 @@ reach for them (issue: a user's first hour and an operator's first night)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import stampede
@@ -40,3 +45,16 @@ def test_connection_keywords_can_be_given_flat() -> None:
     assert both.options.connection.socket_timeout == 3
     with pytest.raises(ConfigurationError, match=r"known options: .*socket_timeout"):
         stampede.connect(["redis://a:1"], sockettimeout=1)
+
+
+def test_the_pytest_plugin_is_silent_in_projects_that_did_not_ask(tmp_path: Path) -> None:
+    """A project that only installed stampede sees no header line of its plugin; one
+    that sets `stampede_report_header = true` gets the server named."""
+    (tmp_path / "test_x.py").write_text("def test_x() -> None:\n    assert True\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STAMPEDE_")}
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tmp_path)]
+    quiet = subprocess.run(args, capture_output=True, cwd=tmp_path, env=env, check=False)
+    assert quiet.returncode == 0 and b"stampede test server" not in quiet.stdout
+    (tmp_path / "pytest.ini").write_text("[pytest]\nstampede_report_header = true\n")
+    asked = subprocess.run(args, capture_output=True, cwd=tmp_path, env=env, check=False)
+    assert asked.returncode == 0 and b"stampede test server" in asked.stdout

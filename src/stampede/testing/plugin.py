@@ -32,7 +32,7 @@ import pytest
 
 from .cluster import LocalCluster
 from .primaries import LocalPrimaries
-from .servers import ServerBinary, ServerNotFoundError, default_server
+from .servers import SERVER_ENV, ServerBinary, ServerNotFoundError, default_server
 
 __all__ = [
     "BACKEND_ENV",
@@ -53,6 +53,12 @@ _BACKENDS: tuple[Backend, ...] = ("local", "docker")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        "stampede_report_header",
+        "name the Redis/Valkey server stampede's fixtures start in the report header",
+        type="bool",
+        default=False,
+    )
     group = parser.getgroup("stampede", "stampede Redis test servers")
     group.addoption(
         "--stampede-redis",
@@ -64,8 +70,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """Name the server the local fixtures start, so every run's log says what it tested."""
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Name the server the local fixtures start, so every run's log says what it tested:
+    only in projects that ask (`stampede_report_header = true` in their pytest
+    settings, `--stampede-redis`, or `$STAMPEDE_TEST_SERVER` / `$STAMPEDE_TEST_REDIS`
+    set); a project that merely installed stampede sees nothing."""
+    asked = (
+        config.getini("stampede_report_header")
+        or config.getoption("--stampede-redis") is not None
+        or any(os.environ.get(name) for name in (BACKEND_ENV, SERVER_ENV))
+    )
+    if not asked:
+        return None
     try:
         return f"stampede test server: {default_server().describe()}"
     except ServerNotFoundError as exc:
