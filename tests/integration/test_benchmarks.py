@@ -44,3 +44,25 @@ def test_a_benchmark_runs(module: str) -> None:
     out = result.stdout.decode(errors="replace")
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
     assert expected in out, out[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_the_key_census_runs_and_finds_nothing_immortal() -> None:
+    """The census (both topologies, a second of load each) prints its tables and
+    PASS: nothing here depends on how much load a busy machine manages, and its
+    waits for the grace windows follow the servers' clocks."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.census", "--seconds", "1", "--tasks", "8"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=280,
+        check=False,
+    )
+    out = result.stdout.decode(errors="replace")
+    assert result.returncode == 0, out[-3000:] + result.stderr.decode(errors="replace")[-3000:]
+    for topology in ("## shards", "## cluster"):
+        assert topology in out, out[-3000:]
+    assert out.count("| kind | count |") == 4, out[-3000:]  # before and after the sweep, twice
+    assert "\nPASS: " in out, out[-3000:]

@@ -507,3 +507,22 @@ async def test_evicted_keys_read_as_missing_or_raise_never_fractured(
     got = await st.read_atomic([a, b])
     assert got.values == {a: None, b: b"old"}
     assert await _raw(st, a) is None
+
+
+async def test_the_sweep_collects_a_commit_record_whose_keys_are_gone(quick: Stampede) -> None:
+    """A commit-mode write with no TTL, then its keys deleted by a transaction (or a
+    stamp-mode delete): once the tombstones expire the record vouches for nothing, and
+    the sweep deletes it; a record whose keys live stays."""
+    st = quick
+    keys = spread_keys(st, "rec", 2)
+    live = spread_keys(st, "live", 2)
+    await st.write("rec", dict.fromkeys(keys, b"1"), mode="commit")
+    await st.write("live", dict.fromkeys(live, b"1"), mode="commit")
+    async with st.transaction() as tx:
+        for key in keys:
+            tx.delete(key)
+    for key in keys:
+        await _gone(st, key)
+    await sweep(st.topology, grace=0.05)
+    assert await _raw(st, "rec:stampede:commit") is None
+    assert await _raw(st, "live:stampede:commit") is not None

@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import MalformedEnvelope, ShardResponseError
+from ..topology._guard import CAS
 from ..typing import Topology
-from ..wire import Envelope
+from ..wire import COMMIT_SUFFIX, Envelope, decode_commit
 from ..wire._txn import Stamp, decode_meta, parse_stamp, side_key
 from .scripts import COLLECT, COMMIT
 from .write import PREPARE_HOLD_MS
@@ -31,6 +32,7 @@ from .write import PREPARE_HOLD_MS
 __all__ = ["UNDECIDED_MS", "Pending", "complete_pending", "sweep"]
 
 _PATTERNS = (b"*:stampede:v", b"*:stampede:v:u", b"stampede:v:{*")
+_RECORDS = b"*" + COMMIT_SUFFIX
 
 
 async def sweep(
@@ -43,22 +45,41 @@ async def sweep(
     """Collect every version hash on every shard; returns how many were visited.
 
     A hash left with nothing a reader needs is deleted; a prepared version that no
-    commit made current within `hold` seconds counts as abandoned."""
+    commit made current within `hold` seconds counts as abandoned. A commit record
+    whose keys are all gone (deleted or expired by writes that were not commit-mode
+    writes of its group) vouches for nothing and is deleted too."""
     grace_ms = max(1, round(grace * 1000))
     hold_ms = max(1, round(hold * 1000))
     visited = 0
     for shard in topology.shard_names:
-        for pattern in _PATTERNS:
+        for pattern, kind in (*((p, b"hash") for p in _PATTERNS), (_RECORDS, b"string")):
             cursor = b"0"
             while True:
                 cursor, found = await topology.execute_on(
-                    shard, "SCAN", cursor, "MATCH", pattern, "COUNT", count, "TYPE", "hash"
+                    shard, "SCAN", cursor, "MATCH", pattern, "COUNT", count, "TYPE", kind
                 )
-                for side in found:
-                    visited += await _collect(topology, side, grace_ms, hold_ms)
+                for key in found:
+                    if kind == b"hash":
+                        visited += await _collect(topology, key, grace_ms, hold_ms)
+                    else:
+                        visited += await _collect_record(topology, key)
                 if cursor in (b"0", 0, "0"):
                     break
     return visited
+
+
+async def _collect_record(topology: Topology, key: bytes) -> int:
+    """Delete the commit record `key` if every key it names is gone (compare-and-set:
+    a record rewritten meanwhile stays)."""
+    raw = await topology.execute(key, "GET", key)
+    record = decode_commit(raw, key[: -len(COMMIT_SUFFIX)])
+    if record is None or not record.keys:
+        return 0
+    held = await topology.fetch(sorted(record.keys))
+    if any(value is not None for value in held):
+        return 0
+    await topology.script(CAS, [key], [0, "1", raw, "d", b""])
+    return 1
 
 
 async def _collect(topology: Topology, side: bytes, grace_ms: int, hold_ms: int) -> int:
