@@ -102,6 +102,12 @@ _WRITES = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
     registry=REGISTRY,
 )
+_LOST_VERSIONS = Counter(
+    "stampede_lost_versions",
+    "Keys read_atomic found holding an older value than a transaction that wrote them, "
+    "with no record of it (evicted, lost in a failover): read as missing.",
+    registry=REGISTRY,
+)
 _WORKER_RETRIES = Counter(
     "stampede_worker_retries",
     "Repair jobs put back on the queue with a backoff delay after a failed attempt.",
@@ -195,6 +201,12 @@ def lost_race(source: str = "read") -> None:
     """A repair lost its compare-and-set to a newer write."""
     _LOST.labels(source=source).inc()
     _emit("stampede_lost_races", 1, {"source": source})
+
+
+def lost_version() -> None:
+    """read_atomic read a key as missing because its transaction's version was lost."""
+    _LOST_VERSIONS.inc()
+    _emit("stampede_lost_versions", 1, {})
 
 
 def write_latency(seconds: float, outcome: str = "ok") -> None:

@@ -19,10 +19,11 @@ from stampede import (
     PartialWriteError,
     RetryPolicy,
     Stampede,
+    metrics,
 )
 from stampede._kept import newest_whole
 from stampede._lua import Script
-from stampede._txn.scripts import COMMIT, COMMIT_ONE, PREPARE
+from stampede._txn.scripts import COMMIT, COMMIT_ONE, PREPARE, ROUND2
 from stampede._txn.sweep import sweep
 from stampede._txn.write import run_units
 from stampede.errors import ConfigurationError, ShardUnavailable
@@ -526,3 +527,143 @@ async def test_the_sweep_collects_a_commit_record_whose_keys_are_gone(quick: Sta
     await sweep(st.topology, grace=0.05)
     assert await _raw(st, "rec:stampede:commit") is None
     assert await _raw(st, "live:stampede:commit") is not None
+
+
+# -- found by the chaos edge scenarios (chaos/ramp_edge_causes.py F1-F5) -----------
+
+
+async def _pending_at_first(st: Stampede, a: str, b: str, payload: bytes) -> tuple[int, str]:
+    """A transaction over a and b, prepared at both and committed at b only."""
+    raw = [a.encode(), b.encode()]
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    sides = [side_key(k, st.topology.slot_of) for k in raw]
+    env = b"%d:%s:%s" % (version, token.encode(), payload)
+    args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
+    assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
+    commit = [(version, token, 0, 0, b"", b"")]
+    assert await run_units(st.topology, COMMIT, raw[1:], sides[1:], commit, head=[5000]) == [1]
+    return version, token
+
+
+async def test_a_group_delete_over_a_pending_transaction_is_never_undone(
+    quick: Stampede,
+) -> None:
+    """F1: st.delete of a key where a transaction is still pending: once the tombstone
+    expires, neither a reader nor the sweep completes the older transaction there."""
+    st = quick
+    a, b = spread_keys(st, "f1", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+        tx.set(b, b"old")
+    await _pending_at_first(st, a, b, b"new")
+    await st.delete(a, [a])  # a group delete, newer than the transaction
+    await _gone(st, a)
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
+    await sweep(st.topology, grace=0.05)
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
+    assert await _raw(st, a) is None
+
+
+async def test_a_delete_committed_after_its_expiry_still_deletes(st: Stampede) -> None:
+    """F2: a transaction's tombstone whose commit lands after its expiry instant: the
+    older value goes too (the write happened, then expired); it does not stay visible."""
+    a = "f2:{1}:a"
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+    raw, side = a.encode(), side_key(a.encode(), st.topology.slot_of)
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    env = b"%d:%s" % (version, token.encode())  # a tombstone
+    args = [(version, token, 0, 1, env, encode_meta([raw]))]
+    assert await run_units(st.topology, PREPARE, [raw], [side], args, head=[3_600_000]) == [1]
+    commit = [(version, token, "", 0, b"", b"")]
+    assert await run_units(st.topology, COMMIT, [raw], [side], commit, head=[5000]) == [3]
+    assert await _raw(st, a) is None
+
+
+async def test_round_two_never_returns_a_version_replaced_before_round_one(
+    st: Stampede,
+) -> None:
+    """F4: T at a, replaced by a TTL'd value that expired; a new value lands between the
+    two rounds: round 2 must not hand back T's old value (it was gone before the read)."""
+    a, b = spread_keys(st, "f4", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"t")
+        tx.set(b, b"t")
+    first = tx.receipt
+    assert first is not None
+    async with st.transaction(ttl=0.05) as tx:
+        tx.set(a, b"short")
+    await _gone(st, a)
+    round1 = await st.topology.execute(b"f4", "TIME")  # the read's first round, now
+    t1 = int(round1[0]) * 1000 + int(round1[1]) // 1000 + 5000
+    async with st.transaction() as tx:
+        tx.set(a, b"later")  # lands between the rounds
+    side = side_key(a.encode(), st.topology.slot_of)
+    stamp = b"%d:%s" % (first.version, first.token.encode())
+    (reply,) = await run_units(st.topology, ROUND2, [a.encode()], [side], [(stamp, t1)])
+    assert reply[0] == b"g"
+
+
+async def test_a_late_older_write_after_a_delete_reads_as_missing(
+    topology_env: tuple[str, Any],
+) -> None:
+    """F5: T writes a and b, a is deleted and the tombstone runs out, then the late
+    commit of a transaction older than T lands at a: by version order a is past T, so
+    it reads as missing beside T's b, never as the older value (a fractured read)."""
+    kind, env = topology_env
+    async with open_stampede(env, kind, tombstone_grace=0.05) as st:
+        await _late_older_write(st)
+
+
+async def _late_older_write(st: Stampede) -> None:
+    a, b = spread_keys(st, "f5", 2)
+    raw, side = a.encode(), side_key(a.encode(), st.topology.slot_of)
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    env = b"%d:%s:late" % (version, token.encode())
+    args = [(version, token, 0, 0, env, encode_meta([raw]))]
+    assert await run_units(st.topology, PREPARE, [raw], [side], args, head=[3_600_000]) == [1]
+    async with st.transaction() as tx:
+        tx.set(a, b"t")
+        tx.set(b, b"t")
+    async with st.transaction() as tx:
+        tx.delete(a)
+    await _gone(st, a)
+    commit = [(version, token, 0, 0, b"", b"")]
+    assert await run_units(st.topology, COMMIT, [raw], [side], commit, head=[5000]) == [1]
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"t"}
+
+
+async def test_a_lost_version_reads_as_missing_and_is_counted(st: Stampede) -> None:
+    """A key holding an older value with no record of its sibling's transaction (lost
+    in a failover, evicted): read as missing, counted and logged, not an error on
+    every read from then on."""
+    a, b = spread_keys(st, "lost", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+    async with st.transaction() as tx:
+        tx.set(b, b"old")
+    version, token = await _pending_at_first(st, a, b, b"new")
+    side = side_key(a.encode(), st.topology.slot_of)
+    stamp = b"%d:%s" % (version, token.encode())
+    await st.topology.execute(side, "HDEL", side, b"d:" + stamp, b"m:" + stamp)
+    before = metrics.REGISTRY.get_sample_value("stampede_lost_versions_total") or 0
+    for _ in range(2):
+        assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
+    after = metrics.REGISTRY.get_sample_value("stampede_lost_versions_total")
+    assert after == before + 2
+
+
+async def test_a_pending_key_is_completed_after_every_sibling_moved_on(st: Stampede) -> None:
+    """F3: committed at b, pending at a; then b is rewritten by a newer transaction, so
+    no sibling holds it any more. The sweep still completes it at a (b's version hash
+    marks that the commit reached it): an acknowledged write is not lost."""
+    a, b = spread_keys(st, "f3", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+        tx.set(b, b"old")
+    version, token = await _pending_at_first(st, a, b, b"new")
+    async with st.transaction() as tx:
+        tx.set(b, b"newer")
+    await sweep(st.topology)
+    stored = Envelope.decode(await _raw(st, a) or b"")
+    assert (stored.version, stored.token, stored.payload) == (version, token, b"new")

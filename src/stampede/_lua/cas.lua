@@ -1,5 +1,7 @@
 --! idempotent
 -- Compare-and-set for repairs: change a key only if it still holds what was seen.
+--! include older
+--! include version_hash
 local at = ARGV[1]
 local out = {}
 for i, key in ipairs(KEYS) do
@@ -22,6 +24,8 @@ for i, key in ipairs(KEYS) do
     else
       redis.call('SET', key, value)
     end
+    local nv, nt = string.match(value, '^(%d+):([0-9A-Z]+)')
+    if nv and #nt == 26 then raise_floor(key, nv, nt) end
     out[i] = 1
   end
 end

@@ -1,12 +1,16 @@
 --! fragment
 -- Collect a version hash `side`: drop versions marked replaced more than `grace`
 -- ago, mark prepared versions older than the current one (`curv`, `curt`) as
--- replaced, and keep at most the 8 newest replaced versions.
+-- replaced, keep at most the 8 newest replaced versions, and keep the marks of
+-- commit decisions (`c:`) for an hour, the 64 newest.
   local fields = redis.call('HGETALL', side)
-  local marked, kept = {}, {}
+  local marked, kept, decided = {}, {}, {}
   for j = 1, #fields, 2 do
     local name = fields[j]
-    if string.sub(name, 1, 2) == 'x:' then
+    if string.sub(name, 1, 2) == 'c:' then
+      if now - tonumber(fields[j + 1]) > 3600000 then redis.call('HDEL', side, name)
+      else decided[#decided + 1] = name end
+    elseif string.sub(name, 1, 2) == 'x:' then
       local st = string.sub(name, 3)
       marked[st] = true
       if now - tonumber(fields[j + 1]) > grace then
@@ -26,6 +30,15 @@
         kept[#kept + 1] = st
       end
     end
+  end
+  if #decided > 64 then  -- commit decisions kept for the sweep: the 64 newest, an hour
+    local function decided_older(a, b)
+      local av, aw = string.match(a, '^c:(%d+):([0-9A-Z]+)$')
+      local bv, bw = string.match(b, '^c:(%d+):([0-9A-Z]+)$')
+      return older(av, aw, bv, bw)
+    end
+    table.sort(decided, decided_older)
+    for j = 1, #decided - 64 do redis.call('HDEL', side, decided[j]) end
   end
   if #kept > 8 then
     local function stamp_older(a, b)

@@ -4,6 +4,8 @@
 -- Every key is read before any is written; a write (one stamp) that some key of
 -- this call refuses writes none of its keys here.
 --! include kept_key
+--! include older
+--! include version_hash
 local n, first = #KEYS, 0
 local seen, wrong = {}, {}
 for i = 1, n do

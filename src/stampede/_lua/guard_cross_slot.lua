@@ -2,6 +2,8 @@
 --! idempotent
 -- The guard for a whole batch on one cluster node, keys of many slots at once.
 --! include kept_key
+--! include older
+--! include version_hash
 local n = tonumber(ARGV[1])
 local seen = {}
 for i = 1, n do seen[i] = redis.call('GET', ARGV[1 + i]) end

@@ -12,5 +12,6 @@
       end
       if at ~= '0' then redis.call('SET', key, value, 'PXAT', at)
       else redis.call('SET', key, value) end
+      raise_floor(key, v, t)
     end
     out[i] = state

@@ -1,9 +1,10 @@
 --! idempotent
 -- COLLECT  ARGV[1] grace ms, ARGV[2] hold ms; per pair: what the worker's sweep
 -- does to a key's version hash, for keys no longer written:
---   * a version that was current and whose key is gone now (deleted, expired) and a
+--   * a version that was current and whose key is gone now (deleted, expired), a
 --     prepared version older than `hold` that no commit made current (abandoned)
---     are marked replaced;
+--     and a version at or below the floor `g` (superseded by a group write) are
+--     marked replaced;
 --   * what a commit would collect is collected (replaced more than `grace` ago,
 --     beyond the 8 newest);
 --   * a hash left with nothing a reader needs (no kept or prepared version, no
@@ -23,10 +24,15 @@ for i = 1, #KEYS / 2 do
   local has = {}
   local raw = redis.call('HGETALL', side)
   for j = 1, #raw, 2 do has[raw[j]] = raw[j + 1] end
+  local gv, gt = nil, nil
+  if has['g'] then gv, gt = string.match(has['g'], '^(%d+):([0-9A-Z]+)$') end
   for name, value in pairs(has) do
     if string.sub(name, 1, 2) == 'm:' then
       local st = string.sub(name, 3)
-      if not has['x:' .. st] then
+      local sv, sw = string.match(st, '^(%d+):([0-9A-Z]+)$')
+      if not has['x:' .. st] and gv and sv and not older(gv, gt, sv, sw) then
+        redis.call('HSET', side, 'x:' .. st, now)  -- superseded by a group write
+      elseif not has['x:' .. st] then
         if has['d:' .. st] then
           local at = tonumber(string.match(value, '^(%d+):')) or 0
           if now - at > hold then redis.call('HSET', side, 'x:' .. st, now) end

@@ -1,7 +1,9 @@
 --! fragment
 -- The commit of txn_commit.lua (and of txn_commit_one.lua after its check): makes
 -- each pair's version current where it is newer, keeping what it replaces. A
--- version whose expiry instant has passed is not written (reply 3): its write is gone.
+-- version whose expiry instant has passed is not written (reply 3): its write is
+-- gone, and the older value it replaced goes too. A version at or below the hash's
+-- floor `g` (see version_hash.lua) is kept out (reply 0).
 --! include now
 --! include older
 local grace = tonumber(ARGV[1])
@@ -29,7 +31,21 @@ for i = 1, #KEYS / 2 do
     if curv and not older(curv, curt, v, t) then out[i] = 2 else out[i] = -5 end
   else
 --! include compare
+    local g = redis.call('HGET', side, 'g')
+    if g and state >= 0 then  -- superseded by a write that was no transaction's
+      local gv, gt = string.match(g, '^(%d+):([0-9A-Z]+)$')
+      if gv and not older(gv, gt, v, t) then state = 0 end
+    end
     if state == 1 and at ~= '0' and tonumber(at) <= now then
+      -- its expiry instant has passed: the write is gone, and so is what it replaced
+      if cur then
+        local cv, ct = string.match(cur, '^(%d+):([0-9A-Z]+)')
+        if cv and #ct == 26 then
+          redis.call('HSET', side, 'd:' .. cv .. ':' .. ct, cur)
+          redis.call('HSETNX', side, 'x:' .. cv .. ':' .. ct, now)
+        end
+        redis.call('DEL', key)
+      end
       redis.call('HSET', side, 'd:' .. s, env)
       redis.call('HSETNX', side, 'x:' .. s, now)
       state = 3
@@ -55,6 +71,9 @@ for i = 1, #KEYS / 2 do
     elseif state == 0 then
       redis.call('HSET', side, 'd:' .. s, env)
       redis.call('HSETNX', side, 'x:' .. s, now)
+    end
+    if state >= 0 then  -- the commit decision reached this key: the sweep's evidence
+      redis.call('HSET', side, 'c:' .. s, now)
     end
     out[i] = state
   end

@@ -20,9 +20,11 @@ window) makes the read start again; after `attempts` tries it raises
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from .. import metrics
 from ..errors import (
     ConfigurationError,
     InvalidKeyError,
@@ -40,6 +42,8 @@ from .scripts import COMMIT, ROUND1, ROUND2
 from .write import run_units
 
 __all__ = ["read_atomic", "required_versions"]
+
+_log = logging.getLogger("stampede.read_atomic")
 
 K = TypeVar("K", bytes, str)
 
@@ -106,21 +110,15 @@ async def read_atomic(
             ROUND2,
             [keys[p] for p in positions],
             [sides[p] for p in positions],
-            [(stamp_text(need[p]),) for p in positions],
+            [(stamp_text(need[p]), first[p][2]) for p in positions],
         )
         _raise_errors(found)
         moved = [keys[p] for p, (code, _) in zip(positions, found, strict=True) if code == b"r"]
         if moved:
-            continue  # moved on and collected since round 1: read again
-        lost = [keys[p] for p, (code, _) in zip(positions, found, strict=True) if code == b"l"]
-        if lost:
-            raise ReadError(
-                f"read_atomic(): key {lost[0]!r} holds a value older than the transaction "
-                f"{stamp_text(need[positions[0]]).decode()} that wrote it, and keeps no "
-                "record of that transaction: it was lost (evicted under maxmemory, or an "
-                "acknowledged write lost in a failover). The read cannot be made whole; "
-                "rewrite the keys, or see docs/operations.md on eviction"
-            )
+            continue  # changed since round 1 in a way round 2 cannot place: read again
+        for p, (code, _) in zip(positions, found, strict=True):
+            if code == b"l":
+                _lost(keys[p], need[p])
         prepared = [p for p, (code, _) in zip(positions, found, strict=True) if code == b"p"]
         for p, (code, raw) in zip(positions, found, strict=True):
             raws[p] = raw if code in (b"v", b"p") else None
@@ -134,6 +132,21 @@ async def read_atomic(
         f"{attempts} times in a row (the read is slower than the grace window, {grace} s, "
         "or the key was rewritten more than 8 times meanwhile); retry, or raise the grace "
         "window"
+    )
+
+
+def _lost(key: bytes, stamp: Stamp) -> None:
+    """A key whose transaction's version is gone for good reads as missing: counted,
+    and logged with the cause, instead of failing every read of it from now on."""
+    metrics.lost_version()
+    metrics.log_event(
+        _log,
+        "read_atomic.lost_version",
+        logging.WARNING,
+        key=key.decode("utf-8", "backslashreplace"),
+        transaction=stamp_text(stamp).decode(),
+        cause="the key holds an older value and no record of the transaction: evicted "
+        "under maxmemory, or an acknowledged write lost in a failover",
     )
 
 

@@ -25,7 +25,7 @@ from ..errors import MalformedEnvelope, ShardResponseError
 from ..topology._guard import CAS
 from ..typing import Topology
 from ..wire import COMMIT_SUFFIX, Envelope, decode_commit
-from ..wire._txn import Stamp, decode_meta, parse_stamp, side_key
+from ..wire._txn import Stamp, decode_meta, parse_stamp, side_key, stamp_text
 from .scripts import COLLECT, COMMIT
 from .write import PREPARE_HOLD_MS
 
@@ -154,8 +154,7 @@ async def _roll_forward(
         if current is not None and stamp <= current:
             continue
         siblings = sorted((decode_meta(meta) or frozenset()) - {key})
-        held = await topology.fetch(siblings) if siblings else []
-        if any(_stamp_of(k, raw) == stamp for k, raw in zip(siblings, held, strict=True)):
+        if await _decided(topology, siblings, stamp):
             args = [grace_ms, stamp[0], stamp[1], "", 0, b"", b""]
             (code,) = await topology.script(COMMIT, [key, side], args)
             if code == 1:
@@ -164,6 +163,24 @@ async def _roll_forward(
         elif undecided and b"d:" + name[2:] in pairs:
             waiting = waiting or await _recent(topology, side, meta)
     return Pending(done, (key,) if waiting else ())
+
+
+async def _decided(topology: Topology, siblings: Sequence[bytes], stamp: Stamp) -> bool:
+    """Was the transaction `stamp` committed? Yes when a sibling holds it, or a
+    sibling's version hash marks that its commit reached it (`c:`, kept an hour): a
+    commit starts only once every prepare was acknowledged, so it must complete
+    everywhere, even where every sibling has moved on since."""
+    if not siblings:
+        return False
+    held = await topology.fetch(siblings)
+    if any(_stamp_of(k, raw) == stamp for k, raw in zip(siblings, held, strict=True)):
+        return True
+    mark = b"c:" + stamp_text(stamp)
+    for sibling in siblings:
+        side = side_key(sibling, topology.slot_of)
+        if await topology.execute(side, "HEXISTS", side, mark):
+            return True
+    return False
 
 
 async def _recent(topology: Topology, side: bytes, meta: bytes) -> bool:

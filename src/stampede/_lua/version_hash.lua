@@ -1,0 +1,27 @@
+--! fragment
+-- version_hash(key): the key's version hash (read-atomic transactions) in its two
+-- simple forms, `<key>:stampede:v` with a hash tag and `{<key>}:stampede:v:u` with
+-- no brace; nil for a key with braces but no tag (its hash is named by the client).
+local function version_hash(key)
+  local open = string.find(key, '{', 1, true)
+  if open then
+    local close = string.find(key, '}', open + 1, true)
+    if close and close > open + 1 then return key .. ':stampede:v' end
+    return nil
+  end
+  if string.find(key, '}', 1, true) then return nil end
+  return '{' .. key .. '}:stampede:v:u'
+end
+-- raise_floor(key, v, t): a write that is no transaction's (a group write, a
+-- delete, a repair) made stamp (v, t) current at `key`: if the key has a version
+-- hash, its floor `g` rises to that stamp, so that a transaction prepared there at
+-- or below it is known to be superseded even once the value that superseded it is
+-- gone (a tombstone expired): no reader or sweep may complete it there.
+local function raise_floor(key, v, t)
+  local vh = version_hash(key)
+  if not vh or redis.call('EXISTS', vh) == 0 then return end
+  local g = redis.call('HGET', vh, 'g')
+  local gv, gt = nil, nil
+  if g then gv, gt = string.match(g, '^(%d+):([0-9A-Z]+)$') end
+  if not gv or older(gv, gt, v, t) then redis.call('HSET', vh, 'g', v .. ':' .. t) end
+end
