@@ -20,6 +20,7 @@ MODULES = [
     "benchmarks.repair",
     "benchmarks.ramp",
     "benchmarks.ceiling",
+    "benchmarks.durability",
     "benchmarks.census",
 ]
 

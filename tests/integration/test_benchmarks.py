@@ -26,6 +26,7 @@ RUNS = {
     "benchmarks.repair": (["--groups", "60", "--scan-groups", "200"], "scan:"),
     "benchmarks.ramp": (["--seconds", "0.2", "--only", "shards"], "read_atomic"),
     "benchmarks.ceiling": (["--seconds", "0.05", "--slices", "1"], "stampede write"),
+    "benchmarks.durability": (["--writes", "60", "--concurrency", "4"], "Durability(replicas=1)"),
 }
 
 

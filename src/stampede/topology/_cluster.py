@@ -24,7 +24,7 @@ from ._checks import ServerInfo, probe, redact
 from ._cluster_io import NodeIO
 from ._coalesce import Coalescer
 from ._discovery import AddressRemap, SlotTable
-from ._durable import acks_of, asks_durability, plain_stamp, wait_commands
+from ._durable import acks_of, asks_durability, plain_stamp, sent_with_wait
 from ._endpoint import parse_url
 from ._guard import GUARD, WriteRequest, split_codes
 from ._node_ops import Body, Command, eval_fallback, marker_id, optimistic_once, transaction
@@ -203,11 +203,12 @@ class Cluster:
                 WriteRequest.build(keys, values, pos, (), **stamp) for pos in by_slot.values()
             ]
             commands: list[tuple[Any, ...]] = [
-                ("EVAL", GUARD.source, len(r.keys), *r.keys, *r.argv) for r in requests
+                ("EVALSHA", GUARD.sha, len(r.keys), *r.keys, *r.argv) for r in requests
             ]
+            lane = self._router.lane_at(node)
             try:
-                replies = await self._router.lane_at(node).pipeline(
-                    [*commands, *wait_commands(stamp)], resend=True
+                replies = await sent_with_wait(
+                    lambda c: lane.pipeline(c, resend=True), commands, stamp
                 )
             except ERRORS:
                 again.extend(positions)

@@ -3,9 +3,10 @@ write on the write's own connection.
 
 `WAIT n ms` answers how many replicas have every write the connection sent before
 it, so it must follow the write on the same connection: a durable write goes as
-one pipeline per shard (`EVAL` of the guard, not `EVALSHA`, so that no NOSCRIPT
-retry can put the write on another connection), then `WAIT`, then `WAITAOF 1 n ms`
-when `aof` is asked. Both change nothing and are safe to resend.
+one pipeline per shard (the guard's EVALSHA, then `WAIT`, then `WAITAOF 1 n ms`
+when `aof` is asked; a node that answers NOSCRIPT ran none of it, and gets the
+whole pipeline again with EVAL, so no retry moves the write to another connection).
+The waits change nothing and are safe to resend.
 """
 
 from __future__ import annotations
@@ -14,14 +15,23 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
+from .._lua import as_eval
 from ..errors import ShardError
 from ._base import WriteOutcome, translated
 from ._guard import GUARD, WriteRequest, split_codes
+from ._reply_errors import NoScriptError
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp
 
-__all__ = ["acks_of", "asks_durability", "durable_write", "plain_stamp", "wait_commands"]
+__all__ = [
+    "acks_of",
+    "asks_durability",
+    "durable_write",
+    "plain_stamp",
+    "sent_with_wait",
+    "wait_commands",
+]
 
 
 def asks_durability(stamp: GuardStamp) -> bool:
@@ -62,6 +72,22 @@ def acks_of(replies: list[Any]) -> int:
 Send = Callable[[int, list[tuple[Any, ...]]], Awaitable[list[Any]]]
 
 
+async def sent_with_wait(
+    run: Callable[[list[tuple[Any, ...]]], Awaitable[list[Any]]],
+    guards: list[tuple[Any, ...]],
+    stamp: GuardStamp,
+) -> list[Any]:
+    """`guards` (EVALSHA calls) then the waits, as one pipeline through `run`. A node
+    that answers NOSCRIPT ran none of it: the whole pipeline goes again with EVAL, so
+    that the waits still follow the writes on one connection."""
+    waits = wait_commands(stamp)
+    replies = await run([*guards, *waits])
+    if any(isinstance(r, NoScriptError) for r in replies[: len(guards)]):
+        evals = [as_eval(g) or g for g in guards]
+        replies = await run([*evals, *waits])
+    return replies
+
+
 async def durable_write(
     keys: Sequence[bytes],
     values: Sequence[bytes],
@@ -76,10 +102,10 @@ async def durable_write(
 
     async def one(shard: int, positions: list[int]) -> None:
         request = WriteRequest.build(keys, values, positions, (), **stamp)
-        guard = ("EVAL", GUARD.source, len(request.keys), *request.keys, *request.argv)
+        guard = ("EVALSHA", GUARD.sha, len(request.keys), *request.keys, *request.argv)
         name = names[shard]
         try:
-            replies = await send(shard, [guard, *wait_commands(stamp)])
+            replies = await sent_with_wait(lambda c: send(shard, c), [guard], stamp)
         except ShardError as exc:
             outcome.failed.update(dict.fromkeys(request.keys, exc))
             return
