@@ -64,7 +64,9 @@ def _other_master(cluster: LocalCluster, slot: int) -> RedisNode:
 
 
 def test_public_names_are_exported() -> None:
-    """The package root exports exactly the documented public names."""
+    """The package root exports exactly the documented public names, each one there."""
+    for name in stampede.testing.__all__:
+        assert getattr(stampede.testing, name) is not None
     assert sorted(stampede.testing.__all__) == [
         "ClusterNotReadyError",
         "DockerCluster",
@@ -73,11 +75,13 @@ def test_public_names_are_exported() -> None:
         "HarnessError",
         "LocalCluster",
         "LocalPrimaries",
+        "LocalSentinels",
         "NodeOptions",
         "ProxyRule",
         "RedisNode",
         "RedisProxy",
         "SERVER_ENV",
+        "SentinelNode",
         "ServerBinary",
         "ServerNotFoundError",
         "ServerStartError",

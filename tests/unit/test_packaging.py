@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -40,3 +41,31 @@ def test_importing_stampede_imports_no_cli_or_test_library() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
     )
     assert json.loads(out.stdout) == []
+
+
+def test_the_library_and_its_pytest_plugin_work_without_redis_py() -> None:
+    """redis-py is no dependency of the library: with it missing, `import stampede`,
+    the facades and the pytest plugin (which pytest loads into every project that
+    installs stampede) still import; only asking for a server needs it."""
+    code = (
+        "import sys; sys.modules['redis'] = None; "
+        "import stampede, stampede.repair, stampede.testing, stampede.testing.plugin; "
+        "stampede.connect(['redis://a:1'])\n"
+        "try:\n    stampede.testing.LocalPrimaries\nexcept ImportError:\n    print('lazy')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.strip() == "lazy"
+
+
+def test_redis_py_is_only_in_the_extras_that_need_it() -> None:
+    """The install stays lean: hiredis (stampede's parser) is required, redis-py only
+    in the extras whose code administers servers (testing, server, cli for the demo)."""
+    meta = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    project = meta["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("redis")]
+    assert any(d.startswith("hiredis") for d in project["dependencies"])
+    extras = project["optional-dependencies"]
+    for extra in ("testing", "server", "cli", "dev"):
+        assert any(d.startswith("redis") for d in extras[extra]), extra

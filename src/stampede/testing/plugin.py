@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 import pytest
 
-from .cluster import LocalCluster
-from .primaries import LocalPrimaries
 from .servers import SERVER_ENV, ServerBinary, ServerNotFoundError, default_server
+
+if TYPE_CHECKING:  # imported when a fixture needs them: they need redis-py
+    from .cluster import LocalCluster
+    from .primaries import LocalPrimaries
 
 __all__ = [
     "BACKEND_ENV",
@@ -97,21 +99,37 @@ def backend_of(config: pytest.Config) -> Backend:
     return cast(Backend, value)
 
 
+def _harness() -> None:
+    """The harness administers its servers with redis-py: say how to get it."""
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        raise pytest.UsageError(
+            "stampede's server fixtures need redis-py: pip install 'stampede-redis[testing]'"
+        ) from None
+
+
 def make_primaries(backend: Backend, n: int = 3) -> LocalPrimaries:
     """Unstarted primaries for the backend."""
+    _harness()
     if backend == "docker":
         from .docker import DockerPrimaries
 
         return DockerPrimaries(n)
+    from .primaries import LocalPrimaries
+
     return LocalPrimaries(n)
 
 
 def make_cluster(backend: Backend, masters: int = 3, replicas: int = 0) -> LocalCluster:
     """An unstarted cluster for the backend."""
+    _harness()
     if backend == "docker":
         from .docker import DockerCluster
 
         return DockerCluster(masters, replicas)
+    from .cluster import LocalCluster
+
     return LocalCluster(masters, replicas)
 
 
