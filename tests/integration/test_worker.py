@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from stampede import Envelope, Stampede
-from stampede.repair import NewestWins, RepairQueue
+from stampede.repair import NewestWins, RepairQueue, RetryBackoff
 from stampede.repair._worker import Worker, serve_metrics
 from stampede.testing import LocalPrimaries
 from stampede.wire import new_token
 
 from ..support import eventually, open_stampede, run_cli, start_cli
-from ..worker_strategies import broken
+from ..worker_strategies import broken, stuck
 
 GROUPS = 120
 
@@ -170,6 +170,33 @@ async def test_failing_loader_dead_letters_and_worker_keeps_going(st: Stampede) 
     assert errors[0].startswith("RepairError") or "unreachable" in errors[0]
     assert any("malformed" in e for e in errors)
     assert sum("the database is unreachable" in e for e in errors) == 3
+
+
+async def test_a_hung_repair_times_out_and_is_dead_lettered(st: Stampede) -> None:
+    """A strategy that never returns (a hung loader) no longer holds its job until
+    SIGTERM: past `job_timeout` the attempt fails, is retried, and dead-lettered by
+    the usual policy, naming the timeout."""
+    queue = RepairQueue(st.topology, max_attempts=2)
+    await queue.clear()
+    await plant(st, queue, 2)
+    worker = Worker(
+        st.topology,
+        queue,
+        stuck(),
+        job_timeout=0.2,
+        backoff=RetryBackoff(base=0),
+        poll_interval=0.01,
+    )
+    runner = asyncio.create_task(worker.run())
+
+    async def all_dead() -> bool:
+        return (await queue.stats())["dead"] == 2
+
+    await eventually(all_dead)
+    worker.stop()
+    await runner
+    dead = await queue.dead_letters()
+    assert all("job timeout (0.2 s)" in d["last_error"] for d in dead)
 
 
 async def test_a_worker_that_reaches_no_server_at_start_exits_3() -> None:

@@ -116,6 +116,12 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         "up to half at random (0: retry at once).",
     ),
     "--retry-max-delay": (_SECONDS, 60.0, "The longest delay between two attempts of a job."),
+    "--job-timeout": (
+        _SECONDS,
+        60.0,
+        "Seconds one attempt at a job may take (a hung loader); past it the attempt "
+        "fails and is retried, then dead-lettered, as any failure (0: no limit).",
+    ),
     "--sweep-interval": (
         _SECONDS,
         60.0,
@@ -174,6 +180,7 @@ def worker_command(
     max_attempts: int,
     retry_delay: float,
     retry_max_delay: float,
+    job_timeout: float,
     sweep_interval: float,
     min_idle: float,
     grace: float,
@@ -233,6 +240,7 @@ def worker_command(
                     registry=registry,
                     sweep_interval=sweep_interval,
                     version_grace=st.options.version_grace,
+                    job_timeout=job_timeout,
                 )
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):

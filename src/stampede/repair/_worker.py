@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from .. import _pipeline as pipeline
 from .. import metrics, tracing
 from .._txn.sweep import sweep
-from ..errors import StampedeError
+from ..errors import RepairError, StampedeError
 from ..results import RepairAction
 from ..typing import RepairContext, RepairStrategy, Topology, VersionSource
 from ..verdict import Mode, Status, judge
@@ -70,6 +70,8 @@ class Worker:
     once). `burst=True` stops by itself once the queue has nothing left for it:
     no job to claim, none in hand and no retry waiting. `registry` is the
     `prometheus_client` registry its metrics go to (a new one by default).
+    `job_timeout` bounds one attempt at a job (a hung loader): past it the attempt
+    fails and is retried, then dead-lettered, as any failure (None or 0: no limit).
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class Worker:
         registry: CollectorRegistry | None = None,
         sweep_interval: float = 60.0,
         version_grace: float = 5.0,
+        job_timeout: float | None = 60.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -111,6 +114,7 @@ class Worker:
         self.burst = burst
         self.sweep_interval = sweep_interval
         self.version_grace = version_grace
+        self.job_timeout = job_timeout or None
         self.stats = WorkerStats()
         self.stopping = asyncio.Event()
         self._in_hand: set[asyncio.Task[None]] = set()
@@ -261,7 +265,12 @@ class Worker:
                 outcome = "dead_lettered"
                 return
             with tracing.span("repair_job", group=group, job=job.id) as traced:
-                outcome = await self._repair(job, group)
+                try:
+                    outcome = await asyncio.wait_for(self._repair(job, group), self.job_timeout)
+                except TimeoutError:  # a hung loader: retried, then dead-lettered
+                    raise RepairError(
+                        group, f"the repair took longer than the job timeout ({self.job_timeout} s)"
+                    ) from None
                 traced.set(action=outcome)
         except asyncio.CancelledError:
             outcome = "released"
