@@ -213,3 +213,26 @@ def test_cli_unreachable_url_is_a_clean_error() -> None:
     result = CliRunner().invoke(main, ["slots", "--url", "redis://127.0.0.1:1"])
     assert result.exit_code == 1
     assert "127.0.0.1:1" in result.output and "Traceback" not in result.output
+
+
+def test_cli_refuses_a_cluster_node_without_cluster(planted: LocalCluster) -> None:
+    """`slots --url NODE` without --cluster used to answer as if one primary held every
+    slot: now a usage error naming the flag."""
+    result = CliRunner().invoke(main, ["slots", "--url", planted.url])
+    assert result.exit_code == 2, result.output
+    assert "add --cluster" in result.output and "Traceback" not in result.output
+
+
+def test_cli_does_not_count_the_shard_identity_record(stampede_primaries: LocalPrimaries) -> None:
+    """Each primary's `stampede:shard` record lives there whatever its slot: not a user
+    key, and never "misplaced"."""
+    for node in stampede_primaries.nodes:
+        node.client().set(b"stampede:shard", b"{}")
+    node = stampede_primaries.nodes[0]
+    node.client().set(b"user:{1}:a", b"1")
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    result = CliRunner().invoke(main, ["slots", *urls, "--method", "scan", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["total"] == 1
+    assert not any(s.get("misplaced") for s in data["shards"])

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.text import Text
 
-from ..errors import StampedeError
+from ..errors import SetupError, StampedeError
 from ..keys import (
     SLOTS,
     HashPolicy,
@@ -21,6 +21,7 @@ from ..keys import (
     live_slots,
 )
 from ..keys._live import Method
+from ..options import ConnectOptions
 from ..topology._cluster import Cluster
 from ..topology._shards import Shards
 from ..typing import Topology
@@ -66,11 +67,19 @@ def run_live(
         topology: Topology
         if cluster:
             topology = Cluster(urls)
-        else:
-            topology = Shards(list(urls), policy=policy)
+        else:  # read only: no identity record is written
+            quiet_open = ConnectOptions(check_identity=False)
+            topology = Shards(list(urls), policy=policy, options=quiet_open)
         try:
-            if isinstance(topology, Cluster):
+            try:
                 await topology.open()
+            except SetupError as exc:
+                if exc.problem == "cluster-node":
+                    raise click.UsageError(
+                        f"{exc.url} is a Redis Cluster node: add --cluster (its slot map is "
+                        "the cluster's, not one primary's)"
+                    ) from None
+                raise
             with ScanDisplay(enabled=not quiet) as display:
                 return await live_slots(
                     topology,

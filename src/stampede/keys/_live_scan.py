@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 __all__ = ["TAG_SUMMARY_SIZE", "ScanProgress", "Tally", "by_scan", "sample_tags", "scan_shard"]
 
+_IDENTITY = b"stampede:shard"
+"""The shard identity record each independent primary holds (see stampede.topology)."""
+
 TAG_SUMMARY_SIZE = 8
 """Distinct tags tracked per slot while scanning (Misra-Gries): counts are exact
 while a slot has at most this many tags; otherwise every tag holding more than
@@ -113,11 +116,13 @@ async def by_scan(
         here = index.get(shard)
         slot_of = tally.slot_of
         for key in keys:
+            if key == _IDENTITY:  # one per primary, whatever its slot: not a user key
+                continue
             slot = slot_of(key)
             tally.add(key, slot)
             if here is not None and slot_map.shard_of(slot) != here:
                 misplaced[shard] += 1
-        per_shard[shard] += len(keys)
+        per_shard[shard] += sum(1 for k in keys if k != _IDENTITY)
         if done:
             finished.add(shard)
         if progress is not None:
