@@ -619,15 +619,16 @@ async def _late_older_write(st: Stampede) -> None:
     a, b = spread_keys(st, "f5", 2)
     raw, side = a.encode(), side_key(a.encode(), st.topology.slot_of)
     version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
-    env = b"%d:%s:late" % (version, token.encode())
-    args = [(version, token, 0, 0, env, encode_meta([raw]))]
-    assert await run_units(st.topology, PREPARE, [raw], [side], args, head=[3_600_000]) == [1]
     async with st.transaction() as tx:
         tx.set(a, b"t")
         tx.set(b, b"t")
     async with st.transaction() as tx:
         tx.delete(a)
     await _gone(st, a)
+    # A transaction stamped before T whose messages arrive only now (a slow writer).
+    env = b"%d:%s:late" % (version, token.encode())
+    args = [(version, token, 0, 0, env, encode_meta([raw]))]
+    assert await run_units(st.topology, PREPARE, [raw], [side], args, head=[3_600_000]) == [1]
     commit = [(version, token, 0, 0, b"", b"")]
     assert await run_units(st.topology, COMMIT, [raw], [side], commit, head=[5000]) == [1]
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"t"}
@@ -667,3 +668,21 @@ async def test_a_pending_key_is_completed_after_every_sibling_moved_on(st: Stamp
     await sweep(st.topology)
     stored = Envelope.decode(await _raw(st, a) or b"")
     assert (stored.version, stored.token, stored.payload) == (version, token, b"new")
+
+
+async def test_a_version_superseded_here_is_never_completed_later(st: Stampede) -> None:
+    """An older transaction still pending at a key when a newer one with a short TTL
+    commits there: once the newer value expires, completing the older one must not
+    bring an older value back (it was marked superseded when the newer one landed)."""
+    a = "sup:{1}:a"
+    raw, side = a.encode(), side_key(a.encode(), st.topology.slot_of)
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    env = b"%d:%s:older" % (version, token.encode())
+    args = [(version, token, 0, 0, env, encode_meta([raw, b"sup:{2}:b"]))]
+    assert await run_units(st.topology, PREPARE, [raw], [side], args, head=[3_600_000]) == [1]
+    async with st.transaction(ttl=0.05) as tx:
+        tx.set(a, b"newer")
+    await _gone(st, a)
+    commit = [(version, token, "", 0, b"", b"")]
+    assert await run_units(st.topology, COMMIT, [raw], [side], commit, head=[5000]) == [0]
+    assert await _raw(st, a) is None

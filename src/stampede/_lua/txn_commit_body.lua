@@ -3,7 +3,8 @@
 -- each pair's version current where it is newer, keeping what it replaces. A
 -- version whose expiry instant has passed is not written (reply 3): its write is
 -- gone, and the older value it replaced goes too. A version at or below the hash's
--- floor `g` (see version_hash.lua) is kept out (reply 0).
+-- floor `g` (see version_hash.lua), or already marked superseded here (`x:`), is
+-- kept out (reply 0).
 --! include now
 --! include older
 local grace = tonumber(ARGV[1])
@@ -35,6 +36,11 @@ for i = 1, #KEYS / 2 do
     if g and state >= 0 then  -- superseded by a write that was no transaction's
       local gv, gt = string.match(g, '^(%d+):([0-9A-Z]+)$')
       if gv and not older(gv, gt, v, t) then state = 0 end
+    end
+    if state >= 0 and redis.call('HEXISTS', side, 'x:' .. s) == 1 then
+      -- marked superseded here already (replaced, kept out, older than a value that
+      -- has since expired): completing it now would bring back what came before
+      state = 0
     end
     if state == 1 and at ~= '0' and tonumber(at) <= now then
       -- its expiry instant has passed: the write is gone, and so is what it replaced
