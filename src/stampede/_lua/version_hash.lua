@@ -19,7 +19,11 @@ end
 -- gone (a tombstone expired): no reader or sweep may complete it there.
 local function raise_floor(key, v, t)
   local vh = version_hash(key)
-  if not vh or redis.call('EXISTS', vh) == 0 then return end
+  if not vh then return end
+  -- pcall: in a slot that is migrating, the hash may not be local (best effort, as
+  -- the kept versions are)
+  local exists = redis.pcall('EXISTS', vh)
+  if type(exists) ~= 'number' or exists == 0 then return end
   local g = redis.call('HGET', vh, 'g')
   local gv, gt = nil, nil
   if g then gv, gt = string.match(g, '^(%d+):([0-9A-Z]+)$') end
