@@ -22,6 +22,10 @@ from .wire import commit_key
 
 __all__ = ["judge", "observe", "observe_many", "repair"]
 
+_COMPLETE_ROUNDS = 4
+"""How often a repair completes pending transactions and looks again before it gives
+up for now (leaving the group to a later read or job) rather than restamp it."""
+
 
 async def observe(
     topology: Topology, group: bytes, keys: Sequence[bytes], mode: Mode
@@ -73,8 +77,10 @@ async def repair(
     the group's keys is completed there (a repair never restamps a key over a
     transaction that has committed): if that makes the group whole, that is the
     repair."""
-    pending = await complete_pending(ctx.topology, obs.keys, grace=ctx.version_grace)
-    if pending.completed or pending.undecided:
+    for _ in range(_COMPLETE_ROUNDS):
+        pending = await complete_pending(ctx.topology, obs.keys, grace=ctx.version_grace)
+        if not (pending.completed or pending.undecided):
+            break  # what the strategy gets holds no transaction pending at its keys
         fresh = await observe(ctx.topology, obs.group, obs.keys, obs.mode)
         now = judge(fresh)
         whole = now.status in (Status.CONSISTENT, Status.NOT_FOUND)
@@ -83,7 +89,11 @@ async def repair(
             outcome = _completed(fresh, now, verdict, whole=whole)
             metrics.repair(outcome.action.value, source)
             return outcome
-        obs, verdict = fresh, now
+        obs, verdict = fresh, now  # another transaction may have committed meanwhile
+    else:  # transactions keep landing: this is no moment to restamp the group
+        outcome = _completed(obs, verdict, verdict, whole=False)
+        metrics.repair(outcome.action.value, source)
+        return outcome
     outcome = await strategy.repair(ctx, obs, verdict.exhausted())
     metrics.repair(outcome.action.value, source)
     if outcome.action is RepairAction.LOST_RACE:
