@@ -54,6 +54,7 @@ for i = 1, #KEYS / 2 do
       end
       redis.call('HSET', side, 'd:' .. s, env)
       redis.call('HSETNX', side, 'x:' .. s, now)
+      curv, curt = v, t  -- older versions prepared here are superseded too (collected below)
       state = 3
     elseif state == 1 then
       if cur then
