@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from .ramp_edge_report import print_edge_figures
 from .runner import run
 from .scenarios import FAST, LONG, SCENARIOS
 
@@ -92,6 +93,7 @@ def main(
         fuzz_cases=fuzz_cases,
         runs=runs,
     )
+    print_edge_figures(console, outcome.runs)
     console.print()
     verdict = "[bold green]no violation[/]" if outcome.ok else "[bold red]FAILED[/]"
     console.print(

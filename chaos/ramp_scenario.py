@@ -26,6 +26,7 @@ import signal
 import sys
 import time
 import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from stampede._client import Stampede
@@ -102,8 +103,10 @@ async def _writer(run: Run, st: Stampede, session: int, rng: random.Random, unti
 
 
 async def _process_lane(run: Run, lane: int, until: float, sessions: itertools.count[int],
-                        steps: itertools.cycle[Step], tally: dict[str, int]) -> None:  # fmt: skip
-    """Writer processes one after another, each SIGKILLed at its step."""
+                        steps: Iterator[Step], tally: dict[str, int],
+                        extra: Sequence[str] = ()) -> None:  # fmt: skip
+    """Writer processes one after another, each SIGKILLed at its step (`extra`: more
+    arguments for `chaos.ramp_writer`)."""
     stem = run.history.path.stem if run.history.path is not None else run.env.kind
     while time.monotonic() < until:
         session = next(sessions)
@@ -114,7 +117,7 @@ async def _process_lane(run: Run, lane: int, until: float, sessions: itertools.c
         run.extra_histories.append(path)
         args = [sys.executable, "-m", "chaos.ramp_writer", *run.env.worker_args()]
         args += ["--history", str(path), "--session", str(session), "--seed", str(session)]
-        args += ["--stop-at", str(1 + session % 4), "--step", str(step)]
+        args += ["--stop-at", str(1 + session % 4), "--step", str(step), *extra]
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p),

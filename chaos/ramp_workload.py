@@ -18,8 +18,10 @@ Events (JSON lines, `History`):
 
 ```
 {"type": "invoke", "f": "txn", "op": ..., "session": 3, "txn": 7, "version": V,
- "writes": {"12": 3000021, ...}}
-{"type": "ok" | "fail" | "unknown", "f": "txn", "op": ..., "pending": [...]}
+ "writes": {"12": 3000021, "40": null (tx.delete), ...}, "ttl": 0.2 (only with a TTL),
+ "grace": 0.2 (only with a delete: its tombstones' lifetime)}
+{"type": "ok" | "fail" | "unknown", "f": "txn", "op": ..., "pending": [...], "superseded": [...],
+ "sent": when it called commit() (its expiry instants are computed then)}
 {"type": "invoke", "f": "rread", "op": ..., "session": 1001, "txn": 4, "keys": [..]}
 {"type": "ok", "f": "rread", "op": ..., "values": {"12": 3000021 | null}, "rounds": 1}
 {"type": "fault", "kind": "crash" | "worker-kill" | "pause" | "migrate", ...}
@@ -32,7 +34,7 @@ import asyncio
 import contextvars
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -167,38 +169,55 @@ class RampSession:
         units = len(call_units(self.st.topology, raw))
         return {"prepare": units, "commit": units}
 
-    async def transact(self, keys: Sequence[int], plan: StepPlan | None = None) -> str:
-        """Write a unique value at each key in one transaction; the completion's type."""
+    async def transact(
+        self,
+        keys: Sequence[int],
+        plan: StepPlan | None = None,
+        *,
+        deletes: Collection[int] = (),
+        ttl: float | None = None,
+    ) -> str:
+        """Write a unique value at each key in one transaction (`tx.delete` the keys in
+        `deletes`, written as null; the values live `ttl` seconds); the completion's type."""
         self.txns += 1
-        writes = {k: self.next_value() for k in keys}
+        writes = {k: None if k in deletes else self.next_value() for k in keys}
         version = self.next_version()
         op = self.history.next_op(self.process)
+        extra: dict[str, float] = {} if ttl is None else {"ttl": ttl}
+        if deletes:  # how long its tombstones live
+            extra["grace"] = self.st.options.tombstone_grace
         self.history.record(
             "invoke", op, f="txn", session=self.session, txn=self.txns, version=version,
             writes={str(k): v for k, v in writes.items()},
-            step=None if plan is None else str(plan.step),
+            step=None if plan is None else str(plan.step), **extra,
         )  # fmt: skip
-        tx = self.st.transaction(version=version)
+        tx = self.st.transaction(version=version, ttl=ttl)
         for k, v in writes.items():
-            tx.set(key_name(k), b"%d" % v)
+            if v is None:
+                tx.delete(key_name(k))
+            else:
+                tx.set(key_name(k), b"%d" % v)
         token = CURRENT_STEP.set(plan)
-        try:
+        sent = time.monotonic()  # the expiry instants are computed now (the invoke's `t`
+        try:  # came before its record was written, which can stall)
             receipt = await tx.commit()
         except TransactionAborted as exc:
-            self.history.record("fail", op, f="txn", error=type(exc).__name__, msg=str(exc)[:200])
+            self.history.record("fail", op, f="txn", error=type(exc).__name__,
+                                msg=str(exc)[:200], sent=sent)  # fmt: skip
             return "fail"
         except asyncio.CancelledError:
-            self.history.record("unknown", op, f="txn", error="CancelledError")
+            self.history.record("unknown", op, f="txn", error="CancelledError", sent=sent)
             raise
         except Exception as exc:
-            self.history.record(
-                "unknown", op, f="txn", error=type(exc).__name__, msg=str(exc)[:200]
-            )
+            self.history.record("unknown", op, f="txn", error=type(exc).__name__,
+                                msg=str(exc)[:200], sent=sent)  # fmt: skip
             return "unknown"
         finally:
             CURRENT_STEP.reset(token)
         pending = [k.decode() for k in receipt.pending]
-        self.history.record("ok", op, f="txn", token=receipt.token, pending=pending)
+        superseded = [k.decode() for k in receipt.superseded]
+        self.history.record("ok", op, f="txn", token=receipt.token, pending=pending,
+                            superseded=superseded, sent=sent)  # fmt: skip
         return "ok"
 
 
@@ -210,10 +229,13 @@ async def seed(st: Stampede, history: History) -> None:
 
 
 async def read_once(
-    st: Stampede, history: History, session: int, txn: int, keys: Sequence[int]
-) -> bool:
+    st: Stampede, history: History, session: int, txn: int, keys: Sequence[int], *,
+    final: bool = False,
+) -> bool:  # fmt: skip
+    """One `read_atomic` of `keys`, recorded (`final`: the last read of a run)."""
     op = history.next_op(f"r{session}")
-    history.record("invoke", op, f="rread", session=session, txn=txn, keys=list(keys))
+    extra = {"final": True} if final else {}
+    history.record("invoke", op, f="rread", session=session, txn=txn, keys=list(keys), **extra)
     try:
         got = await st.read_atomic([key_name(k) for k in keys])
     except Exception as exc:
@@ -228,12 +250,17 @@ async def read_once(
 
 
 async def read_loop(
-    st: Stampede, history: History, session: int, rng: random.Random, until: float
+    st: Stampede,
+    history: History,
+    session: int,
+    rng: random.Random,
+    until: float,
+    pick: Callable[[random.Random], list[int]] = pick_keys,
 ) -> int:
-    """Read random subsets of 3-8 keys until `time.monotonic() >= until`; how many."""
+    """Read random subsets (`pick`: 3-8 keys) until `time.monotonic() >= until`; how many."""
     txn = 0
     while time.monotonic() < until:
         txn += 1
-        if not await read_once(st, history, session, txn, pick_keys(rng)):
+        if not await read_once(st, history, session, txn, pick(rng)):
             await asyncio.sleep(0.02)
     return txn

@@ -4,7 +4,8 @@ It writes transactions (one session, its own history file) and, at transaction
 `--stop-at`, freezes the whole process at `--step` (say `after-prepare-1`: the
 second PREPARE call has returned, nothing else of that transaction runs): it
 records a `step` event, prints `PAUSED` on stdout and blocks, for the runner to
-SIGKILL it there.
+SIGKILL it there. With `--groups` each transaction writes every key of one or two
+groups of `ramp_edge_workload.group_layout` (the `ramp-repair` scenario).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from stampede.topology._cluster import Cluster
 from stampede.topology._shards import Shards
 
 from .history import History
+from .ramp_edge_workload import group_layout, pick_groups
 from .ramp_workload import STEPS, RampSession, Step, StepPlan, StepTopology, pick_keys
 from .workload import CHAOS_CONNECTION
 
@@ -38,7 +40,7 @@ def _step(text: str) -> Step:
 
 async def _run(
     urls: list[str], cluster: bool, history: History, session: int, seed: int, stop_at: int,
-    step: Step, txns: int,
+    step: Step, txns: int, groups: bool = False,
 ) -> None:  # fmt: skip
     inner: Cluster | Shards
     if cluster:
@@ -65,8 +67,9 @@ async def _run(
             await asyncio.sleep(0.25)
     try:
         writer = RampSession(st, history, session, f"p{session}")
+        layout = group_layout(st.topology) if groups else ()
         for n in range(1, txns + 1):
-            keys = pick_keys(rng)
+            keys = pick_groups(rng, layout) if groups else pick_keys(rng)
             plan = None
             calls = writer.steps_of(keys)
             if n >= stop_at and calls[step.phase]:
@@ -85,16 +88,16 @@ async def _run(
 @click.option("--stop-at", type=int, default=3, help="The transaction to stop at (or after).")
 @click.option("--step", "step_text", default="before-commit-0")
 @click.option("--txns", type=int, default=40, help="Transactions to write at most.")
+@click.option("--groups", is_flag=True, help="Write whole groups (ramp-repair).")
 def main(
     urls: tuple[str, ...], cluster: bool, history_path: str, session: int, seed: int,
-    stop_at: int, step_text: str, txns: int,
+    stop_at: int, step_text: str, txns: int, groups: bool,
 ) -> None:  # fmt: skip
     """A recorded writer process, frozen at one step for the runner to kill."""
     history = History(history_path)
+    step = _step(step_text)
     try:
-        asyncio.run(
-            _run(list(urls), cluster, history, session, seed, stop_at, _step(step_text), txns)
-        )
+        asyncio.run(_run(list(urls), cluster, history, session, seed, stop_at, step, txns, groups))
     finally:
         history.close()
 

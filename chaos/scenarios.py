@@ -13,6 +13,19 @@
 | `ramp`       | read-atomic transactions; writers cancelled and writer        | shards, cluster |
 |              | processes SIGKILLed at every step of both rounds, a primary   |                 |
 |              | paused, slots migrated (cluster); judged by `check_ramp`      |                 |
+| `ramp-delete`| transactions with `tx.delete` and 0.05-0.5 s TTLs, cancelled  | shards, cluster |
+|              | at every step; one-key `st.delete`s; 0.2 s tombstone and      |                 |
+|              | version grace; the sweep every 0.25 s (`ramp_edges`)          |                 |
+| `ramp-lost-  | COMMIT calls failing before or after running, on every shard  | shards, cluster |
+| commit`      | (or one shard, or once) for half the transactions             |                 |
+| `ramp-repair`| whole-group transactions cancelled and SIGKILLed at every     | shards, cluster |
+|              | COMMIT step; group reads repairing with `NewestWins`          |                 |
+| `ramp-evict` | `ramp-delete` under a small `maxmemory`, a filler of big keys,| shards, cluster |
+|              | `allkeys-lru` then `volatile-lru`                             |                 |
+
+The four `ramp-*` edge scenarios are judged by `ramp_edge_checker.check_edges`
+(fractured reads, deleted or expired values coming back, acknowledged transactions
+lost, group reads mixing writes) with the rules each one's faults allow.
 
 Each run ends with `settle` (every group repaired, then read once more) and
 `check` over the whole history, the worker subprocesses' included.
@@ -35,13 +48,24 @@ from .faults import EveryNth, FaultyTopology, kill_and_restart, migrate_slot, pa
 from .history import Event, History
 from .race_scenarios import delete, refetch, refetch_newest, refetch_worker
 from .ramp_checker import check_ramp
+from .ramp_edges import EDGE_CHECKERS, ramp_delete, ramp_evict, ramp_lost_commit, ramp_repair
 from .ramp_scenario import ramp_scenario
 from .recording import CHAOS_REPAIR
 from .reply_scenarios import clock, lost_reply
 from .worker_scenario import worker_scenario
 from .workload import CHAOS_CONNECTION, Workload, WorkloadConfig, make_layout, plant_torn, settle
 
-__all__ = ["FAST", "LONG", "SCENARIOS", "Env", "Scenario", "ScenarioRun", "Timing", "run_scenario"]
+__all__ = [
+    "FAST",
+    "LONG",
+    "RAMP_EDGE_SCENARIOS",
+    "SCENARIOS",
+    "Env",
+    "Scenario",
+    "ScenarioRun",
+    "Timing",
+    "run_scenario",
+]
 
 SKEW_MS = (0, 400, -400, 1500)
 
@@ -231,6 +255,21 @@ RACE_SCENARIOS: tuple[Scenario, ...] = (
 """The race scenarios (`race_scenarios`, `reply_scenarios`): not in the default run's
 first six, but run by `python -m chaos` like the others."""
 
+RAMP_EDGE_SCENARIOS: tuple[Scenario, ...] = tuple(
+    Scenario(name, title, BOTH, body, checker=EDGE_CHECKERS[name])
+    for name, title, body in (
+        ("ramp-delete", "read-atomic transactions with deletes, short TTLs, st.delete and "
+         "the sweep", ramp_delete),
+        ("ramp-lost-commit", "read-atomic transactions whose COMMIT calls fail before or "
+         "after running", ramp_lost_commit),
+        ("ramp-repair", "whole-group transactions cut mid-commit, group reads repairing "
+         "with NewestWins", ramp_repair),
+        ("ramp-evict", "read-atomic transactions and deletes under maxmemory eviction",
+         ramp_evict),
+    )
+)  # fmt: skip
+"""The read-atomic edge scenarios (`ramp_edges`), judged by `check_edges`."""
+
 
 def _fresh(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -246,6 +285,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("worker", "repair worker killed mid-queue", ("shards", "cluster"), worker_scenario, 2),
     Scenario("skew", "clock skew between writers", ("shards", "cluster"), _skew),
     *RACE_SCENARIOS,
+    *RAMP_EDGE_SCENARIOS,
 )
 
 
