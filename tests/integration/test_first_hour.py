@@ -58,3 +58,15 @@ def test_the_pytest_plugin_is_silent_in_projects_that_did_not_ask(tmp_path: Path
     (tmp_path / "pytest.ini").write_text("[pytest]\nstampede_report_header = true\n")
     asked = subprocess.run(args, capture_output=True, cwd=tmp_path, env=env, check=False)
     assert asked.returncode == 0 and b"stampede test server" in asked.stdout
+
+
+def test_python_dash_m_stampede_is_the_command_line() -> None:
+    """`python -m stampede` runs the same command line as the `stampede` script."""
+    done = subprocess.run(
+        [sys.executable, "-m", "stampede", "keyslot", "user:{42}:profile"],
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"slot=8000" in done.stdout
