@@ -9,7 +9,7 @@
     local name = fields[j]
     if string.sub(name, 1, 2) == 'c:' then
       if now - tonumber(fields[j + 1]) > 3600000 then redis.call('HDEL', side, name)
-      else decided[#decided + 1] = name end
+      else decided[#decided + 1] = string.sub(name, 3) end
     elseif string.sub(name, 1, 2) == 'x:' then
       local st = string.sub(name, 3)
       marked[st] = true
@@ -31,21 +31,16 @@
       end
     end
   end
+  local function stamp_older(a, b)
+    local av, aw = string.match(a, '^(%d+):([0-9A-Z]+)$')
+    local bv, bw = string.match(b, '^(%d+):([0-9A-Z]+)$')
+    return older(av, aw, bv, bw)
+  end
   if #decided > 64 then  -- commit decisions kept for the sweep: the 64 newest, an hour
-    local function decided_older(a, b)
-      local av, aw = string.match(a, '^c:(%d+):([0-9A-Z]+)$')
-      local bv, bw = string.match(b, '^c:(%d+):([0-9A-Z]+)$')
-      return older(av, aw, bv, bw)
-    end
-    table.sort(decided, decided_older)
-    for j = 1, #decided - 64 do redis.call('HDEL', side, decided[j]) end
+    table.sort(decided, stamp_older)
+    for j = 1, #decided - 64 do redis.call('HDEL', side, 'c:' .. decided[j]) end
   end
   if #kept > 8 then
-    local function stamp_older(a, b)
-      local av, aw = string.match(a, '^(%d+):([0-9A-Z]+)$')
-      local bv, bw = string.match(b, '^(%d+):([0-9A-Z]+)$')
-      return older(av, aw, bv, bw)
-    end
     table.sort(kept, stamp_older)
     for j = 1, #kept - 8 do
       local st = kept[j]

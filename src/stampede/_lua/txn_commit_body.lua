@@ -42,28 +42,21 @@ for i = 1, #KEYS / 2 do
       -- has since expired): completing it now would bring back what came before
       state = 0
     end
+    if state == 1 and cur then  -- what it replaces is kept for the grace window
+      local cv, ct = string.match(cur, '^(%d+):([0-9A-Z]+)')
+      if cv and #ct == 26 then
+        redis.call('HSET', side, 'd:' .. cv .. ':' .. ct, cur)
+        redis.call('HSETNX', side, 'x:' .. cv .. ':' .. ct, now)
+      end
+    end
     if state == 1 and at ~= '0' and tonumber(at) <= now then
       -- its expiry instant has passed: the write is gone, and so is what it replaced
-      if cur then
-        local cv, ct = string.match(cur, '^(%d+):([0-9A-Z]+)')
-        if cv and #ct == 26 then
-          redis.call('HSET', side, 'd:' .. cv .. ':' .. ct, cur)
-          redis.call('HSETNX', side, 'x:' .. cv .. ':' .. ct, now)
-        end
-        redis.call('DEL', key)
-      end
+      if cur then redis.call('DEL', key) end
       redis.call('HSET', side, 'd:' .. s, env)
       redis.call('HSETNX', side, 'x:' .. s, now)
       curv, curt = v, t  -- older versions prepared here are superseded too (collected below)
       state = 3
     elseif state == 1 then
-      if cur then
-        local cv, ct = string.match(cur, '^(%d+):([0-9A-Z]+)')
-        if cv and #ct == 26 then
-          redis.call('HSET', side, 'd:' .. cv .. ':' .. ct, cur)
-          redis.call('HSETNX', side, 'x:' .. cv .. ':' .. ct, now)
-        end
-      end
       if at ~= '0' then
         redis.call('SET', key, env, 'PXAT', at)
         local want = math.max(tonumber(at), now) + grace
