@@ -1,10 +1,13 @@
-"""What durability costs: group writes with and without `Durability(replicas=1)`.
+"""What durability costs: group writes and transactions with and without
+`Durability(replicas=1)`.
 
     python -m benchmarks.durability [--writes 2000] [--concurrency 64] [--only shards|cluster]
 
 On a primary with one replica (client-side sharding) and on a 3-master cluster with a
 replica per master, the same 4-key group writes: plain, then with `WAIT 1` pipelined
-on each write's connection (`Durability(replicas=1)`); and, as the floor on the same
+on each write's connection (`Durability(replicas=1)`); the same 4 keys spread over
+slots as a read-atomic transaction, plain and durable (each prepare and commit
+waits); and, as the floor on the same
 servers, raw redis-py `SET` of one key followed by `WAIT 1 1000` in one pipeline.
 Prints per setting the p50 latency at concurrency 1, the throughput at
 `--concurrency`, and the ratios. Nothing is asserted: the figures go into
@@ -64,6 +67,18 @@ def _group_writer(st: Stampede, durable: bool) -> Callable[[int], Awaitable[obje
     return write
 
 
+def _txn_writer(st: Stampede, durable: bool) -> Callable[[int], Awaitable[object]]:
+    async def write(i: int) -> object:
+        async with st.transaction(durability=DURABLE if durable else None) as tx:
+            for k in range(KEYS):
+                tx.set(f"durtx:{i % 97}:{k}", b"v%d" % i)
+        if durable and not (tx.receipt and tx.receipt.durable):
+            raise RuntimeError(f"not durable: {tx.receipt}")
+        return tx.receipt
+
+    return write
+
+
 def _raw_writer(client: Redis) -> Callable[[int], Awaitable[object]]:
     async def write(i: int) -> object:
         async with client.pipeline(transaction=False) as pipe:
@@ -79,6 +94,8 @@ async def _measure(name: str, st: Stampede, raw: Redis | None, args: argparse.Na
     for label, write in (
         ("stampede write", _group_writer(st, False)),
         ("stampede write, Durability(replicas=1)", _group_writer(st, True)),
+        ("stampede transaction", _txn_writer(st, False)),
+        ("stampede transaction, Durability(replicas=1)", _txn_writer(st, True)),
         *((("redis-py SET + WAIT 1 (one key)", _raw_writer(raw)),) if raw is not None else ()),
     ):
         p50 = await _latency(write, max(50, args.writes // 10))
@@ -88,7 +105,7 @@ async def _measure(name: str, st: Stampede, raw: Redis | None, args: argparse.Na
     print(f"\n{name}: p50 at concurrency 1, writes/s at concurrency {args.concurrency}")
     for label, p50, rate in rows:
         print(
-            f"  {label:<42} p50 {p50:7.3f} ms ({p50 / base_p50:4.2f}x)   "
+            f"  {label:<48} p50 {p50:7.3f} ms ({p50 / base_p50:4.2f}x)   "
             f"{rate:9,.0f}/s ({rate / base_rate:4.2f}x)"
         )
 

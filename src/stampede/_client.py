@@ -341,6 +341,7 @@ class Stampede:
         ttl: float | None = None,
         versions: Literal["hybrid"] | VersionSource | None = None,
         version: int | None = None,
+        durability: Durability | None = None,
     ) -> Transaction:
         """A read-atomic transaction over any keys: `async with st.transaction() as tx:`.
 
@@ -348,7 +349,9 @@ class Stampede:
         every write is prepared, then committed, and `tx.receipt` tells the result.
         `read_atomic` never returns part of it (Read Atomic isolation). It is not
         serializable: two transactions writing the same key do not conflict, the
-        newer stamp wins (use `update()` for read-modify-write).
+        newer stamp wins (use `update()` for read-modify-write). `durability`
+        (default: the option) makes every prepare and commit wait for replicas: a
+        prepare short of them aborts it, a commit short of them flags the receipt.
         """
         return Transaction(
             self.topology,
@@ -358,6 +361,7 @@ class Stampede:
             tombstone_grace=self.options.tombstone_grace,
             timeout=self.options.transaction_timeout,
             version=version,
+            durability=self.options.durability if durability is None else durability,
         )
 
     async def read_atomic(self, keys: Sequence[K], *, attempts: int = 3) -> AtomicRead[K]:

@@ -94,7 +94,10 @@ class TransactionReceipt:
     transaction is committed (every prepare was), `read_atomic` returns it whole,
     and the next commit, transaction or repair of those keys completes it, but a
     plain GET may show the older value until then. `atomic` is True when every
-    key shared one slot and the transaction was one server-side step.
+    key shared one slot and the transaction was one server-side step. With
+    durability asked (`Durability`), `replicas` maps each shard to the fewest
+    replicas that acknowledged a commit there and `durable` says whether every
+    shard reached the number asked (a prepare that fell short aborted it).
     """
 
     version: int
@@ -104,6 +107,8 @@ class TransactionReceipt:
     superseded: tuple[bytes, ...] = ()
     pending: tuple[bytes, ...] = ()
     deleted: tuple[bytes, ...] = ()
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    durable: bool | None = None
 
     @property
     def stamp(self) -> str:

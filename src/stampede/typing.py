@@ -208,6 +208,14 @@ class Topology(Protocol):
         """Run a Lua script on the node of `keys` (one unit): EVALSHA, EVAL on NOSCRIPT."""
         ...
 
+    async def durable_script(
+        self, script: Script, keys: Sequence[bytes], args: Sequence[Any], then: list[Command]
+    ) -> tuple[Any, int]:
+        """`script` as `script` does, then the waits `then` (`WAIT`, `WAITAOF`) on the
+        same connection: the script's reply and how many replicas acknowledged it (0
+        when the call had to go again elsewhere)."""
+        ...
+
     async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
         """Run `commands` in one MULTI/EXEC on the node of `keys`, exactly once."""
         ...

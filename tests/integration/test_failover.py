@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import stampede
-from stampede import Durability, RetryPolicy, SetupError, Stampede
+from stampede import Durability, RetryPolicy, SetupError, Stampede, TransactionAborted
 from stampede.keys import keyslot
 from stampede.options import ConnectOptions
 from stampede.testing import LocalCluster, RedisNode
@@ -142,3 +142,54 @@ async def test_durability_over_independent_primaries(
     ) as st:
         receipt = await st.write("d:{1}", {"d:{1}:a": b"1", "d:{1}:b": b"2"}, mode="commit")
         assert receipt.durable is True and receipt.replicas == {primary.address: 1}
+
+
+async def test_transactions_wait_for_replicas_and_abort_when_a_prepare_falls_short(
+    replicated: LocalCluster,
+) -> None:
+    """Durability on a transaction: every prepare and commit waits on its own connection;
+    the receipt says what each shard acknowledged. A prepare short of the replicas asked
+    aborts the transaction before anything is visible; a one-slot transaction (its one
+    call is the commit) reports the shortfall on the receipt instead."""
+    async with stampede.connect(replicated.url, cluster=True, connection=FAILOVER) as st:
+        keys = [f"dtx:{i}" for i in range(9)]  # spread over the three masters
+        async with st.transaction(durability=Durability(replicas=1, timeout=5)) as tx:
+            for key in keys:
+                tx.set(key, b"one")
+        assert tx.receipt is not None and tx.receipt.durable is True
+        assert set(tx.receipt.replicas.values()) == {1} and len(tx.receipt.replicas) == 3
+        assert not tx.receipt.pending
+
+        with pytest.raises(TransactionAborted, match="replica"):
+            async with st.transaction(durability=Durability(replicas=2, timeout=0.05)) as tx:
+                for key in keys:
+                    tx.set(key, b"two")
+        assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"one")
+
+        tagged = ["dtx:{t}:a", "dtx:{t}:b"]
+        async with st.transaction(durability=Durability(replicas=2, timeout=0.05)) as tx:
+            for key in tagged:
+                tx.set(key, b"solo")
+        assert tx.receipt is not None and tx.receipt.atomic and tx.receipt.durable is False
+        assert (await st.read_atomic(tagged)).values == dict.fromkeys(tagged, b"solo")
+
+        async with st.transaction() as tx:
+            tx.set(keys[0], b"plain")
+        assert tx.receipt is not None and tx.receipt.durable is None
+        assert tx.receipt.replicas == {}
+
+
+async def test_the_durability_option_applies_to_transactions_over_primaries(
+    primary_and_replica: tuple[RedisNode, RedisNode],
+) -> None:
+    """connect(durability=...) is every transaction's default: a two-phase transaction
+    over keys of several slots on one primary waits for its replica at both steps."""
+    primary, _ = primary_and_replica
+    async with stampede.connect(
+        [primary.url], connection=FAILOVER, durability=Durability(replicas=1, timeout=5)
+    ) as st:
+        async with st.transaction() as tx:
+            tx.set("dp:a", b"1")
+            tx.set("dp:b", b"2")
+        assert tx.receipt is not None and not tx.receipt.atomic
+        assert tx.receipt.durable is True and tx.receipt.replicas == {primary.address: 1}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -38,8 +39,10 @@ from ..errors import (
     ShardResponseError,
     TransactionAborted,
 )
+from ..options import Durability
 from ..results import GuardCode, TransactionReceipt
 from ..topology._base import call_units
+from ..topology._durable import waits
 from ..typing import Topology, VersionSource
 from ..versions import Counter
 from ..wire import expire_at, new_token
@@ -66,18 +69,25 @@ async def run_units(
     *,
     head: Sequence[Any] = (),
     positions: Sequence[Sequence[int]] | None = None,
+    acks: Acks | None = None,
 ) -> list[Any]:
     """Run `script` over (key, side) pairs, one call per unit, all at once.
 
     `args[p]` are the per-pair arguments of position p. Returns, per position, its
-    reply entry, or the `ShardError` its call met.
+    reply entry, or the `ShardError` its call met. With `acks`, each call waits for
+    replicas on its own connection, and `acks` records, per shard, the fewest that
+    acknowledged a call there.
     """
     groups = positions if positions is not None else call_units(topology, keys)
 
     async def one(group: Sequence[int]) -> Any:
         pairs = [k for p in group for k in (keys[p], sides[p])]
         argv = [*head, *(a for p in group for a in args[p])]
-        return await topology.script(script, pairs, argv)
+        if acks is None:
+            return await topology.script(script, pairs, argv)
+        reply, count = await topology.durable_script(script, pairs, argv, acks.then)
+        acks.add(topology.shard_of(keys[group[0]]), count)
+        return reply
 
     replies = await asyncio.gather(*(one(g) for g in groups), return_exceptions=True)
     out: list[Any] = [None] * len(keys)
@@ -87,6 +97,24 @@ async def run_units(
         for i, p in enumerate(group):
             out[p] = reply if isinstance(reply, ShardError) else reply[i]
     return out
+
+
+class Acks:
+    """What a durable transaction asked (`then`: the waits after each call) and, per
+    shard, the fewest replicas that acknowledged one of its calls there."""
+
+    def __init__(self, durability: Durability) -> None:
+        self.wanted = durability.replicas
+        wait_ms = max(1, round(durability.timeout * 1000))
+        self.then = waits(durability.replicas, wait_ms, durability.aof)
+        self.by_shard: dict[str, int] = {}
+
+    def add(self, shard: str, count: int) -> None:
+        self.by_shard[shard] = min(count, self.by_shard.get(shard, count))
+
+    def short(self) -> dict[str, int]:
+        """The shards that acknowledged fewer replicas than asked."""
+        return {s: n for s, n in self.by_shard.items() if n < self.wanted}
 
 
 class Transaction:
@@ -107,6 +135,7 @@ class Transaction:
         tombstone_grace: float,
         timeout: float,
         version: int | None = None,
+        durability: Durability | None = None,
     ) -> None:
         if version is None and isinstance(versions, Counter):
             raise ConfigurationError(
@@ -120,6 +149,9 @@ class Transaction:
         self._tombstone_grace = tombstone_grace
         self._timeout = timeout
         self._version = None if version is None else check_version(version)
+        self._durability = (
+            durability if durability and (durability.replicas or durability.aof) else None
+        )
         self._writes: dict[bytes, bytes | None] = {}
         self._done = False
         self.receipt: TransactionReceipt | None = None
@@ -190,12 +222,14 @@ class Transaction:
         ats = [at_gone if self._writes[k] is None else at_data for k in keys]
         sides = [side_key(k, topology.slot_of) for k in keys]
         meta = encode_meta(keys)
+        acks = None if self._durability is None else Acks(self._durability)
         if len({topology.slot_of(k) for k in keys}) == 1:
             args = [(version, token, ats[i], limit, envs[i], meta) for i in range(len(keys))]
-            codes = await self._commit_one_slot(keys, sides, args)
-            self.receipt = self._receipt(version, token, keys, codes, atomic=True)
+            codes = await self._commit_one_slot(keys, sides, args, acks)
+            self.receipt = self._receipt(version, token, keys, codes, acks, atomic=True)
             return self.receipt
         started = time.monotonic()
+        prepared_acks = None if self._durability is None else Acks(self._durability)
         prepared = await run_units(
             topology,
             PREPARE,
@@ -203,8 +237,9 @@ class Transaction:
             sides,
             [(version, token, limit, ats[i], envs[i], meta) for i in range(len(keys))],
             head=[max(PREPARE_HOLD_MS, 10 * self._grace_ms)],
+            acks=prepared_acks,
         )
-        self._check_prepared(keys, prepared)
+        self._check_prepared(keys, prepared, prepared_acks)
         elapsed = time.monotonic() - started
         if elapsed > self._timeout:
             raise TransactionAborted(
@@ -213,12 +248,16 @@ class Transaction:
                 keys=keys,
             )
         args = [(version, token, ats[i], 0, b"", b"") for i in range(len(keys))]
-        codes = await self._commit_everywhere(keys, sides, args)
-        self.receipt = self._receipt(version, token, keys, codes, atomic=False)
+        codes = await self._commit_everywhere(keys, sides, args, acks)
+        self.receipt = self._receipt(version, token, keys, codes, acks, atomic=False)
         return self.receipt
 
     async def _commit_one_slot(
-        self, keys: list[bytes], sides: list[bytes], args: list[tuple[Any, ...]]
+        self,
+        keys: list[bytes],
+        sides: list[bytes],
+        args: list[tuple[Any, ...]],
+        acks: Acks | None,
     ) -> list[Any]:
         """The one-slot transaction: one all-or-nothing call, resent (it is idempotent)
         while its outcome is unknown; `OutcomeUnknownError` if it stays unknown."""
@@ -233,6 +272,7 @@ class Transaction:
                 args,
                 head=[self._grace_ms],
                 positions=everything,
+                acks=acks,
             )
             error = next((c for c in codes if isinstance(c, ShardError)), None)
             if error is None:
@@ -253,13 +293,18 @@ class Transaction:
             await asyncio.sleep(backoff(attempt - 1, 0.02, 0.5))
 
     async def _commit_everywhere(
-        self, keys: list[bytes], sides: list[bytes], args: list[tuple[Any, ...]]
+        self,
+        keys: list[bytes],
+        sides: list[bytes],
+        args: list[tuple[Any, ...]],
+        acks: Acks | None,
     ) -> list[Any]:
         """Commit every prepared key, resending (idempotent) where a shard failed, for up
         to the transaction timeout. Once one key holds the transaction, readers and the
         sweep complete the rest; if none does, the outcome is unknown."""
         topology = self._topology
-        codes = await run_units(topology, COMMIT, keys, sides, args, head=[self._grace_ms])
+        run = partial(run_units, topology, COMMIT, head=[self._grace_ms], acks=acks)
+        codes = await run(keys, sides, args)
         deadline = time.monotonic() + self._timeout
         attempt = 0
         while True:
@@ -268,13 +313,8 @@ class Transaction:
                 break
             await asyncio.sleep(backoff(attempt, 0.02, 1.0))
             attempt += 1
-            again = await run_units(
-                topology,
-                COMMIT,
-                [keys[i] for i in failed],
-                [sides[i] for i in failed],
-                [args[i] for i in failed],
-                head=[self._grace_ms],
+            again = await run(
+                [keys[i] for i in failed], [sides[i] for i in failed], [args[i] for i in failed]
             )
             for i, code in zip(failed, again, strict=True):
                 codes[i] = code
@@ -290,7 +330,7 @@ class Transaction:
                 ) from error
         return codes
 
-    def _check_prepared(self, keys: list[bytes], codes: list[Any]) -> None:
+    def _check_prepared(self, keys: list[bytes], codes: list[Any], acks: Acks | None) -> None:
         error = next((c for c in codes if isinstance(c, ShardError)), None)
         if error is not None:
             raise TransactionAborted(
@@ -301,9 +341,24 @@ class Transaction:
         refused: dict[bytes, int] = {k: c for k, c in zip(keys, codes, strict=True) if c != 1}
         if refused:
             raise_refusals(_LABEL, refused)
+        short = {} if acks is None else acks.short()
+        if acks is not None and short:  # committed now, a failover could lose it
+            shard, count = next(iter(short.items()))
+            raise TransactionAborted(
+                f"a prepare reached {count} of the {acks.wanted} replica(s) asked on shard "
+                f"{shard} in time; nothing was committed (retry, or lower Durability)",
+                keys=keys,
+            )
 
     def _receipt(
-        self, version: int, token: str, keys: list[bytes], codes: list[Any], *, atomic: bool
+        self,
+        version: int,
+        token: str,
+        keys: list[bytes],
+        codes: list[Any],
+        acks: Acks | None,
+        *,
+        atomic: bool,
     ) -> TransactionReceipt:
         if atomic:
             refused = {k: c for k, c in zip(keys, codes, strict=True) if c < 0}
@@ -321,4 +376,11 @@ class Transaction:
             superseded=tuple(k for k, c in zip(keys, codes, strict=True) if c == 0),
             pending=pending,
             deleted=tuple(k for k in keys if self._writes[k] is None),
+            replicas={} if acks is None else dict(acks.by_shard),
+            durable=None if acks is None else self._durable(keys, acks),
         )
+
+    def _durable(self, keys: list[bytes], acks: Acks) -> bool:
+        """Every shard the transaction wrote acknowledged as many replicas as asked."""
+        shards = {self._topology.shard_of(k) for k in keys}
+        return not acks.short() and shards <= set(acks.by_shard)

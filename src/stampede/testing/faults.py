@@ -95,6 +95,11 @@ class DelegatingTopology:
     async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         return await self.inner.script(script, keys, args)
 
+    async def durable_script(
+        self, script: Script, keys: Sequence[bytes], args: Sequence[Any], then: list[Command]
+    ) -> tuple[Any, int]:
+        return await self.inner.durable_script(script, keys, args, then)
+
     async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
         return await self.inner.transaction(keys, commands)
 

@@ -273,6 +273,11 @@ class MemoryTopology(FixedShards):
                 out.append(1)
         return out
 
+    async def durable_script(
+        self, script: Script, keys: Sequence[bytes], args: Sequence[Any], then: list[Command]
+    ) -> tuple[Any, int]:
+        return await self.script(script, keys, args), 0  # no replicas in memory
+
     async def transaction(self, keys: Sequence[bytes], commands: Sequence[Command]) -> list[Any]:
         return [self._command(self.shard_of(keys[0]), c) for c in commands]
 

@@ -24,14 +24,21 @@ from ._checks import ServerInfo, probe, redact
 from ._cluster_io import NodeIO
 from ._coalesce import Coalescer
 from ._discovery import AddressRemap, SlotTable
-from ._durable import acks_of, asks_durability, plain_stamp, sent_with_wait
+from ._durable import (
+    acks_of,
+    asks_durability,
+    plain_stamp,
+    script_with_wait,
+    sent_with_wait,
+    wait_commands,
+)
 from ._endpoint import parse_url
 from ._guard import GUARD, WriteRequest, split_codes
 from ._node_ops import Body, Command, eval_fallback, marker_id, optimistic_once, transaction
 from ._plan import fetch_parts, write_parts
 from ._resp import AskError, MovedError, TryAgainError
 from ._retries import Markers
-from ._router import ERRORS, Router
+from ._router import ERRORS, TRANSIENT, Router
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp
@@ -208,7 +215,7 @@ class Cluster:
             lane = self._router.lane_at(node)
             try:
                 replies = await sent_with_wait(
-                    lambda c: lane.pipeline(c, resend=True), commands, stamp
+                    lambda c: lane.pipeline(c, resend=True), commands, wait_commands(stamp)
                 )
             except ERRORS:
                 again.extend(positions)
@@ -321,6 +328,28 @@ class Cluster:
         if isinstance(results[0], BaseException):
             raise translate(results[0], node) from results[0]
         return results[0]
+
+    async def durable_script(
+        self, script: Script, keys: Sequence[bytes], args: Sequence[Any], then: list[Command]
+    ) -> tuple[Any, int]:
+        """`script` and then the waits `then` on one connection to the slot's owner; its
+        reply and the replicas that acknowledged. A call redirected or met by a failing
+        node goes again the usual way (`script`), acknowledged by no replica."""
+        node = self._single(keys, "a Lua script")
+        run = partial(self._router.lane_at(node).pipeline, resend=script.idempotent)
+        try:
+            return await script_with_wait(run, script, keys, args, then)
+        except ERRORS as exc:
+            self._router.stale(node)
+            if not script.idempotent:
+                raise translate(exc, node) from exc
+        except (MovedError, AskError, TryAgainError, *TRANSIENT) as exc:
+            self._router.stale(node)
+            if not script.idempotent:
+                raise translate(exc, node) from exc
+        except Exception as exc:
+            raise translate(exc, node) from exc
+        return await self.script(script, keys, args), 0
 
     async def aclose(self) -> None:
         if self._refresher is not None:

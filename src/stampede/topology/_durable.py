@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
-from .._lua import as_eval
+from .._lua import Script, as_eval
 from ..errors import ShardError
 from ._base import WriteOutcome, translated
 from ._guard import GUARD, WriteRequest, split_codes
@@ -29,8 +29,10 @@ __all__ = [
     "asks_durability",
     "durable_write",
     "plain_stamp",
+    "script_with_wait",
     "sent_with_wait",
     "wait_commands",
+    "waits",
 ]
 
 
@@ -47,13 +49,18 @@ def plain_stamp(**stamp: Unpack[GuardStamp]) -> GuardStamp:
     return out
 
 
-def wait_commands(stamp: GuardStamp) -> list[tuple[Any, ...]]:
-    """The commands that follow a durable write on its connection."""
-    replicas, wait_ms = stamp.get("replicas", 0), stamp.get("wait_ms", 1000)
+def waits(replicas: int, wait_ms: int, aof: bool) -> list[tuple[Any, ...]]:
+    """The commands that follow a durable write on its connection: `WAIT`, and
+    `WAITAOF` (the local fsync and `replicas` replicas') when `aof`."""
     out: list[tuple[Any, ...]] = [("WAIT", replicas, wait_ms)]
-    if stamp.get("aof"):
+    if aof:
         out.append(("WAITAOF", 1, replicas, wait_ms))
     return out
+
+
+def wait_commands(stamp: GuardStamp) -> list[tuple[Any, ...]]:
+    """`waits` as a guarded write's stamp asks them."""
+    return waits(stamp.get("replicas", 0), stamp.get("wait_ms", 1000), bool(stamp.get("aof")))
 
 
 def acks_of(replies: list[Any]) -> int:
@@ -72,20 +79,36 @@ def acks_of(replies: list[Any]) -> int:
 Send = Callable[[int, list[tuple[Any, ...]]], Awaitable[list[Any]]]
 
 
+Run = Callable[[list[tuple[Any, ...]]], Awaitable[list[Any]]]
+
+
 async def sent_with_wait(
-    run: Callable[[list[tuple[Any, ...]]], Awaitable[list[Any]]],
-    guards: list[tuple[Any, ...]],
-    stamp: GuardStamp,
+    run: Run, guards: list[tuple[Any, ...]], then: list[tuple[Any, ...]]
 ) -> list[Any]:
-    """`guards` (EVALSHA calls) then the waits, as one pipeline through `run`. A node
-    that answers NOSCRIPT ran none of it: the whole pipeline goes again with EVAL, so
-    that the waits still follow the writes on one connection."""
-    waits = wait_commands(stamp)
-    replies = await run([*guards, *waits])
+    """`guards` (EVALSHA calls) then the waits `then`, as one pipeline through `run`. A
+    node that answers NOSCRIPT ran none of it: the whole pipeline goes again with EVAL,
+    so that the waits still follow the writes on one connection."""
+    replies = await run([*guards, *then])
     if any(isinstance(r, NoScriptError) for r in replies[: len(guards)]):
         evals = [as_eval(g) or g for g in guards]
-        replies = await run([*evals, *waits])
+        replies = await run([*evals, *then])
     return replies
+
+
+async def script_with_wait(
+    run: Run,
+    script: Script,
+    keys: Sequence[bytes],
+    args: Sequence[Any],
+    then: list[tuple[Any, ...]],
+) -> tuple[Any, int]:
+    """One script call and the waits `then` as one pipeline through `run`: the script's
+    reply (an error reply raises) and the replicas that acknowledged it."""
+    call = ("EVALSHA", script.sha, len(keys), *keys, *args)
+    replies = await sent_with_wait(run, [call], then)
+    if isinstance(replies[0], BaseException):
+        raise replies[0]
+    return replies[0], acks_of(replies[1:])
 
 
 async def durable_write(
@@ -105,7 +128,7 @@ async def durable_write(
         guard = ("EVALSHA", GUARD.sha, len(request.keys), *request.keys, *request.argv)
         name = names[shard]
         try:
-            replies = await sent_with_wait(lambda c: send(shard, c), [guard], stamp)
+            replies = await sent_with_wait(lambda c: send(shard, c), [guard], wait_commands(stamp))
         except ShardError as exc:
             outcome.failed.update(dict.fromkeys(request.keys, exc))
             return

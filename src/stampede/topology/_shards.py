@@ -38,7 +38,7 @@ from ._checks import (
     same_servers,
 )
 from ._coalesce import Coalescer
-from ._durable import asks_durability, durable_write
+from ._durable import asks_durability, durable_write, script_with_wait
 from ._endpoint import Endpoint, parse_url
 from ._guard import GUARD, WriteRequest, joined, split_codes
 from ._lane import Lane
@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 __all__ = ["Shards"]
 
 T = TypeVar("T")
-
 
 _PLACES_MAX = 1 << 16
 """Keys whose (slot, shard) a `Shards` remembers before it starts again."""
@@ -374,6 +373,15 @@ class Shards(FixedShards):
             shard,
             lambda: run_script(self._lanes[shard], script, keys, args),
             safe=script.idempotent,
+        )
+
+    async def durable_script(
+        self, script: Script, keys: Sequence[bytes], args: Sequence[Any], then: list[Command]
+    ) -> tuple[Any, int]:
+        shard = self._single(keys, "a Lua script")
+        run = partial(self._lanes[shard].pipeline, resend=script.idempotent)
+        return await self._call(
+            shard, lambda: script_with_wait(run, script, keys, args, then), safe=script.idempotent
         )
 
     async def aclose(self) -> None:
