@@ -21,6 +21,7 @@ MODULES = [
     "benchmarks.ramp",
     "benchmarks.ceiling",
     "benchmarks.durability",
+    "benchmarks.server_cost",
     "benchmarks.census",
 ]
 

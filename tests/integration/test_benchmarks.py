@@ -27,6 +27,7 @@ RUNS = {
     "benchmarks.ramp": (["--seconds", "0.2", "--only", "shards"], "read_atomic"),
     "benchmarks.ceiling": (["--seconds", "0.05", "--slices", "1"], "stampede write"),
     "benchmarks.durability": (["--writes", "60", "--concurrency", "4"], "Durability(replicas=1)"),
+    "benchmarks.server_cost": (["--groups", "40", "--rounds", "2"], "stampede write (stamp)"),
 }
 
 

@@ -1,0 +1,148 @@
+"""What a guarded write costs the server, against plain `MSET` of the same keys.
+
+    python -m benchmarks.server_cost [--groups 2000] [--rounds 3]
+
+Three local primaries; 4-key groups spread over them (the keys of one group on
+several servers, as `benchmarks.ceiling` writes them). Each row writes every group
+`--rounds` times (the first round creates the keys, the later ones replace values,
+which is when the guard keeps what it replaces), on the same servers, one row after
+the other, each after `CONFIG RESETSTAT` on every server:
+
+- **MSET**: raw redis-py, one `MSET` per server of that group's keys there;
+- **stampede write (stamp)**: `st.write(group, values)`: the guarded script;
+- **stampede write (commit)**: the same with a commit record (`mode="commit"`);
+- **stampede transaction**: the same keys as a read-atomic transaction (prepare and
+  commit scripts).
+
+Server CPU is read from `INFO commandstats` after each row: the microseconds of the
+top-level commands the row sent (a script's inner commands are inside its own
+`EVALSHA` time, so they are not added again), summed over the servers, per key
+written, and as a ratio to `MSET`'s. `INFO cpu` (the server processes' user+system
+time) is printed beside it as a check. Nothing is asserted: the figures go into
+docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis.asyncio import Redis
+
+import stampede
+from stampede.testing import LocalPrimaries
+
+KEYS_PER_GROUP = 4
+VALUE = b"v" * 32
+TOP_LEVEL = {
+    "MSET": ("mset",),
+    "stampede write (stamp)": ("evalsha", "eval"),
+    "stampede write (commit)": ("evalsha", "eval"),
+    "stampede transaction": ("evalsha", "eval"),
+}
+
+
+def group_keys(g: int) -> list[str]:
+    return [f"cost:{g}:{part}" for part in "abcd"]
+
+
+async def _stats(clients: list[Redis]) -> tuple[dict[str, int], float]:
+    """Per command, usec summed over the servers; the servers' CPU seconds."""
+    usec: dict[str, int] = {}
+    cpu = 0.0
+    for client in clients:
+        stats: dict[str, Any] = await client.info("commandstats")
+        for name, fields in stats.items():
+            command = name.removeprefix("cmdstat_")
+            usec[command] = usec.get(command, 0) + int(fields["usec"])
+        info: dict[str, Any] = await client.info("cpu")
+        cpu += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return usec, cpu
+
+
+async def _row(
+    clients: list[Redis], write: Callable[[int], Awaitable[object]], groups: int, rounds: int
+) -> tuple[dict[str, int], float]:
+    for client in clients:
+        await client.config_resetstat()
+    _, cpu_before = await _stats(clients)
+    for _ in range(rounds):
+        for start in range(0, groups, 64):  # 64 in flight, as the other benchmarks
+            await asyncio.gather(*(write(g) for g in range(start, min(groups, start + 64))))
+    usec, cpu_after = await _stats(clients)
+    return usec, cpu_after - cpu_before
+
+
+async def run(groups: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Per row: (server usec per key from commandstats, server CPU usec per key)."""
+    out: dict[str, tuple[float, float]] = {}
+    with LocalPrimaries(3) as prim:
+        clients = [Redis.from_url(url) for url in prim.urls]
+        async with stampede.connect(prim.urls) as st:
+            index = {name: i for i, name in enumerate(st.topology.shard_names)}
+
+            async def mset(g: int) -> object:
+                by_server: dict[int, dict[str, bytes]] = {}
+                for key in group_keys(g):
+                    shard = index[st.topology.shard_of(key.encode())]
+                    by_server.setdefault(shard, {})[key] = VALUE
+                return await asyncio.gather(
+                    *(clients[s].mset(values) for s, values in by_server.items())
+                )
+
+            async def stamp(g: int) -> object:
+                return await st.write(f"cost:{g}", dict.fromkeys(group_keys(g), VALUE))
+
+            async def commit(g: int) -> object:
+                values = dict.fromkeys(group_keys(g), VALUE)
+                return await st.write(f"cost:{g}", values, mode="commit")
+
+            async def transaction(g: int) -> object:
+                async with st.transaction() as tx:
+                    for key in group_keys(g):
+                        tx.set(key, VALUE)
+                return tx.receipt
+
+            rows = {
+                "MSET": mset,
+                "stampede write (stamp)": stamp,
+                "stampede write (commit)": commit,
+                "stampede transaction": transaction,
+            }
+            keys = groups * rounds * KEYS_PER_GROUP
+            for name, write in rows.items():
+                prim.flushall()
+                usec, cpu = await _row(clients, write, groups, rounds)
+                top = sum(usec.get(c, 0) for c in TOP_LEVEL[name])
+                out[name] = (top / keys, cpu * 1e6 / keys)
+        for client in clients:
+            await client.aclose()
+    return out
+
+
+def report(results: dict[str, tuple[float, float]], groups: int, rounds: int) -> None:
+    base_top, base_cpu = results["MSET"]
+    print(
+        f"server cost per key written: 3 primaries, {groups} groups of {KEYS_PER_GROUP} keys, "
+        f"{rounds} rounds (target for the stamped write: <= 6x MSET)"
+    )
+    print(f"  {'row':<26} {'commandstats':>14} {'vs MSET':>8} {'server CPU':>12} {'vs MSET':>8}")
+    for name, (top, cpu) in results.items():
+        print(
+            f"  {name:<26} {top:11.2f} us {top / base_top:7.1f}x "
+            f"{cpu:9.2f} us {cpu / base_cpu:7.1f}x"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    report(asyncio.run(run(args.groups, args.rounds)), args.groups, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
