@@ -218,3 +218,47 @@ def test_demo_command_is_registered() -> None:
     from stampede.cli import main
 
     assert main.commands.get("demo") is demo_command
+
+
+def summary_rows(table: str) -> list[tuple[str, int]]:
+    """The (label, count) rows of the closing summary table; parts keep their indent."""
+    rows = []
+    for line in table.split("stampede demo: summary", 1)[1].splitlines():
+        cells = line.split("│")
+        if len(cells) == 4 and cells[2].strip().replace(",", "").isdigit():
+            rows.append((cells[1][1:].rstrip(), int(cells[2].strip().replace(",", ""))))
+    return rows
+
+
+def test_demo_on_your_servers_adds_up_and_leaves_nothing(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """`demo --url`: every row of the summary with parts is their sum (reads included
+    "not found" and failures), and the servers hold as many keys afterwards as before
+    (a key of the user's stays, nothing of the demo's does): it says what it removed."""
+    for node in stampede_primaries.nodes:
+        node.client().set("users-own-key", b"keep me")
+    before = [node.client().dbsize() for node in stampede_primaries.nodes]
+    urls = [arg for url in stampede_primaries.urls for arg in ("--url", url)]
+    env = {**os.environ, "COLUMNS": "160"}
+    proc = launch("--size", "60", "--duration", "2", "--seed", "3", *urls, env=env)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    rows = summary_rows(out)
+    totals = 0
+    for i, (label, total) in enumerate(rows):
+        if label.startswith(" "):
+            continue
+        parts = []
+        for part_label, count in rows[i + 1 :]:
+            if not part_label.startswith("  "):
+                break
+            parts.append(count)
+        if parts:
+            totals += 1
+            assert sum(parts) == total, (label, total, parts, rows)
+    assert totals >= 4 and any(label == "  not found" for label, _ in rows), rows
+    assert "removed the" in err and "keys it wrote" in err, err
+    after = [node.client().dbsize() for node in stampede_primaries.nodes]
+    assert after == before, (before, after)
+    assert all(n.client().get("users-own-key") == b"keep me" for n in stampede_primaries.nodes)

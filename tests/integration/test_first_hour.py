@@ -3,6 +3,7 @@ reach for them (issue: a user's first hour and an operator's first night)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 import stampede
 from stampede import ConfigurationError, Stampede
 from stampede.options import ConnectOptions
+from stampede.testing import LocalCluster, LocalPrimaries
 
 from ..support import FAST
 
@@ -70,3 +72,90 @@ def test_python_dash_m_stampede_is_the_command_line() -> None:
     )
     assert done.returncode == 0, done.stderr.decode()
     assert b"slot=8000" in done.stdout
+
+
+# --- the command line: advice in flags, runtime failures in one line (items 10, 11) ---
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m stampede ARGS` to the end; text output."""
+    return subprocess.run(
+        [sys.executable, "-m", "stampede", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+
+PYTHON_ADVICE = ("cluster=True", "ConnectOptions", "check_identity=", "sentinels=", "connect(")
+
+
+def runtime_failure(done: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    """The one `error: ...` line of a runtime failure: no usage text, no Python advice."""
+    err = done.stderr
+    assert done.returncode == code, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Try " not in err and "Usage:" not in err and "Traceback" not in err, err
+    assert not any(word in err for word in PYTHON_ADVICE), err
+    return err
+
+
+def test_a_cluster_node_without_cluster_names_the_flag(
+    stampede_cluster: LocalCluster, stampede_primaries: LocalPrimaries
+) -> None:
+    """Every command that connects refuses a cluster node listed as a primary with
+    `pass --cluster` (the library says `cluster=True`), as a runtime failure: exit 1
+    (scan: 3, "did not complete"), one `error:` line; and --cluster against a plain
+    server says `drop --cluster`."""
+    node = ["--url", stampede_cluster.url]
+    for args, code in [
+        (["slots", *node], 1),
+        (["queue", "stats", *node], 1),
+        (["worker", *node, "--strategy", "newest-wins", "--burst"], 1),
+        (["scan", *node, "--group-pattern", "(?P<group>x)"], 3),
+    ]:
+        err = runtime_failure(cli(*args), code)
+        assert "is a Redis Cluster node; pass --cluster" in err, err
+    plain = ["--url", stampede_primaries.urls[0], "--cluster"]
+    err = runtime_failure(cli("worker", *plain, "--strategy", "newest-wins", "--burst"))
+    assert "drop --cluster" in err
+
+
+def test_the_identity_check_names_its_flag(stampede_primaries: LocalPrimaries) -> None:
+    """URLs in another order than the data was written with: the refusal says
+    `--no-check-identity` (not `ConnectOptions(check_identity=False)`), and that flag
+    exists and skips the check."""
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    swapped = [a for url in reversed(stampede_primaries.urls) for a in ("--url", url)]
+    scan = ["scan", "--group-pattern", "(?P<group>x)", "--match", "nothing:*"]
+    assert cli(*scan, *urls).returncode == 0  # the records now hold this order
+    err = runtime_failure(cli(*scan, *swapped), 3)
+    assert "pass --no-check-identity" in err and "in another order" in err
+    assert cli(*scan, *swapped, "--no-check-identity").returncode == 0
+
+
+def test_names_and_defaults_agree(stampede_primaries: LocalPrimaries) -> None:
+    """--socket-timeout defaults to ConnectOptions' value; scan's grouping regex is
+    --group-pattern (--pattern still works, with a warning); $STAMPEDE_MODE is the one
+    mode variable ($STAMPEDE_SCAN_MODE still works, with a warning); the worker's
+    refusal of the demo's 'refetch' says what refetch needs."""
+    default = ConnectOptions().socket_timeout
+    for command in ("scan", "worker", "queue stats"):
+        shown = " ".join(cli(*command.split(), "--help").stdout.split())
+        assert f"STAMPEDE_SOCKET_TIMEOUT; default: {default}" in shown, command
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    scan = ["scan", *urls, "--match", "nothing:*", "--json"]
+    old = cli(*scan, "--pattern", "(?P<group>x)")
+    assert old.returncode == 0 and "--pattern is deprecated: use --group-pattern" in old.stderr
+    new = cli(*scan, "--group-pattern", "(?P<group>x)", env={"STAMPEDE_MODE": "stamp"})
+    assert new.returncode == 0 and new.stderr == "", new.stderr
+    assert json.loads(new.stdout)["mode"] == "stamp"
+    legacy = cli(*scan, "--group-pattern", "(?P<group>x)", env={"STAMPEDE_SCAN_MODE": "stamp"})
+    assert legacy.returncode == 0 and json.loads(legacy.stdout)["mode"] == "stamp"
+    assert "$STAMPEDE_SCAN_MODE is deprecated: set $STAMPEDE_MODE" in legacy.stderr
+    missing = cli("scan", *urls)
+    assert missing.returncode == 2 and "Missing option '--group-pattern'" in missing.stderr
+    refetch = cli("worker", *urls, "--strategy", "refetch")
+    assert refetch.returncode == 2 and "Refetch(load)" in refetch.stderr

@@ -443,3 +443,42 @@ def test_slot_map_equality_and_repr() -> None:
     assert SlotMap.even(3) != SlotMap.even(4)
     assert SlotMap.even(3) != 3
     assert repr(SlotMap.even(2)) == "<SlotMap shards=2 {0: [0-8191], 1: [8192-16383]}>"
+
+
+@pytest.mark.timeout(180)
+def test_slots_takes_sentinels_and_services() -> None:
+    """`stampede slots --sentinel URL --service NAME` (repeatable), as scan, worker and
+    queue take them: every primary Sentinel names is walked, shards named after the
+    services; --sentinel with --url, or without --service, is a usage error."""
+    import json
+    import os
+    import sys
+
+    from stampede.testing import LocalSentinels
+
+    with LocalSentinels(2, replicas=1, sentinels=1) as watched:
+        for name in watched.names:
+            primary = watched.node_at(watched.primary_of(name))
+            primary.client().mset({f"{name}:{i}": b"x" for i in range(5)})
+        where = [f"--sentinel={u}" for u in watched.sentinel_urls]
+        where += [f"--service={n}" for n in watched.names]
+
+        def slots(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "stampede", "slots", *args],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+                env={**os.environ, "COLUMNS": "160"},
+            )
+
+        done = slots(*where, "--json")
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["total"] == 10, report
+        assert [entry["name"] for entry in report["shards"]] == watched.names, report
+        mixed = slots(*where, "--url", "redis://127.0.0.1:1")
+        assert mixed.returncode == 2 and "not both" in mixed.stderr
+        half = slots(where[0])
+        assert half.returncode == 2 and "--service" in half.stderr

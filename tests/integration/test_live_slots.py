@@ -217,10 +217,10 @@ def test_cli_unreachable_url_is_a_clean_error() -> None:
 
 def test_cli_refuses_a_cluster_node_without_cluster(planted: LocalCluster) -> None:
     """`slots --url NODE` without --cluster used to answer as if one primary held every
-    slot: now a usage error naming the flag."""
+    slot: now refused (a runtime failure, exit 1), naming the flag."""
     result = CliRunner().invoke(main, ["slots", "--url", planted.url])
-    assert result.exit_code == 2, result.output
-    assert "add --cluster" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 1, result.output
+    assert "pass --cluster" in result.output and "Traceback" not in result.output
 
 
 def test_cli_does_not_count_the_shard_identity_record(stampede_primaries: LocalPrimaries) -> None:

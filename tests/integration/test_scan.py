@@ -94,7 +94,7 @@ async def test_scan_cli_enqueue_then_worker_cli(stampede_primaries: Any) -> None
     async with open_stampede(stampede_primaries, "shards") as st:
         torn = await populate(st, Mode.STAMP)
     urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
-    scan = ["scan", *urls, "--pattern", PATTERN, "--match", "acct:*"]
+    scan = ["scan", *urls, "--group-pattern", PATTERN, "--match", "acct:*"]
     first = await asyncio.to_thread(run_cli, *scan, "--enqueue", "--json")
     assert first.returncode == 1, first.stderr.decode()
     report = json.loads(first.stdout)
@@ -152,7 +152,7 @@ async def test_scan_cli_modes_counts_and_exit_codes(stampede_primaries: Any) -> 
         gone = keys_of(299)  # a deleted group reads not_found
         await st.delete("acct:299", gone, mode="commit")
     urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
-    scan = ["scan", *urls, "--pattern", PATTERN, "--match", "acct:*"]
+    scan = ["scan", *urls, "--group-pattern", PATTERN, "--match", "acct:*"]
     result = await asyncio.to_thread(run_cli, *scan, "--json")
     assert result.returncode == 1, result.stderr.decode()[-2000:]
     report = json.loads(result.stdout)
@@ -175,13 +175,14 @@ async def test_scan_cli_modes_counts_and_exit_codes(stampede_primaries: Any) -> 
         assert count in summary, (count, summary)
 
     refused = await asyncio.to_thread(run_cli, *scan, "--mode", "stamp")
-    assert refused.returncode == 2 and b"have commit records" in refused.stderr
+    assert refused.returncode == 3 and b"have commit records" in refused.stderr
+    assert refused.stderr.startswith(b"error: ") and b"Try " not in refused.stderr
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     down = await asyncio.to_thread(
-        run_cli, "scan", "--url", f"redis://127.0.0.1:{port}", "--pattern", PATTERN
+        run_cli, "scan", "--url", f"redis://127.0.0.1:{port}", "--group-pattern", PATTERN
     )
     assert down.returncode == 3, down.stderr.decode()
     assert b"did not complete" in down.stderr and b"Traceback" not in down.stderr

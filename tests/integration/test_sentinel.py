@@ -102,7 +102,7 @@ async def test_the_cli_takes_sentinels_and_services(watched: LocalSentinels) -> 
     that connect; giving both, or one without the other, is a usage error."""
     where = [f"--sentinel={u}" for u in watched.sentinel_urls]
     where += [f"--service={n}" for n in watched.names]
-    scan = ["scan", "--pattern", "(?P<group>sv:\\{\\d+\\}):.*"]
+    scan = ["scan", "--group-pattern", "(?P<group>sv:\\{\\d+\\}):.*"]
     done = await asyncio.to_thread(run_cli, *scan, *where, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     mixed = await asyncio.to_thread(run_cli, *scan, "--url", "redis://a:1", *where)

@@ -362,14 +362,16 @@ async def test_a_strategy_class_is_a_usage_error(spec: str, message: str) -> Non
 
 
 async def test_cluster_flag_against_a_plain_server(stampede_primaries: LocalPrimaries) -> None:
-    """`--cluster` with a plain server's URL: exit 2 with a message, no traceback."""
+    """`--cluster` with a plain server's URL: the server refuses the set-up, a runtime
+    failure (exit 1) in one line saying to drop --cluster, no traceback."""
     result = await asyncio.to_thread(
         run_cli, "worker", "--cluster", "--url", stampede_primaries.urls[0],
         "--strategy", "newest-wins", timeout=60,
     )  # fmt: skip
     stderr = result.stderr.decode()
-    assert result.returncode == 2, stderr[-2000:]
-    assert "cluster" in stderr.lower() and "Traceback" not in stderr
+    assert result.returncode == 1, stderr[-2000:]
+    assert stderr.startswith("error: ") and "drop --cluster" in stderr
+    assert "Traceback" not in stderr and "Try " not in stderr
 
 
 async def test_strategy_that_fails_to_start(stampede_primaries: LocalPrimaries) -> None:
@@ -382,3 +384,108 @@ async def test_strategy_that_fails_to_start(stampede_primaries: LocalPrimaries) 
     assert result.returncode == 1, stderr[-2000:]
     assert "failed to start" in stderr and "the database refused the pool" in stderr
     assert "Traceback" not in stderr
+
+
+# --- --processes N ------------------------------------------------------------------
+
+BARRIER = '''
+import asyncio, os
+from pathlib import Path
+from stampede.repair import NewestWins
+
+HERE = Path(__file__).parent
+
+
+class Barrier(NewestWins):
+    """NewestWins that holds its first job until two processes have each claimed one:
+    proof that both children of `--processes 2` take jobs, whatever the machine's speed."""
+
+    name = "barrier"
+
+    async def repair(self, ctx, obs, verdict):
+        (HERE / f"claimed-{os.getpid()}").touch()
+        for _ in range(2400):
+            if len(list(HERE.glob("claimed-*"))) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        return await super().repair(ctx, obs, verdict)
+
+
+def make():
+    return Barrier()
+'''
+
+
+async def read_events(
+    stream: asyncio.StreamReader, seen: list[dict[str, Any]], until: Any, *, within: float = 120
+) -> dict[str, Any]:
+    """Read JSON log lines into `seen` until one satisfies `until`; that event."""
+
+    async def scan() -> dict[str, Any]:
+        while True:
+            line = await stream.readline()
+            assert line, f"the log ended first: {seen[-10:]}"
+            if line.startswith(b"{"):
+                record: dict[str, Any] = json.loads(line)
+                seen.append(record)
+                if until(record):
+                    return record
+
+    return await asyncio.wait_for(scan(), timeout=within)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_processes_n_supervises_workers(
+    stampede_primaries: LocalPrimaries, tmp_path: Path
+) -> None:
+    """`--processes 2`: two children both claim jobs, a SIGKILLed child is restarted,
+    and SIGTERM to the supervisor stops every child and exits 0."""
+    (tmp_path / "barrier.py").write_text(BARRIER)
+    async with open_stampede(stampede_primaries, "shards") as st:
+        queue = RepairQueue(st.topology, name="processes")
+        await queue.clear()
+        await plant(st, queue, 12)
+        proc = await spawn(
+            "worker", *url_args(stampede_primaries), "--strategy", "barrier:make",
+            "--stream", "processes", "--processes", "2", "--concurrency", "1",
+            "--job-timeout", "0", "--min-idle", "1",
+            cwd=str(tmp_path),
+        )  # fmt: skip
+        assert proc.stderr is not None
+        seen: list[dict[str, Any]] = []
+        try:
+            await eventually(lambda: drained(queue), within=120)
+            claimed = await asyncio.to_thread(lambda: list(tmp_path.glob("claimed-*")))
+            assert len(claimed) == 2  # both children took jobs
+            first = [e for e in seen if e["event"] == "supervisor.child_started"]
+            while len(first) < 2:
+                first.append(
+                    await read_events(
+                        proc.stderr, seen, lambda e: e["event"] == "supervisor.child_started"
+                    )
+                )
+            victim = next(e["pid"] for e in first if e["child"] == 0)
+            os.kill(victim, signal.SIGKILL)
+            again = await read_events(
+                proc.stderr,
+                seen,
+                lambda e: e["event"] == "supervisor.child_started" and e["child"] == 0,
+            )
+            assert any(e["event"] == "supervisor.restarting" for e in seen)
+            children = [next(e["pid"] for e in first if e["child"] == 1), again["pid"]]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            rest = await finish(proc, within=120)
+        assert proc.returncode == 0, rest.decode()[-3000:]
+        assert all(gone(pid) for pid in children), children
+        log = seen + events(rest)
+        stopped = [e for e in log if e["event"] == "supervisor.stopped"]
+        assert stopped and stopped[0]["exit_code"] == 0, stopped
+        assert b"Traceback" not in rest

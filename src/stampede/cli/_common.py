@@ -20,9 +20,12 @@ from .._connect import connect
 from ..errors import ConfigurationError, StampedeError
 from ..keys import HashPolicy
 from ..options import ConnectOptions
+from ._errors import usage
 
 __all__ = [
+    "SENTINEL_OPTIONS",
     "Where",
+    "check_where",
     "connect_from",
     "console",
     "echo_json",
@@ -33,6 +36,7 @@ __all__ = [
     "options",
     "pattern_option",
     "policy_from",
+    "sentinel_options",
     "setting",
     "show",
     "unreachable",
@@ -127,25 +131,10 @@ def _urls(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) ->
     return tuple(u.strip() for item in value for u in item.split(",") if u.strip())
 
 
-_CONNECTION = [
-    click.option(
-        "--url",
-        "urls",
-        multiple=True,
-        metavar="URL",
-        callback=_urls,
-        envvar="STAMPEDE_URLS",
-        show_envvar=True,
-        help="A Redis URL: one per primary (in the application's order), or with --cluster "
-        "one or more startup nodes. The variable takes several, comma-separated.",
-    ),
-    click.option(
-        "--cluster",
-        is_flag=True,
-        envvar="STAMPEDE_CLUSTER",
-        show_envvar=True,
-        help="The URL is a Redis Cluster node.",
-    ),
+_DEFAULTS = ConnectOptions()
+"""The library's connection defaults: the flags' defaults are taken from here."""
+
+SENTINEL_OPTIONS = [
     click.option(
         "--sentinel",
         "sentinels",
@@ -167,14 +156,63 @@ _CONNECTION = [
         show_envvar=True,
         help="A Sentinel master name, one per shard in shard order (repeatable; with --sentinel).",
     ),
+]
+"""--sentinel and --service: every command that takes --url takes these instead."""
+
+
+def sentinel_options(fn: F) -> F:
+    """Add --sentinel and --service (the arguments `sentinels` and `services`)."""
+    for option in reversed(SENTINEL_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+_CONNECTION = [
+    click.option(
+        "--url",
+        "urls",
+        multiple=True,
+        metavar="URL",
+        callback=_urls,
+        envvar="STAMPEDE_URLS",
+        show_envvar=True,
+        help="A Redis URL: one per primary (in the application's order), or with --cluster "
+        "one or more startup nodes. The variable takes several, comma-separated.",
+    ),
+    click.option(
+        "--cluster",
+        is_flag=True,
+        envvar="STAMPEDE_CLUSTER",
+        show_envvar=True,
+        help="The URL is a Redis Cluster node.",
+    ),
+    *SENTINEL_OPTIONS,
     click.option(
         "--socket-timeout",
         type=click.FloatRange(min=0.01),
-        default=5.0,
+        default=_DEFAULTS.socket_timeout,
         show_default=True,
         envvar="STAMPEDE_SOCKET_TIMEOUT",
         show_envvar=True,
-        help="Seconds before a silent shard counts as down.",
+        help="Seconds before a silent shard counts as down (ConnectOptions.socket_timeout).",
+    ),
+    click.option(
+        "--connect-timeout",
+        type=click.FloatRange(min=0.01),
+        default=_DEFAULTS.connect_timeout,
+        show_default=True,
+        envvar="STAMPEDE_CONNECT_TIMEOUT",
+        show_envvar=True,
+        help="Seconds to connect to a server (ConnectOptions.connect_timeout).",
+    ),
+    click.option(
+        "--check-identity/--no-check-identity",
+        default=_DEFAULTS.check_identity,
+        show_default=True,
+        envvar="STAMPEDE_CHECK_IDENTITY",
+        show_envvar=True,
+        help="Check each primary's shard identity record (URLs in another order or number "
+        "than the data was written with are refused); turn off only to re-shard.",
     ),
     click.option(
         "--partitions",
@@ -201,26 +239,31 @@ class Where:
 
     urls: tuple[str, ...]
     cluster: bool
-    socket_timeout: float
+    connection: ConnectOptions
     partitions: int | None
     stream: str
     sentinels: tuple[str, ...] = ()
     services: tuple[str, ...] = ()
+
+    @property
+    def socket_timeout(self) -> float:
+        return self.connection.socket_timeout
 
     def connect(self) -> Stampede:
         """A `Stampede` for these servers; a usage error if the options make none."""
         return connect_from(
             self.urls,
             self.cluster,
-            self.socket_timeout,
+            self.connection,
             sentinels=self.sentinels,
             services=self.services,
         )
 
 
 def with_connection(fn: Callable[..., T]) -> Callable[..., T]:
-    """Add --url, --cluster, --socket-timeout, --partitions and --stream to a command,
-    which gets them as one `Where` (its first argument)."""
+    """Add --url, --cluster, --sentinel, --service, --socket-timeout, --connect-timeout,
+    --check-identity, --partitions and --stream to a command, which gets them as one
+    `Where` (its first argument)."""
 
     @functools.wraps(fn)
     def command(
@@ -229,11 +272,18 @@ def with_connection(fn: Callable[..., T]) -> Callable[..., T]:
         sentinels: tuple[str, ...],
         services: tuple[str, ...],
         socket_timeout: float,
+        connect_timeout: float,
+        check_identity: bool,
         partitions: int | None,
         stream: str,
         **rest: Any,
     ) -> T:
-        where = Where(urls, cluster, socket_timeout, partitions, stream, sentinels, services)
+        connection = ConnectOptions(
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+            check_identity=check_identity,
+        )
+        where = Where(urls, cluster, connection, partitions, stream, sentinels, services)
         return fn(where, **rest)
 
     for option in reversed(_CONNECTION):
@@ -241,16 +291,10 @@ def with_connection(fn: Callable[..., T]) -> Callable[..., T]:
     return command
 
 
-def connect_from(
-    urls: Sequence[str],
-    cluster: bool,
-    socket_timeout: float,
-    *,
-    sentinels: Sequence[str] = (),
-    services: Sequence[str] = (),
-) -> Stampede:
-    """A `Stampede` for the connection options; a usage error if they do not make one."""
-    connection = ConnectOptions(socket_timeout=socket_timeout)
+def check_where(
+    urls: Sequence[str], cluster: bool, sentinels: Sequence[str], services: Sequence[str]
+) -> None:
+    """Usage errors for servers given both ways, or Sentinel given by halves."""
     if sentinels or services:
         if urls or cluster:
             raise click.UsageError("give --sentinel and --service, or --url, not both")
@@ -259,20 +303,32 @@ def connect_from(
                 "with Sentinel give both: --sentinel URL (one or more) and --service NAME "
                 "(one per shard, in shard order)"
             )
-        try:
+
+
+def connect_from(
+    urls: Sequence[str],
+    cluster: bool,
+    connection: ConnectOptions,
+    *,
+    sentinels: Sequence[str] = (),
+    services: Sequence[str] = (),
+) -> Stampede:
+    """A `Stampede` for the connection options; a usage error if they do not make one
+    (a malformed URL, say: nothing is sent yet)."""
+    check_where(urls, cluster, sentinels, services)
+    try:
+        if sentinels:
             return connect(
                 sentinels=list(sentinels), services=list(services), connection=connection
             )
-        except StampedeError as exc:
-            raise click.UsageError(str(exc)) from None
-    if not urls:
-        raise click.UsageError(
-            "give at least one --url (several for independent primaries), or set STAMPEDE_URLS"
-        )
-    try:
+        if not urls:
+            raise click.UsageError(
+                "give at least one --url (several for independent primaries), or set "
+                "STAMPEDE_URLS (or --sentinel and --service)"
+            )
         return connect(list(urls), cluster=cluster, connection=connection)
     except StampedeError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise usage(exc) from None
 
 
 def unreachable(exc: BaseException) -> bool:

@@ -10,16 +10,18 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from types import FrameType
+from typing import NamedTuple
 
 import click
 from rich.console import Console
 
-from ..errors import StampedeError
+from ..errors import ConfigurationError, SetupError, StampedeError
 from ..testing import LocalCluster, LocalPrimaries, default_server
 from ..verdict import Mode
-from ._common import Spec, console, options, setting
+from ._common import Spec, check_where, console, options, sentinel_options, setting
 from ._demo import STRATEGIES, Demo, DemoConfig, Summary, run_demo
 from ._demo.display import live_view, summary_table
+from ._errors import fail, usage
 
 __all__ = ["demo_command"]
 
@@ -35,7 +37,9 @@ _DEMO_OPTIONS: dict[str | tuple[str, ...], Spec] = {
     "--strategy": (
         click.Choice(["all", *STRATEGIES]),
         "all",
-        "Repair strategy to show; 'all' spreads the entities over the three.",
+        "Repair strategy to show; 'all' spreads the entities over the three. These are the "
+        "demo's own: refetch reads its in-memory database (`stampede worker` takes "
+        "newest-wins, or a factory of yours returning Refetch(load)).",
     ),
 }
 """`stampede demo`'s load and repair options, in `--help` order."""
@@ -55,8 +59,10 @@ _DEMO_OPTIONS: dict[str | tuple[str, ...], Spec] = {
     multiple=True,
     metavar="URL",
     help="Run against your servers instead (repeat per primary; one node with --cluster). "
-    "Keys go under 'stampede-demo:' (cleared first); nothing is paused.",
+    "Keys go under 'stampede-demo:'; every key the demo wrote is deleted at the end. "
+    "Nothing is paused.",
 )
+@sentinel_options
 @setting(
     "--mode",
     type=click.Choice([m.value for m in Mode]),
@@ -74,6 +80,8 @@ def demo_command(
     strategy: str,
     cluster: bool,
     urls: tuple[str, ...],
+    sentinels: tuple[str, ...],
+    services: tuple[str, ...],
     mode: str,
     seed: int | None,
     as_json: bool,
@@ -98,14 +106,27 @@ def demo_command(
         seed=seed,
     )
     out = console()
+    check_where(urls, cluster, sentinels, services)
+    yours = bool(urls or sentinels)
     try:
         with _sigterm_interrupts():
-            summary = _run(config, urls, cluster, out, as_json)
+            summary = _run(config, Where(urls, cluster, sentinels, services), out, as_json)
     except KeyboardInterrupt:
-        click.echo("stampede demo: interrupted; every server it started is stopped", err=True)
+        what = "the keys it wrote are deleted" if yours else "every server it started is stopped"
+        click.echo(f"stampede demo: interrupted; {what}", err=True)
         ctx.exit(130)
+    except ConfigurationError as exc:
+        if not isinstance(exc, SetupError):
+            raise usage(exc) from None  # a malformed URL: nothing was sent
+        fail(exc)
     except StampedeError as exc:
-        raise click.ClickException(str(exc)) from None
+        fail(exc)
+    if summary.removed is not None:
+        click.echo(
+            f"stampede demo: removed the {summary.removed:,} keys it wrote "
+            "(stampede-demo:*, its commit records, kept versions and repair stream)",
+            err=True,
+        )
     if as_json:
         click.echo(json.dumps(summary.as_dict(), indent=2))
     else:
@@ -116,9 +137,16 @@ def demo_command(
     ctx.exit(summary.exit_code)
 
 
-def _run(
-    config: DemoConfig, urls: tuple[str, ...], cluster: bool, out: Console, as_json: bool
-) -> Summary:
+class Where(NamedTuple):
+    """The user's servers (empty: the demo starts its own)."""
+
+    urls: tuple[str, ...]
+    cluster: bool
+    sentinels: tuple[str, ...]
+    services: tuple[str, ...]
+
+
+def _run(config: DemoConfig, where: Where, out: Console, as_json: bool) -> Summary:
     @contextlib.asynccontextmanager
     async def watch(demo: Demo) -> AsyncIterator[None]:
         if as_json:
@@ -127,8 +155,17 @@ def _run(
         async with live_view(demo, out):
             yield
 
-    if urls:
-        return asyncio.run(run_demo(urls, cluster=cluster, config=config, watch=watch))
+    urls, cluster, sentinels, services = where
+    if urls or sentinels:
+        yours = run_demo(
+            urls,
+            cluster=cluster,
+            sentinels=sentinels,
+            services=services,
+            config=config,
+            watch=watch,
+        )
+        return asyncio.run(yours)
     server = default_server()  # $STAMPEDE_TEST_SERVER, else redis-server, else bundled Valkey
     servers = LocalCluster(3) if cluster else LocalPrimaries(3)
     kind = "a 3-master cluster" if cluster else "3 independent primaries"

@@ -39,9 +39,10 @@ from ._common import (
     options,
     pattern_option,
     policy_from,
+    sentinel_options,
     show,
 )
-from ._live import check_live_options, print_live, run_live
+from ._live import LiveServers, check_live_options, print_live, run_live
 from ._tables import plural, spans, table
 
 __all__ = ["keyslot_command", "lint_command", "slots_command"]
@@ -259,6 +260,7 @@ _SLOTS_OPTIONS: dict[str | tuple[str, ...], Spec] = {
 @click.command("slots")
 @_keys_input
 @options(_SLOTS_OPTIONS)
+@sentinel_options
 @pattern_option
 @_json_option
 @click.pass_context
@@ -273,6 +275,8 @@ def slots_command(
     method: str,
     match: str | None,
     scan_count: int,
+    sentinels: Sequence[str],
+    services: Sequence[str],
     patterns: Sequence[str],
     as_json: bool,
 ) -> None:
@@ -282,15 +286,16 @@ def slots_command(
     an even split. Or --url: every primary of live servers is walked with SCAN (or
     asked CLUSTER SLOT-STATS), keys are mapped with the cluster's real slot map,
     and the hottest slots are listed with the hash tags that fill them, e.g.
-    `stampede slots --url redis://node:7000 --cluster`. Skew is the fullest
+    `stampede slots --url redis://node:7000 --cluster` (or --sentinel URL and
+    --service NAME for primaries Sentinel manages). Skew is the fullest
     shard's key count over the mean: 1.0 is even, N means one shard has them all.
     """
     policy: HashPolicy | None = policy_from(patterns)
-    if urls:
-        check_live_options(ctx, keys, stream, urls, cluster, policy)
+    servers = LiveServers(urls, cluster, sentinels, services)
+    if servers:
+        check_live_options(ctx, keys, stream, servers, policy)
         report = run_live(
-            urls,
-            cluster,
+            servers,
             policy,
             top=top,
             method=method,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO
 
 import click
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.text import Text
 
-from ..errors import SetupError, StampedeError
+from ..errors import ConfigurationError, SetupError, StampedeError
 from ..keys import (
     SLOTS,
     HashPolicy,
@@ -22,39 +23,59 @@ from ..keys import (
 )
 from ..keys._live import Method
 from ..options import ConnectOptions
-from ..topology._cluster import Cluster
-from ..topology._shards import Shards
+from ..topology import Cluster, SentinelShards, Shards
 from ..typing import Topology
-from ._common import (
-    console,
-    show,
-)
+from ._common import check_where, console, show
+from ._errors import fail, usage
 from ._tables import plural, spans, table
 
 METHODS: dict[str, Method] = {"auto": "auto", "scan": "scan", "slot-stats": "slot-stats"}
 
-__all__ = ["ScanDisplay", "check_live_options", "print_live", "run_live"]
+__all__ = ["LiveServers", "ScanDisplay", "check_live_options", "print_live", "run_live"]
+
+
+@dataclass(frozen=True)
+class LiveServers:
+    """The servers `slots` walks: URLs (a cluster node with `cluster`) or Sentinel."""
+
+    urls: Sequence[str] = ()
+    cluster: bool = False
+    sentinels: Sequence[str] = ()
+    services: Sequence[str] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.urls or self.sentinels or self.services)
+
+    def topology(self, policy: HashPolicy | None) -> Topology:
+        """The topology to walk; read only, so no shard identity record is written."""
+        quiet_open = ConnectOptions(check_identity=False)
+        if self.cluster:
+            return Cluster(list(self.urls))
+        if self.sentinels:
+            return SentinelShards(
+                list(self.sentinels), list(self.services), policy=policy, options=quiet_open
+            )
+        return Shards(list(self.urls), policy=policy, options=quiet_open)
 
 
 def check_live_options(
     ctx: click.Context,
     keys: Sequence[str],
     stream: IO[bytes] | None,
-    urls: Sequence[str],
-    cluster: bool,
+    servers: LiveServers,
     policy: HashPolicy | None,
 ) -> None:
+    check_where(servers.urls, servers.cluster, servers.sentinels, servers.services)
     if keys or stream is not None:
         raise click.UsageError("give keys (arguments or --file) or --url, not both")
     if ctx.get_parameter_source("shards") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--shards is for key samples; with --url the servers are the shards")
-    if cluster and policy is not None:
+    if servers.cluster and policy is not None:
         raise click.UsageError("--pattern applies to client-side shards, not a cluster")
 
 
 def run_live(
-    urls: Sequence[str],
-    cluster: bool,
+    servers: LiveServers,
     policy: HashPolicy | None,
     *,
     top: int,
@@ -64,22 +85,9 @@ def run_live(
     quiet: bool,
 ) -> LiveSlots:
     async def run() -> LiveSlots:
-        topology: Topology
-        if cluster:
-            topology = Cluster(urls)
-        else:  # read only: no identity record is written
-            quiet_open = ConnectOptions(check_identity=False)
-            topology = Shards(list(urls), policy=policy, options=quiet_open)
+        topology = servers.topology(policy)
         try:
-            try:
-                await topology.open()
-            except SetupError as exc:
-                if exc.problem == "cluster-node":
-                    raise click.UsageError(
-                        f"{exc.url} is a Redis Cluster node: add --cluster (its slot map is "
-                        "the cluster's, not one primary's)"
-                    ) from None
-                raise
+            await topology.open()
             with ScanDisplay(enabled=not quiet) as display:
                 return await live_slots(
                     topology,
@@ -94,8 +102,12 @@ def run_live(
 
     try:
         return asyncio.run(run())
+    except ConfigurationError as exc:  # e.g. a malformed URL: nothing was sent
+        if isinstance(exc, SetupError):
+            fail(exc)  # the servers refused what the flags describe
+        raise usage(exc) from None
     except StampedeError as exc:
-        raise click.ClickException(str(exc)) from None
+        fail(exc)
 
 
 class ScanDisplay:

@@ -2,7 +2,8 @@
 dead letters.
 
 Every subcommand takes the connection options (or `STAMPEDE_*` variables) and
-`--json`. Exit status 0, 2 on bad usage, 3 when Redis cannot be reached.
+`--json`. Exit status 0, 2 on bad usage, 3 when Redis cannot be reached, 1 when
+it refuses the set-up (e.g. a cluster node without --cluster).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -18,9 +18,10 @@ import click
 from rich.table import Table
 
 from .._client import Stampede
-from ..errors import ConfigurationError, StampedeError
+from ..errors import StampedeError
 from ..repair._queue import RepairQueue
 from ._common import Where, console, setting, unreachable, with_connection
+from ._errors import fail
 
 __all__ = ["queue_command"]
 
@@ -40,10 +41,7 @@ def _run(where: Where, body: Callable[[RepairQueue], Awaitable[T]]) -> T:
     try:
         return asyncio.run(run())
     except (StampedeError, OSError) as exc:
-        if isinstance(exc, ConfigurationError) and not unreachable(exc):
-            raise click.UsageError(str(exc)) from None
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(EXIT_UNREACHABLE)
+        fail(exc, exit_code=EXIT_UNREACHABLE if unreachable(exc) else 1)
 
 
 def _when(epoch: Any) -> str:

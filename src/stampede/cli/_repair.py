@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 
 import click
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -19,16 +21,18 @@ from ..repair._loading import BUILTIN, open_strategy, resolve_strategy
 from ..repair._queue import RepairQueue
 from ..repair._worker import RetryBackoff, Worker, event, serve_metrics
 from ..topology import cluster_mode
+from ..typing import RepairStrategy
 from ..verdict import Mode
 from ._common import Spec, Where, options, unreachable, with_connection
+from ._errors import Failure, fail, usage
 from ._logs import log_options, setup_logging
+from ._supervise import CHILD_ENV, supervise
 
 __all__ = ["worker_command"]
 
 
-async def _plain_server(url: str, socket_timeout: float) -> bool:
+async def _plain_server(url: str, options: ConnectOptions) -> bool:
     """Whether `url` answers as a server with cluster mode off (INFO cluster)."""
-    options = ConnectOptions(socket_timeout=socket_timeout, connect_timeout=socket_timeout)
     return await cluster_mode(url, options) is False
 
 
@@ -39,7 +43,7 @@ async def _metrics(worker: Worker, port: int | None, host: str) -> asyncio.Serve
     try:
         return await serve_metrics(worker, port, host)
     except OSError as exc:  # found running: not a usage error
-        raise click.ClickException(
+        raise Failure(
             f"cannot serve metrics on {host}:{port} ({exc.strerror or exc}); pick another "
             "--metrics-port, or stop what listens there"
         ) from None
@@ -67,7 +71,7 @@ async def _open(st: Stampede, where: Where, attempts: int) -> None:
                 raise
             last = exc
         except ShardError as exc:
-            if where.cluster and await _plain_server(where.urls[0], where.socket_timeout):
+            if where.cluster and await _plain_server(where.urls[0], where.connection):
                 raise ConfigurationError(
                     f"{where.urls[0]} is a plain Redis server (cluster_enabled:0), not a "
                     "cluster node: drop --cluster and give one --url per primary"
@@ -94,6 +98,13 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         "async, or returning an async context manager) run in the worker's event loop. The "
         "current directory is on the import path.",
         {"required": True, "metavar": "SPEC", "show_default": False},
+    ),
+    "--processes": (
+        click.IntRange(1, 256),
+        1,
+        "Run N worker processes under one supervisor, which forwards SIGTERM/SIGINT to "
+        "them, restarts one that crashes (with backoff) and exits when all have exited. "
+        "Child i serves its metrics on --metrics-port + i and is consumer <--consumer>-i.",
     ),
     "--connect-attempts": (
         click.IntRange(1, 1000),
@@ -173,6 +184,7 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
 def worker_command(
     where: Where,
     strategy: str,
+    processes: int,
     connect_attempts: int,
     mode: str,
     concurrency: int,
@@ -201,17 +213,23 @@ def worker_command(
     setup_logging(log_level, log_format)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    _check_strategy(strategy)  # import errors are usage errors, before connecting
     try:
-        if strategy not in BUILTIN:
-            resolve_strategy(strategy)  # import errors are usage errors, before connecting
         backoff = RetryBackoff(base=retry_delay, max_delay=retry_max_delay)
     except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise usage(exc, option="--retry-delay") from None
     st = where.connect()
+    child = os.environ.get(CHILD_ENV)
+    if processes > 1 and child is None:
+        sys.exit(supervise(processes))
+    if child is not None:  # one of --processes N: its own metrics port and consumer name
+        index = int(child)
+        metrics_port = metrics_port + index if metrics_port else metrics_port  # 0: any
+        consumer = None if consumer is None else f"{consumer}-{index}"
 
     async def run() -> None:
         try:
-            async with open_strategy(strategy) as repair:  # a bad --strategy: before Redis
+            async with _strategy(strategy) as repair:  # a bad --strategy: before Redis
                 await _open(st, where, connect_attempts)
                 queue = RepairQueue(
                     st.topology,
@@ -259,12 +277,47 @@ def worker_command(
         asyncio.run(run())
     except Unreachable as exc:
         servers = ", ".join(where.urls or where.sentinels)
-        click.echo(
-            f"Error: no server answered ({servers}) after {connect_attempts} attempts: {exc}",
-            err=True,
+        fail(
+            f"no server answered ({servers}) after {connect_attempts} attempts: {exc}",
+            exit_code=UNREACHABLE_EXIT,
         )
-        sys.exit(UNREACHABLE_EXIT)
-    except ConfigurationError as exc:  # what the command line gave: --strategy, the URLs
-        raise click.UsageError(str(exc)) from None
-    except StampedeError as exc:  # found running: not a mistake in the command line
-        raise click.ClickException(str(exc)) from None
+    except BadStrategy as exc:  # what --strategy names does not build a strategy
+        raise usage(exc.args[0], option="--strategy") from None
+    except StampedeError as exc:  # found running (servers refusing the set-up, ...)
+        fail(exc)
+
+
+_NOT_FOR_THE_WORKER = {
+    "refetch": "'refetch' needs a loader that reads your database, which a name alone "
+    "cannot give: write a factory returning Refetch(load), e.g. 'myapp.repairs:make_strategy' "
+    "(docs/repair.md). (The demo's refetch reads the demo's own in-memory database.)",
+    "enqueue": "'enqueue' hands a torn group to the repair stream, which is what this "
+    "worker drains: give the strategy that repairs it ('newest-wins' or 'module:factory').",
+}
+"""The demo's strategies that the worker cannot take by name, and why."""
+
+
+class BadStrategy(Exception):
+    """What --strategy names could not be built (its message says why)."""
+
+
+def _check_strategy(spec: str) -> None:
+    """A usage error now for a --strategy that cannot load (before any connection)."""
+    if spec in _NOT_FOR_THE_WORKER:
+        raise usage(_NOT_FOR_THE_WORKER[spec], option="--strategy")
+    try:
+        if spec not in BUILTIN:
+            resolve_strategy(spec)
+    except ConfigurationError as exc:
+        raise usage(exc, option="--strategy") from None
+
+
+@contextlib.asynccontextmanager
+async def _strategy(spec: str) -> AsyncIterator[RepairStrategy]:
+    """`open_strategy(spec)`; what fails while building it is `BadStrategy`."""
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            repair = await stack.enter_async_context(open_strategy(spec))
+        except ConfigurationError as exc:
+            raise BadStrategy(str(exc)) from None
+        yield repair

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import ConfigurationError, StampedeError
+from ..errors import StampedeError
 from ..repair._queue import RepairQueue
 from ..scan import ScanReport, compile_pattern, scan_groups
 from ..verdict import Mode
-from ._common import Where, console, setting, show, unreachable, with_connection
+from ._common import Where, console, setting, show, with_connection
+from ._errors import fail, usage, warn
 from ._logs import log_options, setup_logging
 
 __all__ = ["EXIT_ERROR", "EXIT_TORN", "scan_command"]
@@ -29,16 +32,23 @@ EXIT_ERROR = 3
 @click.command("scan")
 @with_connection
 @click.option(
-    "--pattern",
-    required=True,
+    "--group-pattern",
     metavar="REGEX",
-    help=r"Regex over whole keys with a named group 'group', e.g. '(?P<group>user:\{\d+\}):.*'.",
+    help=r"Regex over whole keys with a named group 'group' that names each key's group, "
+    r"e.g. '(?P<group>user:\{\d+\}):.*'. Required.",
+)
+@click.option(
+    "--pattern",
+    "old_pattern",
+    metavar="REGEX",
+    hidden=True,
+    help="Deprecated name of --group-pattern (elsewhere --pattern is a hash tag regex).",
 )
 @setting(
     "--mode",
     type=click.Choice(["auto", "stamp", "commit"]),
     default="auto",
-    env="SCAN_MODE",
+    env="MODE",
     help="How groups are judged. auto: commit mode when the groups have commit records, "
     "else stamp. stamp refuses groups that have records.",
 )
@@ -52,10 +62,13 @@ EXIT_ERROR = 3
 @click.option("--enqueue", is_flag=True, help="Put every torn group on the repair stream.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @log_options("warning")
+@click.pass_context
 def scan_command(
+    ctx: click.Context,
     where: Where,
     mode: str,
-    pattern: str,
+    group_pattern: str | None,
+    old_pattern: str | None,
     match: str,
     count: int,
     enqueue: bool,
@@ -65,15 +78,17 @@ def scan_command(
 ) -> None:
     """Walk every shard with SCAN and report the groups that stay torn.
 
-    Exit status: 0 none torn, 1 torn groups found, 2 bad usage (or --mode stamp over
-    groups with commit records), 3 the scan did not complete (a shard unreachable,
-    timing out or erroring).
+    Exit status: 0 none torn, 1 torn groups found, 2 bad usage, 3 the scan did not
+    complete (a server unreachable or refusing the set-up, --mode stamp over groups
+    with commit records, a shard timing out or erroring).
     """
     setup_logging(log_level, log_format)
+    pattern = _group_pattern(group_pattern, old_pattern)
+    mode = _mode(ctx, mode)
     try:
         regex = compile_pattern(pattern)
     except StampedeError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise usage(exc, option="--group-pattern") from None
     st = where.connect()
 
     async def run() -> tuple[ScanReport, int]:
@@ -118,15 +133,43 @@ def scan_command(
     try:
         report, queued = asyncio.run(run())
     except (StampedeError, OSError) as exc:
-        if isinstance(exc, ConfigurationError) and not unreachable(exc):
-            raise click.UsageError(str(exc)) from None
-        click.echo(f"Error: the scan did not complete: {exc}", err=True)
-        sys.exit(EXIT_ERROR)
+        fail(f"the scan did not complete: {exc}", exit_code=EXIT_ERROR)
     if as_json:
         click.echo(json.dumps(_as_json(report, queued), indent=2))
     else:
         _print(report, queued, enqueue)
     sys.exit(EXIT_TORN if report.torn else 0)
+
+
+def _group_pattern(group_pattern: str | None, old_pattern: str | None) -> str:
+    """--group-pattern, or its deprecated name --pattern (with a warning)."""
+    if old_pattern is not None:
+        if group_pattern is not None:
+            raise click.UsageError("give --group-pattern only (--pattern is its old name)")
+        warn(
+            "scan's --pattern is deprecated: use --group-pattern (in keyslot, lint and "
+            "slots --pattern is a hash tag regex)"
+        )
+        return old_pattern
+    if group_pattern is None:
+        raise click.UsageError("Missing option '--group-pattern'.")
+    return group_pattern
+
+
+_OLD_MODE_ENV = "STAMPEDE_SCAN_MODE"
+
+
+def _mode(ctx: click.Context, mode: str) -> str:
+    """--mode, or else the deprecated $STAMPEDE_SCAN_MODE (now $STAMPEDE_MODE, as the
+    worker's), with a warning."""
+    old = os.environ.get(_OLD_MODE_ENV)
+    if old is None or ctx.get_parameter_source("mode") is not ParameterSource.DEFAULT:
+        return mode
+    warn(f"${_OLD_MODE_ENV} is deprecated: set $STAMPEDE_MODE (the worker reads it too)")
+    choices = ("auto", "stamp", "commit")
+    if old not in choices:
+        raise click.UsageError(f"${_OLD_MODE_ENV}={old!r}: expected one of {', '.join(choices)}")
+    return old
 
 
 def _as_json(report: ScanReport, queued: int) -> dict[str, Any]:

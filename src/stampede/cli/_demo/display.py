@@ -47,8 +47,8 @@ def _counters(demo: Demo) -> Table:
         grid.add_column(vertical="top")
     writes = {"acknowledged": c.writes, "partial": c.writes_failed, "crashed": c.crashes}
     writes["pauses"] = c.pauses
-    reads = {"consistent": c.consistent, "in flight": c.retried, "torn": c.torn}
-    reads["failed"] = c.read_errors
+    reads = {"consistent": c.consistent, "in flight": c.retried, "not found": c.not_found}
+    reads |= {"torn": c.torn, "failed": c.read_errors}
     grid.add_row(
         _column("writes", list(writes.items())),
         _column("reads", list(reads.items())),
@@ -104,31 +104,17 @@ async def live_view(demo: Demo, console: Console) -> AsyncIterator[None]:
 
 
 def summary_table(summary: Summary) -> Table:
-    """The closing table: what was written, injected, read, repaired and left torn."""
-    data = summary.as_dict()
-    reads, repairs = data["reads"], data["repairs"]
+    """The closing table: what was written, injected, read, repaired and left torn.
+    Each indented row is a part of the row above it, and the parts add up to it."""
     table = Table(title="stampede demo: summary", show_header=True, header_style="bold")
     table.add_column("what")
     table.add_column("count", justify="right")
-    rows = [
-        ("writes", data["writes"]),
-        ("partial writes (a shard did not answer)", data["writes_failed"]),
-        ("crashes injected (writer died between shards)", data["crashes_injected"]),
-        ("primaries paused", data["pauses_injected"]),
-        ("reads", reads["total"]),
-        ("  consistent at once", reads["consistent"]),
-        ("  in flight, consistent after retrying", reads["retried"]),
-        ("  torn detected (handed to repair)", reads["torn_detected"]),
-        ("  failed (shard paused)", reads["errors"]),
-        ("repairs: newest-wins (inline)", repairs["newest-wins"]),
-        ("repairs: refetch from the database (inline)", repairs["refetch"]),
-        ("repairs: jobs queued for the worker (enqueue)", repairs["enqueued"]),
-        ("repairs: made by the worker", repairs["worker"]),
-        ("repairs: lost to a newer write (kept)", repairs["lost_races"]),
-        (f"groups scanned at the end ({summary.topology})", data["scan"]["groups"]),
-    ]
-    for label, value in rows:
-        table.add_row(label, f"{value:,}")
+    for label, total, parts in summary.sections():
+        table.add_row(label, f"{total:,}")
+        for part, value in parts:
+            table.add_row(f"  {part}", f"{value:,}")
     style = "bold green" if summary.ok else "bold red"
     table.add_row(Text("torn groups left", style), Text(str(summary.torn_left), style))
+    if summary.removed is not None:
+        table.add_row("keys the demo wrote, removed at the end", f"{summary.removed:,}")
     return table

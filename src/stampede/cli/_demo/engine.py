@@ -40,6 +40,7 @@ from stampede.testing.node import RedisNode
 from stampede.typing import RepairStrategy
 from stampede.verdict import Mode
 
+from .cleanup import remove_demo_keys
 from .faults import crash_write, pause_primaries, spans_shards
 from .keyspace import GROUP_PATTERN, MATCH, PREFIX, Database, Entity, entities, payloads
 from .stats import STRATEGIES, Counters, Summary
@@ -141,7 +142,7 @@ class Demo:
     async def run(self) -> Summary:
         """Every phase in turn; the summary says how many torn groups are left."""
         with _worker_events(self.counters):
-            await self._purge()
+            await remove_demo_keys(self.st.topology)  # an interrupted run's leftovers
             self.phase = "seeding"
             await self._each(self.entities, self._seed)
             worker = asyncio.create_task(self.worker.run())
@@ -183,32 +184,17 @@ class Demo:
                 "failed": w.failed,
                 "dead_lettered": w.dead_lettered,
             },
-            scan={"groups": report.groups, "consistent": report.consistent},
+            scan={
+                "groups": report.groups,
+                "consistent": report.consistent,
+                "not_found": report.not_found,
+            },
             torn_left=len(report.torn),
             seconds=time.monotonic() - self.started,
             left_groups=[t.group.decode() for t in report.torn[:20]],
         )
 
     # -- phases ------------------------------------------------------------------------
-
-    async def _purge(self) -> None:
-        """Delete what an earlier run left under the demo's prefix (and its own stream)."""
-        topology = self.st.topology
-        doomed: list[bytes] = [
-            DEMO_STREAM,
-            DEMO_STREAM + b":dead",
-            RepairQueue.pending_key(DEMO_STREAM),
-        ]
-        for shard in topology.shard_names:
-            cursor: Any = 0
-            while True:
-                cursor, keys = await topology.execute_on(
-                    shard, "SCAN", cursor, "MATCH", MATCH, "COUNT", 1000
-                )
-                doomed.extend(keys)
-                if int(cursor) == 0:
-                    break
-        await asyncio.gather(*(topology.execute(k, "UNLINK", k) for k in doomed))
 
     async def _each(self, todo: Sequence[Entity], fn: Callable[[Entity], Awaitable[None]]) -> None:
         limit = asyncio.Semaphore(32)
@@ -308,8 +294,7 @@ class Demo:
                 entity.group, entity.keys, retry=READ_RETRY, repair=strategy
             )
         except StampedeError as exc:
-            self.counters.read_errors += 1
-            self.counters.note(f"read failed: {entity.group}: {type(exc).__name__}")
+            self.counters.count_failed_read(entity.group, exc)
             return False
         self.counters.count_read(name, result)
         # Done when whole, or handed to the worker; a repair that lost a race to a
@@ -365,29 +350,46 @@ class _WorkerLog(logging.Handler):
 
 
 async def run_demo(
-    urls: Sequence[str],
+    urls: Sequence[str] = (),
     *,
     cluster: bool = False,
     config: DemoConfig | None = None,
     nodes: Sequence[RedisNode] = (),
     local: bool = False,
     watch: Watch | None = None,
+    sentinels: Sequence[str] = (),
+    services: Sequence[str] = (),
 ) -> Summary:
     """Connect, run a `Demo`, close. `nodes` are primaries the demo may pause.
 
     `local=True` says the servers belong to the demo (fast timeouts, the default
-    repair stream); `watch(demo)` is an async context manager around the run, for
-    a live display.
+    repair stream); otherwise (the user's servers, by URL or Sentinel) every key the
+    demo wrote is deleted at the end, whatever happened, and no shard identity record
+    is written. `watch(demo)` is an async context manager around the run, for a live
+    display.
     """
     config = config or DemoConfig()
-    connection = LOCAL_CONNECTION if local else ConnectOptions()
+    connection = LOCAL_CONNECTION if local else ConnectOptions(check_identity=False)
     # A short grace window: a write torn by an injected fault reads as the last whole
     # write only briefly, then as torn, so the demo shows detection and repair.
-    async with connect(
-        list(urls), cluster=cluster, mode=config.mode, connection=connection, version_grace=0.2
-    ) as st:
+    where: dict[str, Any] = (
+        {"sentinels": list(sentinels), "services": list(services)}
+        if sentinels
+        else {"urls": list(urls), "cluster": cluster}
+    )
+    async with connect(**where, mode=config.mode, connection=connection, version_grace=0.2) as st:
         demo = Demo(st, config, nodes=nodes, local=local)
-        if watch is None:
-            return await demo.run()
-        async with watch(demo):
-            return await demo.run()
+        try:
+            if watch is None:
+                summary = await demo.run()
+            else:
+                async with watch(demo):
+                    summary = await demo.run()
+        except BaseException:
+            if not local:  # the user's servers: leave them as they were, failing or not
+                with contextlib.suppress(StampedeError):
+                    await remove_demo_keys(st.topology)
+            raise
+        if not local:
+            summary.removed = await remove_demo_keys(st.topology)
+        return summary

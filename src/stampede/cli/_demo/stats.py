@@ -10,7 +10,7 @@ from typing import Any
 from stampede.results import ReadResult, RepairAction
 from stampede.verdict import Status
 
-__all__ = ["STRATEGIES", "Counters", "Summary"]
+__all__ = ["STRATEGIES", "Counters", "Section", "Summary"]
 
 STRATEGIES = ("newest-wins", "refetch", "enqueue")
 _WHY = {
@@ -34,7 +34,7 @@ class Counters:
     retried: int = 0  # in flight at first, whole after retrying
     not_found: int = 0
     torn: int = 0  # still torn after the retries: handed to the repair strategy
-    read_errors: int = 0  # a shard did not answer (paused)
+    read_errors: int = 0  # a shard did not answer (paused); counted in `reads` too
     repairs: Tally[str] = field(default_factory=Tally)  # strategy -> groups made whole
     queued: int = 0  # torn groups handed to the worker: jobs put on the repair stream
     already_queued: int = 0  # torn reads of a group whose job was still pending
@@ -44,6 +44,12 @@ class Counters:
     def note(self, line: str) -> None:
         """Remember one line for the live event log."""
         self.events.append(line)
+
+    def count_failed_read(self, group: str, error: BaseException) -> None:
+        """Tally a read that failed (a shard did not answer)."""
+        self.reads += 1
+        self.read_errors += 1
+        self.note(f"read failed: {group}: {type(error).__name__}")
 
     def count_read(self, strategy: str, result: ReadResult[str]) -> None:
         """Tally one read by what the reader saw and what its repair did."""
@@ -73,6 +79,10 @@ class Counters:
             self.note(f"{seen} {outcome.action.value.replace('_', ' ')} by {strategy}")
 
 
+Section = tuple[str, int, list[tuple[str, int]]]
+"""A summary row: its label, its total, and the (label, count) parts that add up to it."""
+
+
 @dataclass
 class Summary:
     """The end of a demo run; `ok` (exit status 0) only when no torn group is left."""
@@ -91,6 +101,7 @@ class Summary:
     torn_left: int
     seconds: float
     left_groups: list[str] = field(default_factory=list)
+    removed: int | None = None  # keys deleted at the end (on servers the demo does not own)
 
     @property
     def ok(self) -> bool:
@@ -137,5 +148,51 @@ class Summary:
             "scan": self.scan,
             "torn_left": self.torn_left,
             "torn_left_groups": self.left_groups,
+            "keys_removed": self.removed,
             "seconds": round(self.seconds, 3),
         }
+
+    def sections(self) -> list[Section]:
+        """The summary as rows, each with the parts that add up to it (the table)."""
+        c, w, scan = self.counters, self.worker, self.scan
+        inline = {name: c.repairs.get(name, 0) for name in ("newest-wins", "refetch")}
+        other_inline = sum(c.repairs.values()) - sum(inline.values())
+        torn = [
+            ("repaired inline by newest-wins", inline["newest-wins"]),
+            ("repaired inline by refetch (from the database)", inline["refetch"]),
+            ("queued for the worker (enqueue)", c.queued),
+            ("already queued (its job was still pending)", c.already_queued),
+            ("lost to a newer write (kept)", c.lost_races),
+        ] + ([("repaired inline by another strategy", other_inline)] if other_inline else [])
+        named = ("repaired", "rolled_forward", "deleted", "already_consistent")
+        jobs = [
+            ("rewritten or rolled forward", w.get("repaired", 0) + w.get("rolled_forward", 0)),
+            ("deleted (gone from the database)", w.get("deleted", 0)),
+            ("already consistent", w.get("already_consistent", 0)),
+            ("other (a newer write won)", w.get("done", 0) - sum(w.get(n, 0) for n in named)),
+        ]
+        groups = [
+            ("consistent", scan.get("consistent", 0)),
+            ("not found", scan.get("not_found", 0)),
+            ("torn", self.torn_left),
+        ]
+        return [
+            ("writes acknowledged", c.writes, []),
+            ("partial writes (a shard did not answer)", c.writes_failed, []),
+            ("crashes injected (writer died between shards)", c.crashes, []),
+            ("primaries paused", c.pauses, []),
+            (
+                "reads",
+                c.reads,
+                [
+                    ("consistent at once", c.consistent),
+                    ("in flight, consistent after retrying", c.retried),
+                    ("not found", c.not_found),
+                    ("torn detected (handed to repair)", c.torn),
+                    ("failed (shard paused)", c.read_errors),
+                ],
+            ),
+            ("torn reads, by what their repair did", c.torn, torn),
+            ("jobs done by the worker", w.get("done", 0), jobs),
+            (f"groups scanned at the end ({self.topology})", scan.get("groups", 0), groups),
+        ]
