@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import tempfile
 import time
@@ -10,9 +11,11 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from .failover_runner import run_failovers
+from .failover_scenarios import FAILOVER_FAST, FAILOVER_LONG
 from .ramp_edge_report import print_edge_figures
 from .runner import run
-from .scenarios import FAST, LONG, SCENARIOS
+from .scenarios import FAILOVER_SCENARIOS, FAST, LONG, SCENARIOS
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,7 +24,7 @@ from .scenarios import FAST, LONG, SCENARIOS
     "--scenario",
     "names",
     multiple=True,
-    type=click.Choice([s.name for s in SCENARIOS]),
+    type=click.Choice([*(s.name for s in SCENARIOS), *(s.name for s in FAILOVER_SCENARIOS)]),
     help="Run only these scenarios (repeatable) [default: all].",
 )
 @click.option(
@@ -29,7 +32,8 @@ from .scenarios import FAST, LONG, SCENARIOS
     "topologies",
     multiple=True,
     type=click.Choice(["shards", "cluster"]),
-    help="Run only on these topologies (repeatable) [default: both].",
+    help="Run only on these topologies (repeatable) [default: both]; the failover "
+    "scenarios run on a cluster with replicas (cluster) or Sentinel primaries (shards).",
 )
 @click.option(
     "--fuzz-cases",
@@ -81,12 +85,19 @@ def main(
         sys.exit(_export(export_from, export_to))
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
     chosen = [s for s in SCENARIOS if not names or s.name in names]
+    kinds = list(topologies) or ["shards", "cluster"]
+    failovers = [
+        s
+        for s in FAILOVER_SCENARIOS
+        if (not names or s.name in names)
+        and ("cluster" if s.topology == "cluster" else "shards") in kinds
+    ]
     where = workdir or Path(tempfile.mkdtemp(prefix="stampede-chaos-"))
     timing = LONG if long_run else FAST
     started = time.monotonic()
     outcome = run(
         console,
-        topologies=list(topologies) or ["shards", "cluster"],
+        topologies=kinds if chosen else [],
         scenarios=chosen,
         timing=timing,
         workdir=where,
@@ -94,16 +105,28 @@ def main(
         runs=runs,
     )
     print_edge_figures(console, outcome.runs)
+    failed_over = asyncio.run(
+        run_failovers(
+            console,
+            failovers,
+            timing=FAILOVER_LONG if long_run else FAILOVER_FAST,
+            workdir=where,
+            runs=runs,
+        )
+    )
+    ok = outcome.ok and failed_over.ok
+    violations = sum(len(r.report.violations) for r in outcome.runs)
+    violations += sum(len(r.report.violations) for r in failed_over.runs)
     console.print()
-    verdict = "[bold green]no violation[/]" if outcome.ok else "[bold red]FAILED[/]"
+    verdict = "[bold green]no violation[/]" if ok else "[bold red]FAILED[/]"
     console.print(
-        f"{verdict}: {len(outcome.runs)} runs, {len(outcome.errors)} crashed, "
-        f"{sum(len(r.report.violations) for r in outcome.runs)} violations, "
+        f"{verdict}: {len(outcome.runs) + len(failed_over.runs)} runs, "
+        f"{len(outcome.errors) + len(failed_over.errors)} crashed, {violations} violations, "
         f"{len(outcome.fuzz_failures)} unexpected fuzz failures, "
         f"{len(outcome.defects_present)} regressions; "
         f"{time.monotonic() - started:.0f} s; histories in {where}"
     )
-    sys.exit(0 if outcome.ok else 1)
+    sys.exit(0 if ok else 1)
 
 
 def _export(source: Path, target: Path | None) -> int:

@@ -23,6 +23,11 @@
 | `ramp-evict` | `ramp-delete` under a small `maxmemory`, a filler of big keys,| shards, cluster |
 |              | `allkeys-lru` then `volatile-lru`                             |                 |
 
+The failover scenarios (`failover_scenarios`: `failover-graceful`, `failover-kill`,
+`failover-stop` on a cluster with replicas, `sentinel-kill` on Sentinel-managed
+primaries) run real failovers on servers of their own and are judged by
+`check_failover`; `python -m chaos` runs them after these (`failover_runner`).
+
 The four `ramp-*` edge scenarios are judged by `ramp_edge_checker.check_edges`
 (fractured reads, deleted or expired values coming back, acknowledged transactions
 lost, group reads mixing writes) with the rules each one's faults allow.
@@ -44,6 +49,7 @@ from stampede.keys import keyslot
 
 from .checker import CheckReport, check
 from .env import FAST, LONG, Env, Run, Timing
+from .failover_scenarios import FAILOVER_SCENARIOS
 from .faults import EveryNth, FaultyTopology, kill_and_restart, migrate_slot, pause_and_resume
 from .history import Event, History
 from .race_scenarios import delete, refetch, refetch_newest, refetch_worker
@@ -56,6 +62,7 @@ from .worker_scenario import worker_scenario
 from .workload import CHAOS_CONNECTION, Workload, WorkloadConfig, make_layout, plant_torn, settle
 
 __all__ = [
+    "FAILOVER_SCENARIOS",
     "FAST",
     "LONG",
     "RAMP_EDGE_SCENARIOS",

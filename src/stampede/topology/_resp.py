@@ -96,6 +96,21 @@ def _arg(value: Any) -> bytes | str | int | float:
     return value
 
 
+_BLOCKING = {"WAIT": 2, b"WAIT": 2, "WAITAOF": 3, b"WAITAOF": 3}
+"""Commands the server holds for up to a time they carry: -> the position of its ms."""
+
+
+def blocking(commands: Sequence[Sequence[Any]]) -> float:
+    """Seconds the server may hold `commands` on purpose (`WAIT`, `WAITAOF`): added to
+    the socket timeout, so a wait for replicas is not cut short as a dead server."""
+    extra = 0
+    for command in commands:
+        at = _BLOCKING.get(command[0]) if command else None
+        if at is not None and len(command) > at:
+            extra += int(command[at])
+    return extra / 1000
+
+
 class _Waiting:
     """One pipeline waiting for its replies."""
 
@@ -211,6 +226,8 @@ class Connection(asyncio.Protocol):
             return future
         waiting = _Waiting(future, len(commands))
         wait = self.endpoint.socket_timeout if timeout is None else timeout
+        if wait:
+            wait += blocking(commands)
         if wait:
             waiting.timer = self._loop.call_later(wait, self._timed_out, waiting)
         self._waiting.append(waiting)

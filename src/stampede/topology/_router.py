@@ -20,7 +20,7 @@ from ..errors import ShardTimeout, ShardUnavailable
 from ..keys import keyslot
 from ..options import ConnectOptions
 from ._base import translate
-from ._discovery import SlotTable
+from ._discovery import SlotsUnknown, SlotTable
 from ._endpoint import Endpoint
 from ._guard import without_keeping
 from ._lane import Lane
@@ -78,7 +78,19 @@ class Router:
         """How many times the slot map was loaded (tests and metrics)."""
 
     def node(self, slot: int) -> str:
-        return self.table.node_of(slot)
+        """The primary serving `slot`. A slot with no owner in the map (reloaded while
+        the cluster elects a new primary, or a slot no node serves) raises
+        `ShardUnavailable` naming it, and reloads the map in the background."""
+        try:
+            return self.table.node_of(slot)
+        except SlotsUnknown as exc:
+            if self.table.loaded:
+                self.stale("")
+            raise ShardUnavailable(
+                f"{exc}: the cluster may be electing a new primary, or the slot is "
+                "unassigned (CLUSTER SLOTS); retry once a node serves it",
+                shard="cluster",
+            ) from exc
 
     def shard_of(self, key: bytes) -> str:
         return self.node(keyslot(key))
@@ -167,7 +179,10 @@ class Router:
                 continue
             plan: dict[str, list[int]] = {}
             for i in positions:
-                target = self.safe_shard(keys[i])
+                try:
+                    target = self.shard_of(keys[i])
+                except ShardUnavailable:
+                    continue  # no node serves its slot yet: the next round
                 if isinstance(results[i], ShardTimeout) and target == tried_at[i]:
                     continue
                 plan.setdefault(target, []).append(i)

@@ -1,0 +1,258 @@
+"""Servers with replicas for the failover scenarios, and the failovers themselves.
+
+- `ReplicatedCluster`: `LocalCluster(3, replicas=1)`, node timeout 1 s. Faults:
+  `graceful` (`CLUSTER FAILOVER` on the victim's replica), `kill` (SIGKILL the
+  master; restarted once its replica is promoted, it rejoins as a replica) and
+  `stop` (SIGSTOP the master until its replica is promoted, then SIGCONT: it comes
+  back as a replica).
+- `SentinelPrimaries`: `LocalSentinels(2, replicas=1, sentinels=3)`. Fault: `kill`
+  (SIGKILL the primary of the first service; Sentinel promotes its replica; the old
+  primary is restarted and Sentinel makes it a replica).
+
+Each fault records, in the history, the fault (`failover-graceful`, `failover-kill`,
+`failover-stop`, `sentinel-kill`) with the shard and the workload keys that lived on
+it, then `promoted` once the replica answers as the primary. A fault that may lose
+acknowledged writes (every one but `graceful`) also records a `loss` event at the
+moment of the fault, with the same keys: the checker excuses only what began before
+it, touched those keys and was not acknowledged as durable. Waiting is done on
+events (roles, `cluster_state:ok`), each with a generous upper bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Self
+
+from redis.exceptions import RedisError
+
+from stampede.options import ConnectOptions
+from stampede.testing import LocalCluster, LocalSentinels, RedisNode
+from stampede.testing._admin import command
+from stampede.topology import SentinelShards
+from stampede.topology._cluster import Cluster
+from stampede.typing import Topology
+
+from .history import History, text
+
+__all__ = [
+    "FAILOVER_CONNECTION",
+    "FailoverServers",
+    "ReplicatedCluster",
+    "SentinelPrimaries",
+    "wait_until",
+]
+
+FAILOVER_CONNECTION = ConnectOptions(
+    socket_timeout=0.5, connect_timeout=0.5, connection_retries=1, failover_timeout=15.0
+)
+"""Short socket timeouts (a stopped master fails calls after half a second); calls safe
+to resend wait through an election for up to 15 s (a busy machine elects slowly)."""
+
+EVENT_TIMEOUT = 90.0
+"""The upper bound on any wait for a failover event (a bound, never a measure)."""
+
+
+async def wait_until(what: str, ready: Callable[[], bool], *, step: float = 0.02) -> None:
+    """Poll `ready` (in a thread: it talks to servers) until it is true; `TimeoutError`
+    naming `what` after `EVENT_TIMEOUT` seconds."""
+    deadline = time.monotonic() + EVENT_TIMEOUT
+    while not await asyncio.to_thread(ready):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not seen in {EVENT_TIMEOUT:g} s")
+        await asyncio.sleep(step)
+
+
+def _role(node: RedisNode) -> list[object] | None:
+    """ROLE of a node, or None when it does not answer (down, stopped, loading)."""
+    if not node.is_running or node.is_paused:
+        return None
+    try:
+        reply = command(node, "ROLE")
+    except (RedisError, OSError):
+        return None
+    return list(reply)
+
+
+def is_primary(node: RedisNode) -> bool:
+    role = _role(node)
+    return role is not None and role[0] == b"master"
+
+
+def replica_of(node: RedisNode, primary: RedisNode) -> bool:
+    """Whether `node` is a replica of `primary` with its link up."""
+    role = _role(node)
+    if role is None or role[0] != b"slave":
+        return False
+    return int(str(role[2])) == primary.port and role[3] == b"connected"
+
+
+@dataclass
+class Fault:
+    """What `FailoverServers.inject` did: the shard, the victim, the node promoted."""
+
+    kind: str
+    shard: str
+    victim: RedisNode
+    promoted: RedisNode
+
+
+class FailoverServers:
+    """Servers a failover scenario runs on (subclasses: a cluster, Sentinel primaries)."""
+
+    kind = "?"
+
+    def __enter__(self) -> Self:
+        raise NotImplementedError
+
+    def __exit__(self, *exc: object) -> None:
+        raise NotImplementedError
+
+    def topology(self) -> Topology:
+        raise NotImplementedError
+
+    def victim(self, topology: Topology, key: bytes) -> tuple[str, RedisNode, RedisNode]:
+        """The shard of `key`, its primary and the replica that will take over."""
+        raise NotImplementedError
+
+    async def inject(
+        self, fault: str, topology: Topology, key: bytes, keys: Sequence[bytes], history: History
+    ) -> Fault:
+        """Fail over the shard of `key` as `fault` says; return once the replica is
+        promoted and the old primary is back as a replica (`keys`: the workload keys
+        on that shard, recorded with the fault)."""
+        raise NotImplementedError
+
+    async def reset(self) -> None:
+        """Heal every node and empty every primary (and its replica)."""
+        raise NotImplementedError
+
+    def _record(self, kind: str, shard: str, keys: Sequence[bytes], history: History) -> None:
+        names = sorted(text(k) for k in keys)
+        history.fault(kind, shard=shard, keys=names)
+        if not kind.endswith("graceful"):
+            history.fault("loss", shard=shard, keys=names)
+
+    def _healed(
+        self, kind: str, shard: str, victim: RedisNode, keys: Sequence[bytes], history: History
+    ) -> None:
+        """The old primary is a replica again: what it took since it came back (a client
+        that still routed to its address) is gone too, so a second `loss`."""
+        history.fault("healed", shard=shard, node=victim.address)
+        if not kind.endswith("graceful"):
+            history.fault("loss", shard=shard, keys=sorted(text(k) for k in keys))
+
+
+class ReplicatedCluster(FailoverServers):
+    """Three masters with a replica each, node timeout 1 s (`LocalCluster`)."""
+
+    kind = "cluster"
+
+    def __init__(self) -> None:
+        self.cluster = LocalCluster(3, replicas=1, extra_args=["--cluster-node-timeout", "1000"])
+
+    def __enter__(self) -> Self:
+        self.cluster.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cluster.stop()
+
+    def topology(self) -> Topology:
+        return Cluster(self.cluster.urls, options=FAILOVER_CONNECTION)
+
+    def victim(self, topology: Topology, key: bytes) -> tuple[str, RedisNode, RedisNode]:
+        shard = topology.shard_of(key)
+        primary = next(n for n in self.cluster.nodes if n.address == shard)
+        replica = next(n for n in self.cluster.nodes if replica_of(n, primary))
+        return shard, primary, replica
+
+    async def inject(
+        self, fault: str, topology: Topology, key: bytes, keys: Sequence[bytes], history: History
+    ) -> Fault:
+        shard, victim, replica = await asyncio.to_thread(self.victim, topology, key)
+        if fault == "graceful":
+            command(replica, "CLUSTER", "FAILOVER")
+        elif fault == "kill":
+            victim.kill()
+        elif fault == "stop":
+            victim.pause()
+        else:
+            raise ValueError(f"unknown fault {fault!r}")
+        self._record(f"failover-{fault}", shard, keys, history)
+        await wait_until(f"{replica.address} promoted", lambda: is_primary(replica))
+        history.fault("promoted", shard=shard, node=replica.address)
+        if fault == "kill":
+            victim.restart()  # on the loop's thread: the parent-death signal (RedisNode)
+        elif fault == "stop":
+            victim.resume()
+        # Ready: every node up, one table, each master with its replica. Not "the victim a
+        # replica of the promoted node": on a busy machine the cluster may fail back.
+        await asyncio.to_thread(self.cluster.wait_until_ok, EVENT_TIMEOUT)
+        self._healed(fault, shard, victim, keys, history)
+        return Fault(fault, shard, victim, replica)
+
+    async def reset(self) -> None:
+        await asyncio.to_thread(self.cluster.heal, timeout=EVENT_TIMEOUT)
+        await asyncio.to_thread(self.cluster.flushall)
+
+
+class SentinelPrimaries(FailoverServers):
+    """Two services, a primary and a replica each, three Sentinels (`LocalSentinels`)."""
+
+    kind = "sentinel"
+
+    def __init__(self) -> None:
+        self.servers = LocalSentinels(2, replicas=1, sentinels=3)
+
+    def __enter__(self) -> Self:
+        self.servers.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.servers.stop()
+
+    def topology(self) -> Topology:
+        return SentinelShards(
+            self.servers.sentinel_urls, self.servers.names, options=FAILOVER_CONNECTION
+        )
+
+    def _data_nodes(self) -> list[RedisNode]:
+        return list(self.servers.servers())
+
+    def victim(self, topology: Topology, key: bytes) -> tuple[str, RedisNode, RedisNode]:
+        shard = topology.shard_of(key)
+        primary = self.servers.node_at(self.servers.primary_of(shard))
+        replica = next(n for n in self._data_nodes() if replica_of(n, primary))
+        return shard, primary, replica
+
+    async def inject(
+        self, fault: str, topology: Topology, key: bytes, keys: Sequence[bytes], history: History
+    ) -> Fault:
+        if fault != "kill":
+            raise ValueError(f"unknown fault {fault!r}")
+        shard, victim, replica = await asyncio.to_thread(self.victim, topology, key)
+        victim.kill()
+        self._record("sentinel-kill", shard, keys, history)
+        where = (replica.host, replica.port)
+        await wait_until(
+            f"Sentinel promoting {replica.address}",
+            lambda: self.servers.primary_of(shard) == where and is_primary(replica),
+        )
+        history.fault("promoted", shard=shard, node=replica.address)
+        victim.restart()  # empty, and a primary until told otherwise:
+        command(victim, "REPLICAOF", replica.host, replica.port)  # as a restart script would
+        await wait_until(f"{victim.address} a replica", lambda: replica_of(victim, replica))
+        self._healed("sentinel-kill", shard, victim, keys, history)
+        return Fault(fault, shard, victim, replica)
+
+    async def reset(self) -> None:
+        def flush() -> None:
+            for name in self.servers.names:
+                primary = self.servers.node_at(self.servers.primary_of(name))
+                command(primary, "FLUSHALL")
+                command(primary, "WAIT", 1, 5000)
+
+        await asyncio.to_thread(flush)
