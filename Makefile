@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test check lint typecheck pytest pytest-valkey redis server any-server bench chaos clean demo docs
+.PHONY: test check lint typecheck pytest pytest-valkey redis server any-server bench chaos clean demo docs docker-check
 
 # The integration tests repeated on Valkey by `make test` (docs/testing.md, "The
 # server matrix"): every file whose tests depend on what the server does (scripts
@@ -67,7 +67,7 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP) server
 	@$(PY) -c "from stampede.testing import default_server as d; print('pytest on', d().describe())"
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile
 
 # The Valkey leg of the matrix: VALKEY_TESTS on the bundled Valkey (skipped when
 # the Redis leg already ran on it because there is no redis-server).
@@ -75,12 +75,17 @@ pytest-valkey: $(STAMP) server
 	@if [ "$${STAMPEDE_TEST_SERVER:-auto}" != valkey ] && command -v redis-server >/dev/null; then \
 		STAMPEDE_TEST_SERVER=valkey $(PY) -c "from stampede.testing import default_server as d; \
 			print('pytest on', d().describe())" && \
-		STAMPEDE_TEST_SERVER=valkey $(VENV)/bin/pytest -q $(VALKEY_TESTS); \
+		STAMPEDE_TEST_SERVER=valkey $(VENV)/bin/pytest -q -p no:cacheprovider $(VALKEY_TESTS); \
 	else \
 		echo "pytest-valkey: the suite above already ran on Valkey"; \
 	fi
 
-test: $(STAMP) server lint typecheck pytest pytest-valkey
+# The checks run side by side, and the Redis leg in two pytest-xdist workers (one test
+# file per worker at a time): most tests wait on servers, elections and subprocesses,
+# not on the CPU, and every worker's servers take free ports of their own. Each
+# check's output is printed whole when it ends; any failure fails `make test`.
+test: $(STAMP) server
+	@$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck pytest pytest-valkey
 
 bench: $(STAMP) any-server
 	$(PY) -m benchmarks
@@ -101,6 +106,17 @@ chaos: $(STAMP) any-server
 # The documentation site; tests/test_docs.py runs the same strict build in `make test`.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# `make docker-check` (not part of `make test`): docker/ and the testcontainers backend on
+# a real engine, the one that answers or a private one it starts as root; images built
+# here, no registry needed; everything torn down on exit. See docker/README.md.
+DOCKER_STAMP := $(VENV)/.docker-installed
+$(DOCKER_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,docker]'
+	touch $(DOCKER_STAMP)
+
+docker-check: $(DOCKER_STAMP)
+	bash docker/check/run.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,19 +1,26 @@
-"""docker/: compose.yml, the Dockerfile and the scripts they run.
+"""docker/ and the testcontainers backend (stampede.testing.docker).
 
-No Docker engine is needed: the files are parsed and checked, and the cluster
-scripts of compose.yml run against local redis-server processes. Only
-`docker compose config` needs a compose client; it runs where one works.
+Without a Docker engine (`make test`): compose.yml, its local override and the
+Dockerfile are parsed and checked, the cluster scripts of compose.yml run against
+local redis-server processes, `config` runs where a compose client works, and the
+backend's errors are checked where testcontainers is installed.
+
+With STAMPEDE_DOCKER_CHECK=1 (set by `make docker-check`, which starts an engine and
+builds the local images first): `DockerNode`, `DockerPrimaries` and `DockerCluster`
+run real containers. docker/check/run.sh then starts compose.yml itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import re
 import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,28 +30,43 @@ import pytest
 import redis
 import yaml
 
+import stampede
 from stampede.cli._demo import DemoConfig, run_demo
 from stampede.cli._repair import worker_command
+from stampede.testing import DockerCluster, DockerNode, DockerPrimaries, HarnessError
 from stampede.testing._server import launcher
+from stampede.testing.docker import explain_start_error
+
+from ..support import spread_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 NODES = [f"cluster-{i}" for i in range(6)]
 PRIMARIES = ["primary-a", "primary-b"]
 WORKERS = ["worker", "worker-cluster"]
+ENGINE = os.environ.get("STAMPEDE_DOCKER_CHECK") == "1"
+needs_engine = pytest.mark.skipif(
+    not ENGINE,
+    reason="needs a Docker engine and the local images: `make docker-check` runs these",
+)
 
 
-def compose() -> dict[str, Any]:
-    """docker/compose.yml as parsed YAML (anchors and merge keys resolved)."""
-    data = yaml.safe_load((DOCKER / "compose.yml").read_text(encoding="utf-8"))
+def compose(name: str = "compose.yml") -> dict[str, Any]:
+    """A compose file of docker/ as parsed YAML (anchors and merge keys resolved)."""
+    data = yaml.safe_load((DOCKER / name).read_text(encoding="utf-8"))
     assert isinstance(data, dict)
     return data
 
 
-def service(name: str) -> dict[str, Any]:
-    found = compose()["services"][name]
+def service(name: str, file: str = "compose.yml") -> dict[str, Any]:
+    found = compose(file)["services"][name]
     assert isinstance(found, dict)
     return found
+
+
+def interpolate(text: str) -> str:
+    """Compose's `${VAR:-default}` with the defaults (the environment ignored)."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", text)
 
 
 def script(name: str) -> str:
@@ -58,7 +80,7 @@ def published(name: str) -> dict[int, int]:
     """container port -> host port, for every published port of a service."""
     out = {}
     for spec in service(name).get("ports", []):
-        host, container = str(spec).split(":")
+        host, container = interpolate(str(spec)).split(":")
         out[int(container)] = int(host)
     return out
 
@@ -147,10 +169,12 @@ def test_workers_build_the_dockerfile_and_run_stampede_worker() -> None:
 
 
 def test_dockerfile_installs_the_project_and_runs_the_worker() -> None:
-    """python:3.11-slim, the project installed with pip, entrypoint `stampede worker`."""
+    """python:3.11-slim by default (a build argument), the project installed with pip
+    with the cli extra `stampede worker` needs, entrypoint `stampede worker`."""
     text = (DOCKER / "Dockerfile").read_text(encoding="utf-8")
-    assert re.search(r"^FROM python:3\.11-slim$", text, re.M)
-    assert re.search(r"pip install \.", text)
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim$", text, re.M)
+    assert re.search(r"^FROM \$\{PYTHON_IMAGE\}$", text, re.M)
+    assert "pip install '.[cli]'" in text
     assert 'ENTRYPOINT ["stampede", "worker"]' in text
     for copied in re.findall(r"^COPY (.+) \S+$", text, re.M):
         for path in copied.split():
@@ -159,11 +183,69 @@ def test_dockerfile_installs_the_project_and_runs_the_worker() -> None:
     assert "!src/" in ignore and "!pyproject.toml" in ignore and "!README.md" in ignore
 
 
-def test_readme_says_what_was_not_run() -> None:
-    """docker/README.md says plainly that no container was started from these files."""
+def test_readme_records_what_ran() -> None:
+    """docker/README.md records the docker-check run (engine, compose) and the commands."""
     text = (DOCKER / "README.md").read_text(encoding="utf-8")
-    assert "No container has been started" in text
+    assert "No container has been started" not in text
+    assert "make docker-check" in text and "docker-compose version 1.29" in text
+    assert re.search(r"Docker Engine 20\.10", text)
     assert "stampede demo --url" in text and "stampede worker --url" in text
+
+
+# -- the local override (compose.local.yml) ------------------------------------------------
+
+
+def test_local_override_runs_everything_on_the_loopback() -> None:
+    """Every service of compose.yml is in the override, host-networked, on a local image;
+    every server binds 127.0.0.1 off 6379; the workers build the Dockerfile on a local base."""
+    local = compose("compose.local.yml")["services"]
+    assert set(local) == set(compose()["services"])
+    for name, svc in local.items():
+        assert svc["network_mode"] == "host", name
+        assert interpolate(svc["image"]).endswith(":local"), name
+    ports = []
+    for name in PRIMARIES:
+        svc = local[name]
+        port = int(interpolate(svc["environment"]["PORT"]))
+        ports.append(port)
+        assert '--port "$$PORT" --bind 127.0.0.1' in svc["command"][2]
+        assert "-p $$PORT" in svc["healthcheck"]["test"][1]  # not the host's 6379
+    assert 6379 not in ports and len(set(ports)) == 2
+    for name in NODES:
+        assert local[name]["environment"]["STAMPEDE_BIND"] == "127.0.0.1"
+        assert "${STAMPEDE_BIND:+--bind" in service(name)["command"][2]
+    for name in WORKERS:
+        svc = local[name]
+        assert svc["build"]["network"] == "host"
+        assert interpolate(svc["build"]["args"]["PYTHON_IMAGE"]) == "stampede-python:local"
+        args = [interpolate(str(a)) for a in svc["command"]]
+        ctx = worker_command.make_context("worker", args)
+        assert ctx.params["metrics_host"] == "127.0.0.1"
+        assert all(url.startswith("redis://127.0.0.1:") for url in ctx.params["urls"])
+    urls = worker_command.make_context(
+        "worker", [interpolate(str(a)) for a in local["worker"]["command"]]
+    ).params["urls"]
+    assert list(urls) == [f"redis://127.0.0.1:{port}" for port in ports]
+
+
+def test_drop_ports_removes_published_ports_of_host_networked_services() -> None:
+    """docker/check/drop_ports.py: compose 1.x refuses ports with host networking."""
+    merged = {
+        "services": {
+            "a": {"network_mode": "host", "ports": ["1:1"], "image": "x"},
+            "b": {"ports": ["2:2"], "image": "y"},
+        }
+    }
+    done = subprocess.run(
+        [sys.executable, str(DOCKER / "check" / "drop_ports.py")],
+        input=yaml.safe_dump(merged),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    out = yaml.safe_load(done.stdout)["services"]
+    assert out == {"a": {"network_mode": "host", "image": "x"}, "b": merged["services"]["b"]}
 
 
 def compose_client() -> list[str] | None:
@@ -190,14 +272,16 @@ def test_docker_compose_config_accepts_the_file() -> None:
             "no working compose client: neither `docker compose version` nor "
             "`docker-compose version` succeeds here; the parsing checks above still ran"
         )
-    done = subprocess.run(
-        [*command, "-f", str(DOCKER / "compose.yml"), "config", "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    for files in (["compose.yml"], ["compose.yml", "compose.local.yml"]):
+        options = [arg for name in files for arg in ("-f", str(DOCKER / name))]
+        done = subprocess.run(
+            [*command, *options, "config", "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
 
 
 def free_port_pair() -> int:
@@ -308,3 +392,123 @@ async def test_compose_scripts_form_a_cluster_the_demo_runs_on(compose_cluster: 
     config = DemoConfig(size=30, duration=1.0, seed=5)
     summary = await run_demo([f"redis://127.0.0.1:{ports[0]}"], cluster=True, config=config)
     assert summary.ok and summary.counters.writes > 0, summary.as_dict()
+
+
+# -- the testcontainers backend: its errors (no engine needed) -----------------------------
+
+
+def test_start_errors_are_one_line_and_name_what_is_missing() -> None:
+    """Each way a container fails to start is explained in one line."""
+    cases = {
+        "permission denied on the Docker socket": PermissionError(13, "Permission denied"),
+        "Ryuk": RuntimeError("could not start testcontainers/ryuk:0.8.1"),
+        "image stampede-x:1 is not on this engine": RuntimeError(
+            "404 Client Error for http+docker://localhost/v1.41/images/create: pull access denied"
+        ),
+        "STAMPEDE_TEST_DOCKER_NETWORK=host": RuntimeError("network bridge not found"),
+        "no Docker engine answers": RuntimeError(
+            "Error while fetching server API version: ('Connection aborted.', "
+            "FileNotFoundError(2, 'No such file or directory'))"
+        ),
+    }
+    for expected, exc in cases.items():
+        message = explain_start_error(exc, "stampede-x:1")
+        assert expected in message and "\n" not in message, message
+
+
+def test_docker_node_without_an_engine_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No engine at DOCKER_HOST: a one-line HarnessError naming the socket."""
+    pytest.importorskip("testcontainers", reason="needs the docker extra (testcontainers)")
+    socket_url = f"unix://{tmp_path}/no-engine.sock"
+    monkeypatch.setenv("DOCKER_HOST", socket_url)
+    with pytest.raises(HarnessError) as raised:
+        DockerNode(network="host").start()
+    message = str(raised.value)
+    assert f"no Docker engine answers at {socket_url}" in message and "\n" not in message
+
+
+# -- the testcontainers backend on a real engine (make docker-check) -----------------------
+
+
+def _engine() -> Any:
+    """docker-py's client (imported by name: `docker` here is also the repository's folder)."""
+    return importlib.import_module("docker").from_env()
+
+
+@needs_engine
+def test_docker_node_answers_logs_and_is_removed() -> None:
+    """A DockerNode runs the image, answers, shows its log, and its container goes on stop()."""
+    node = DockerNode()
+    node.start()
+    try:
+        container_id = node.container_id
+        client = node.client()
+        try:
+            client.set("docker:k", "v")
+            assert client.get("docker:k") == b"v"
+        finally:
+            client.close()
+        assert "Ready to accept connections" in node.log_tail()
+        assert (node.pid, node.is_running, container_id) == (None, True, container_id)
+        assert container_id is not None
+    finally:
+        node.stop()
+    assert not node.is_running
+    assert _engine().containers.list(all=True, filters={"id": container_id}) == []
+
+
+@needs_engine
+def test_docker_node_with_a_missing_image_says_so_in_one_line() -> None:
+    """An image that is neither on the engine nor pullable: one line naming it."""
+    image = "localhost:1/stampede-missing:none"  # a pull fails at once, on the loopback
+    with pytest.raises(HarnessError) as raised:
+        DockerNode(image=image).start()
+    message = str(raised.value)
+    assert f"image {image} is not on this engine" in message and "\n" not in message
+
+
+@needs_engine
+async def test_docker_primaries_carry_a_stamped_group() -> None:
+    """Two primaries in containers: a group written across both reads back consistent."""
+    with DockerPrimaries(2) as primaries:
+        assert len(primaries.urls) == 2
+        async with stampede.connect(primaries.urls) as st:
+            keys = spread_keys(st, "docker:1", 3)
+            receipt = await st.write("docker:1", {k: k.encode() for k in keys})
+            result = await st.read("docker:1", keys)
+            assert result.consistent and result.version == receipt.version
+        primaries.flushall()
+        for node in primaries.nodes:
+            client = node.client()
+            try:
+                assert client.dbsize() == 0
+            finally:
+                client.close()
+
+
+@needs_engine
+async def test_docker_cluster_migrates_a_slot_and_the_demo_runs_on_it() -> None:
+    """Three masters and three replicas in host-networked containers: a slot migrates
+    with its key, and the demo runs with no torn group left."""
+    with DockerCluster(3, 1) as cluster:
+        assert len(cluster.nodes) == 6
+        client = cluster.masters[0].client()
+        try:
+            reply = client.execute_command("CLUSTER", "KEYSLOT", "docker:moved")  # type: ignore[no-untyped-call]
+            slot = int(reply)
+        finally:
+            client.close()
+        owner = cluster.master_for_slot(slot)
+        owner_client = owner.client()
+        try:
+            owner_client.set("docker:moved", "v")
+        finally:
+            owner_client.close()
+        target = next(m for m in cluster.masters if m is not owner)
+        cluster.migrate_slot(slot, target)
+        assert cluster.master_for_slot(slot) is target
+        config = DemoConfig(size=30, duration=1.0, seed=7)
+        summary = await run_demo([cluster.url], cluster=True, config=config)
+        assert summary.ok and summary.counters.writes > 0, summary.as_dict()

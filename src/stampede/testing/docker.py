@@ -3,15 +3,20 @@
 Selected with `STAMPEDE_TEST_REDIS=docker` (or `--stampede-redis=docker`); needs the
 optional extra: `pip install 'stampede[docker]'` (testcontainers).
 
-NOT TESTED: the machine this harness was written on has no Docker engine, so no
-line of this module has been run against real containers. The local backend
-(`node.py`, `primaries.py`, `cluster.py`) is the tested one.
+Run against a real engine by `make docker-check` (tests/integration/test_docker.py,
+with STAMPEDE_DOCKER_CHECK=1; docs/testing.md names the engine and versions).
 
-- Primaries: one container per primary, port 6379 mapped to a free host port.
+- Primaries: one container per primary, port 6379 mapped to a free host port; with
+  `STAMPEDE_TEST_DOCKER_NETWORK=host` (an engine without a bridge network, such as
+  the one `make docker-check` starts), host networking on a free port instead.
 - Cluster: one container per node with host networking (`network_mode="host"`),
   each on a free host port, announcing 127.0.0.1, so the addresses in CLUSTER SLOTS
   and in MOVED/ASK work from the test process. Host networking needs a Linux Docker
   engine (Docker Desktop supports it only in recent versions, opt-in).
+
+Whatever goes wrong starting a container (no engine, no permission on its socket,
+an image that is neither here nor pullable, no bridge network) is a HarnessError
+whose message says in one line what is missing.
 
 Containers cannot be killed, paused or restarted through this API:
 `kill`/`pause`/`resume`/`restart` raise NotImplementedError. `heal()` has
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,15 +44,21 @@ from .primaries import LocalPrimaries
 __all__ = [
     "DEFAULT_IMAGE",
     "IMAGE_ENV",
+    "NETWORK_ENV",
     "DockerCluster",
     "DockerNode",
     "DockerPrimaries",
     "default_image",
+    "default_network",
+    "engine_problem",
+    "explain_start_error",
 ]
 
 
 IMAGE_ENV = "STAMPEDE_TEST_REDIS_IMAGE"
+NETWORK_ENV = "STAMPEDE_TEST_DOCKER_NETWORK"
 DEFAULT_IMAGE = "redis:7.2"
+_DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 _CONTAINER_PORT = 6379
 _NO_SIGNALS = (
     "{what}() is not available on the docker backend: containers are not signalled by "
@@ -57,6 +69,100 @@ _NO_SIGNALS = (
 def default_image() -> str:
     """The image to run: $STAMPEDE_TEST_REDIS_IMAGE, else redis:7.2."""
     return os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+
+
+def default_network() -> str:
+    """'bridge' (port mapping, the default) or 'host': $STAMPEDE_TEST_DOCKER_NETWORK."""
+    chosen = (os.environ.get(NETWORK_ENV) or "bridge").strip().lower()
+    if chosen not in ("bridge", "host"):
+        raise HarnessError(f"{NETWORK_ENV}={chosen!r}: expected 'bridge' or 'host'")
+    return chosen
+
+
+def _said(exc: BaseException) -> str:
+    """The first line of what docker (or testcontainers) said, kept short."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    first = lines[0].strip()
+    return first if len(first) <= 200 else first[:197] + "..."
+
+
+def explain_start_error(exc: BaseException, image: str) -> str:
+    """One line: what is missing when a container could not be started."""
+    chain: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 10:
+        chain.append(f"{type(seen).__name__} {seen}".lower())
+        seen = seen.__cause__ or seen.__context__
+    text = " | ".join(chain)
+    where = os.environ.get("DOCKER_HOST") or _DEFAULT_SOCKET
+    said = f"(docker said: {_said(exc)})"
+    if "permission denied" in text:
+        return _no_permission(where, said)
+    if "ryuk" in text:
+        return (
+            "testcontainers could not start its Ryuk reaper (its image cannot be pulled "
+            "here): set TESTCONTAINERS_RYUK_DISABLED=true, the harness removes its own "
+            f"containers {said}"
+        )
+    if any(
+        sign in text
+        for sign in ("imagenotfound", "pull access denied", "manifest unknown", "no such image")
+    ) or ("/images/" in text and "pull" in text):
+        return (
+            f"image {image} is not on this engine and could not be pulled: `docker pull "
+            f"{image}` where a registry answers, or set {IMAGE_ENV} to a local image "
+            f"(`make docker-check` builds stampede-redis:local) {said}"
+        )
+    if "network" in text and "not found" in text:
+        return f"the engine has no bridge network: set {NETWORK_ENV}=host {said}"
+    if any(
+        sign in text
+        for sign in (
+            "error while fetching server api version",
+            "connection refused",
+            "connection aborted",
+            "filenotfounderror",
+            "no such file or directory",
+            "cannot connect to the docker daemon",
+        )
+    ):
+        return _no_engine(where, said)
+    return f"could not start a {image} container {said}"
+
+
+def _no_permission(where: str, said: str) -> str:
+    return (
+        f"permission denied on the Docker socket {where}: add your user to the "
+        f"'docker' group or run as root {said}"
+    )
+
+
+def _no_engine(where: str, said: str) -> str:
+    return (
+        f"no Docker engine answers at {where}: start Docker, or set DOCKER_HOST to "
+        f"a running engine (`make docker-check` starts a private one) {said}"
+    )
+
+
+def engine_problem() -> str | None:
+    """None when the engine's unix socket accepts a connection, else what is wrong.
+
+    Checked before docker-py connects: a failed connection there leaves its socket
+    unclosed (a ResourceWarning in the caller's test session). Other transports
+    (tcp://, ssh://) are left to docker-py.
+    """
+    where = os.environ.get("DOCKER_HOST") or _DEFAULT_SOCKET
+    if not where.startswith("unix://"):
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5.0)
+        try:
+            probe.connect(where.removeprefix("unix://"))
+        except PermissionError as exc:
+            return _no_permission(where, f"({exc.strerror})")
+        except OSError as exc:
+            return _no_engine(where, f"({exc.strerror or type(exc).__name__})")
+    return None
 
 
 def _container_class() -> Any:
@@ -83,7 +189,7 @@ def _running(container: Any) -> bool:
 
 
 class DockerNode(RedisNode):
-    """A redis-server in a container, with RedisNode's addresses and client (untested here)."""
+    """A redis-server in a container, with RedisNode's addresses and client."""
 
     def __init__(
         self,
@@ -94,6 +200,7 @@ class DockerNode(RedisNode):
         redis_server: str | None = "redis-server",
         extra_args: Sequence[str] = (),
         image: str | None = None,
+        network: str | None = None,
     ) -> None:
         super().__init__(
             port=port,
@@ -103,6 +210,9 @@ class DockerNode(RedisNode):
             extra_args=extra_args,
         )
         self.image = image or default_image()
+        # A cluster node always uses host networking (its announced address must work
+        # from the tests); a primary maps its port unless told otherwise.
+        self.network = "host" if cluster_enabled else (network or default_network())
         self._container: Any = None
         self._reserved: int | None = None
 
@@ -118,6 +228,13 @@ class DockerNode(RedisNode):
     @property
     def is_paused(self) -> bool:
         return False
+
+    @property
+    def container_id(self) -> str | None:
+        """The running container's id, or None."""
+        if self._container is None:
+            return None
+        return str(self._container.get_wrapped_container().id)
 
     @property
     def directory(self) -> Path:
@@ -143,32 +260,46 @@ class DockerNode(RedisNode):
         if self._container is not None:
             raise RuntimeError(f"{self!r} is already running")
         container_class = _container_class()
-        if self.cluster_enabled:
-            port = self._requested_port or reserve_free_port(self.host, cluster=True)
+        problem = engine_problem()
+        if problem is not None:
+            raise HarnessError(problem)
+        host_network = self.network == "host"
+        if host_network:
+            port = self._requested_port or reserve_free_port(
+                self.host, cluster=self.cluster_enabled
+            )
             self._reserved = None if self._requested_port else port
             args = server_args(
-                port, bind=self.host, directory="/data", cluster_enabled=True, extra_args=()
+                port,
+                bind=self.host,
+                directory="/data",
+                cluster_enabled=self.cluster_enabled,
+                extra_args=(),
             )
-            container = container_class(self.image).with_kwargs(network_mode="host")
         else:
             port = _CONTAINER_PORT
             args = server_args(
                 port, bind="0.0.0.0", directory="/data", cluster_enabled=False, extra_args=()
             )
             args += ["--protected-mode", "no"]  # clients come in through the port mapping
-            container = container_class(self.image).with_exposed_ports(_CONTAINER_PORT)
-        container.with_command([self.redis_server or "redis-server", *args, *self.extra_args])
-        try:
+        command = [self.redis_server or "redis-server", *args, *self.extra_args]
+        container: Any = None
+        try:  # the client connects to the engine as it is made: keep it inside
+            container = container_class(self.image)
+            if host_network:
+                container.with_kwargs(network_mode="host")
+            else:
+                container.with_exposed_ports(_CONTAINER_PORT)
+            container.with_command(command)
             container.start()
-        except Exception as exc:  # docker or testcontainers error; say what to check
+        except Exception as exc:  # docker or testcontainers error; say what is missing
+            if container is not None:
+                _remove(container)
             self.stop()
-            raise HarnessError(
-                f"could not start a {self.image} container ({exc}); is a Docker engine "
-                "running and reachable (DOCKER_HOST)?"
-            ) from exc
+            raise HarnessError(explain_start_error(exc, self.image)) from None
         self._container = container
         weakref.finalize(self, _remove, container)
-        if not self.cluster_enabled:
+        if not host_network:
             self.host = container.get_container_host_ip()
             port = int(container.get_exposed_port(_CONTAINER_PORT))
         self._port = port
@@ -188,7 +319,7 @@ class DockerNode(RedisNode):
             _remove(self._container)
             self._container = None
         if self._reserved is not None:
-            release_port(self._reserved, cluster=True)
+            release_port(self._reserved, cluster=self.cluster_enabled)
             self._reserved = None
 
     def kill(self) -> None:
@@ -205,20 +336,26 @@ class DockerNode(RedisNode):
 
 
 class DockerPrimaries(LocalPrimaries):
-    """`n` primaries, one container each (untested here: no Docker engine)."""
+    """`n` primaries, one container each (network: see `default_network()`)."""
 
     def __init__(
-        self, n: int = 3, *, image: str | None = None, **node_kwargs: Unpack[NodeOptions]
+        self,
+        n: int = 3,
+        *,
+        image: str | None = None,
+        network: str | None = None,
+        **node_kwargs: Unpack[NodeOptions],
     ) -> None:
         self.image = image or default_image()
+        self.network = network or default_network()
         super().__init__(n, **node_kwargs)
 
     def _make_node(self) -> RedisNode:
-        return DockerNode(image=self.image, **self._node_kwargs)
+        return DockerNode(image=self.image, network=self.network, **self._node_kwargs)
 
 
 class DockerCluster(LocalCluster):
-    """A cluster of host-networked containers (untested here: no Docker engine)."""
+    """A cluster of host-networked containers, one per node, announcing 127.0.0.1."""
 
     def __init__(
         self,
