@@ -208,6 +208,14 @@ class Topology(Protocol):
         """Run a Lua script on the node of `keys` (one unit): EVALSHA, EVAL on NOSCRIPT."""
         ...
 
+    async def scripts(
+        self, script: Script, calls: Sequence[tuple[Sequence[bytes], Sequence[Any]]]
+    ) -> list[Any]:
+        """Several calls of `script`, each one unit (its keys on one node), all at once:
+        per call its reply, or the `ShardError` it met (not raised). A cluster sends
+        the calls bound for one node as one pipeline."""
+        ...
+
     async def durable_script(
         self, script: Script, keys: Sequence[bytes], args: Sequence[Any], then: list[Command]
     ) -> tuple[Any, int]:

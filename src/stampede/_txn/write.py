@@ -79,17 +79,25 @@ async def run_units(
     acknowledged a call there.
     """
     groups = positions if positions is not None else call_units(topology, keys)
+    calls = [
+        (
+            [k for p in group for k in (keys[p], sides[p])],
+            [*head, *(a for p in group for a in args[p])],
+        )
+        for group in groups
+    ]
 
-    async def one(group: Sequence[int]) -> Any:
-        pairs = [k for p in group for k in (keys[p], sides[p])]
-        argv = [*head, *(a for p in group for a in args[p])]
-        if acks is None:
-            return await topology.script(script, pairs, argv)
-        reply, count = await topology.durable_script(script, pairs, argv, acks.then)
-        acks.add(topology.shard_of(keys[group[0]]), count)
-        return reply
+    if acks is None:
+        replies = await topology.scripts(script, calls)
+    else:
+        waited = acks
 
-    replies = await asyncio.gather(*(one(g) for g in groups), return_exceptions=True)
+        async def durable(pairs: list[bytes], argv: list[Any]) -> Any:
+            reply, count = await topology.durable_script(script, pairs, argv, waited.then)
+            waited.add(topology.shard_of(pairs[0]), count)
+            return reply
+
+        replies = await asyncio.gather(*(durable(*c) for c in calls), return_exceptions=True)
     out: list[Any] = [None] * len(keys)
     for group, reply in zip(groups, replies, strict=True):
         if isinstance(reply, BaseException) and not isinstance(reply, ShardError):

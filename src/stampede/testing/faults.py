@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, Unpack, cast, overload
 
-from ..topology._base import WriteOutcome
+from ..topology._base import WriteOutcome, each_script
 
 if TYPE_CHECKING:
     from .._lua import Script
@@ -94,6 +94,12 @@ class DelegatingTopology:
 
     async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         return await self.inner.script(script, keys, args)
+
+    async def scripts(
+        self, script: Script, calls: Sequence[tuple[Sequence[bytes], Sequence[Any]]]
+    ) -> list[Any]:
+        # one `script` call each, so that a subclass that hooks `script` sees them all
+        return await each_script(self, script, calls)
 
     async def durable_script(
         self, script: Script, keys: Sequence[bytes], args: Sequence[Any], then: list[Command]

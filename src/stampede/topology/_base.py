@@ -8,11 +8,12 @@ pipeline per shard, all shards at once, and translates redis-py errors into
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..errors import ShardError, ShardResponseError, ShardTimeout, ShardUnavailable
 from ._resp import (
@@ -25,6 +26,7 @@ from ._resp import (
 )
 
 if TYPE_CHECKING:
+    from .._lua import Script
     from ..keys import SlotMap
     from ..typing import Topology
     from ._coalesce import Fanin
@@ -36,6 +38,7 @@ __all__ = [
     "ReadWatch",
     "WriteOutcome",
     "call_units",
+    "each_script",
     "guarded",
     "incr",
     "mapped",
@@ -61,6 +64,12 @@ class FixedShards:
     @property
     def slot_map(self) -> SlotMap:
         return self._map
+
+    async def scripts(
+        self, script: Script, calls: Sequence[tuple[Sequence[bytes], Sequence[Any]]]
+    ) -> list[Any]:
+        """Each call as one `script` call (one per shard already), all at once."""
+        return await each_script(cast("Topology", self), script, calls)
 
 
 @dataclass(slots=True)
@@ -188,6 +197,20 @@ async def guarded(shard: str, call: Callable[[], Awaitable[T]]) -> T:
     """Await `call()` with its transport errors mapped (see `mapped`)."""
     with mapped(shard):
         return await call()
+
+
+async def each_script(
+    topology: Topology, script: Script, calls: Sequence[tuple[Sequence[bytes], Sequence[Any]]]
+) -> list[Any]:
+    """`Topology.scripts` as one `script` call per (keys, args), all at once: per call
+    its reply, or the `ShardError` it met."""
+    replies = await asyncio.gather(
+        *(topology.script(script, keys, args) for keys, args in calls), return_exceptions=True
+    )
+    for reply in replies:
+        if isinstance(reply, BaseException) and not isinstance(reply, ShardError):
+            raise reply
+    return replies
 
 
 def unit_of(topology: Topology, key: bytes) -> int | str:

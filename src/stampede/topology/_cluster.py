@@ -329,6 +329,31 @@ class Cluster:
             raise translate(results[0], node) from results[0]
         return results[0]
 
+    async def scripts(
+        self, script: Script, calls: Sequence[tuple[Sequence[bytes], Sequence[Any]]]
+    ) -> list[Any]:
+        """Each call on the owner of its keys' slot; the calls bound for one node go
+        as one pipeline (EVALSHA, EVAL on NOSCRIPT; redirections followed one by one)."""
+        out: list[Any] = [None] * len(calls)
+        by_node: dict[str, list[int]] = {}
+        for i, (keys, _) in enumerate(calls):
+            try:
+                by_node.setdefault(self._single(keys, "a Lua script"), []).append(i)
+            except ShardError as exc:
+                out[i] = exc
+
+        async def one(node: str, chosen: list[int]) -> None:
+            commands = [
+                ("EVALSHA", script.sha, len(calls[i][0]), *calls[i][0], *calls[i][1])
+                for i in chosen
+            ]
+            run = self._router.runner(node, [calls[i][0][0] for i in chosen])
+            for i, reply in zip(chosen, await eval_fallback(run, commands), strict=True):
+                out[i] = translate(reply, node) if isinstance(reply, BaseException) else reply
+
+        await asyncio.gather(*(one(node, chosen) for node, chosen in by_node.items()))
+        return out
+
     async def durable_script(
         self, script: Script, keys: Sequence[bytes], args: Sequence[Any], then: list[Command]
     ) -> tuple[Any, int]:
