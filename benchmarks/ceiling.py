@@ -331,6 +331,34 @@ def report(results: dict[str, dict[str, float]]) -> None:
         )
 
 
+TARGETS = (
+    # (what, stampede row, ceiling row, measure, target, higher is better)
+    ("stamped read @64, share of the ceiling", "stampede read", "ceiling read", "keys_per_s",
+     0.35, True),
+    ("guarded write @64, share of the ceiling", "stampede write", "ceiling write", "keys_per_s",
+     0.20, True),
+    ("read at concurrency 1, vs the ceiling", "stampede read", "ceiling read", "c1_us", 1.5,
+     False),
+    ("write at concurrency 1, vs the ceiling", "stampede write", "ceiling write", "c1_us", 1.5,
+     False),
+)  # fmt: skip
+"""The performance targets this benchmark measures directly (docs/performance.md)."""
+
+
+def report_targets(results: dict[str, dict[str, float]]) -> None:
+    """Each target's ratio in this run, and whether it is met."""
+    print("\ntargets (this run):")
+    for what, mine, ceiling, measure, target, higher in TARGETS:
+        if mine not in results or ceiling not in results:
+            continue
+        ratio = results[mine][measure] / results[ceiling][measure]
+        met = ratio >= target if higher else ratio <= target
+        sign = ">=" if higher else "<="
+        print(
+            f"  {what:44} {ratio:6.2f}  (target {sign} {target:.2f}: {'met' if met else 'not met'})"
+        )
+
+
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
     for dist in ("redis", "hiredis", "valkey-glide", "coredis", "stampede-redis"):
@@ -368,6 +396,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 }
             results = await measure(rows, args.seconds, args.slices)
     report(results)
+    report_targets(results)
     return {"versions": versions(), "seconds": args.seconds, "slices": args.slices, "rows": results}
 
 
