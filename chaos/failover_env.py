@@ -16,11 +16,17 @@ acknowledged writes (every one but `graceful`) also records a `loss` event at th
 moment of the fault, with the same keys: the checker excuses only what began before
 it, touched those keys and was not acknowledged as durable. Waiting is done on
 events (roles, `cluster_state:ok`), each with a generous upper bound.
+
+A cluster replica is asked to take over only once its own last election is older than
+`ELECTION_RETRY`, and a cluster fault fails the run if the shard is not served by the
+promoted replica once the cluster is ok again: a failover that Redis reverted is never
+measured as one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +34,7 @@ from typing import Self
 
 from redis.exceptions import RedisError
 
+from stampede.keys import keyslot
 from stampede.options import ConnectOptions
 from stampede.testing import LocalCluster, LocalSentinels, RedisNode
 from stampede.testing._admin import command
@@ -53,6 +60,20 @@ to resend wait through an election for up to 15 s (a busy machine elects slowly)
 
 EVENT_TIMEOUT = 90.0
 """The upper bound on any wait for a failover event (a bound, never a measure)."""
+
+NODE_TIMEOUT = 1.0
+"""`cluster-node-timeout` of `ReplicatedCluster`, in seconds."""
+
+ELECTION_RETRY = 2 * max(2 * NODE_TIMEOUT, 2.0) + 0.5
+"""Seconds a cluster replica must be past its own last election before it is failed over
+to: Redis's retry time (twice the auth timeout, `max(2 x node timeout, 2 s)`: 4 s here)
+and a margin. Sooner, Redis 7.0 (`clusterHandleSlaveFailover`) does not start a new
+election: within the auth timeout it counts the *previous* election's votes and "wins"
+at once, at that election's epoch, and the current master's newer epoch turns it back
+into a replica a few milliseconds later (the manual failover is then over, never
+retried, and the master stays paused for writes until its timeout); between the auth
+timeout and the retry time it waits for the retry. The failover-graceful campaign of
+2026-11-25 hit both: runs alternate the shard between two nodes, about a second apart."""
 
 
 async def wait_until(what: str, ready: Callable[[], bool], *, step: float = 0.02) -> None:
@@ -151,7 +172,10 @@ class ReplicatedCluster(FailoverServers):
     kind = "cluster"
 
     def __init__(self) -> None:
-        self.cluster = LocalCluster(3, replicas=1, extra_args=["--cluster-node-timeout", "1000"])
+        timeout = str(int(NODE_TIMEOUT * 1000))
+        self.cluster = LocalCluster(3, replicas=1, extra_args=["--cluster-node-timeout", timeout])
+        self.elected: dict[str, float] = {}
+        """node address -> when (monotonic) it was last seen promoted by a fault."""
 
     def __enter__(self) -> Self:
         self.cluster.start()
@@ -173,6 +197,9 @@ class ReplicatedCluster(FailoverServers):
         self, fault: str, topology: Topology, key: bytes, keys: Sequence[bytes], history: History
     ) -> Fault:
         shard, victim, replica = await asyncio.to_thread(self.victim, topology, key)
+        last = self.elected.get(replica.address, -math.inf)
+        if (wait := last + ELECTION_RETRY - time.monotonic()) > 0:
+            await asyncio.sleep(wait)  # the workload runs on; the fault is recorded after
         if fault == "graceful":
             command(replica, "CLUSTER", "FAILOVER")
         elif fault == "kill":
@@ -184,13 +211,21 @@ class ReplicatedCluster(FailoverServers):
         self._record(f"failover-{fault}", shard, keys, history)
         await wait_until(f"{replica.address} promoted", lambda: is_primary(replica))
         history.fault("promoted", shard=shard, node=replica.address)
+        self.elected[replica.address] = time.monotonic()
         if fault == "kill":
             victim.restart()  # on the loop's thread: the parent-death signal (RedisNode)
         elif fault == "stop":
             victim.resume()
-        # Ready: every node up, one table, each master with its replica. Not "the victim a
-        # replica of the promoted node": on a busy machine the cluster may fail back.
+        # Ready: every node up, one table, each master with its replica; and the shard
+        # served by the promoted node (not necessarily with the victim as its replica).
         await asyncio.to_thread(self.cluster.wait_until_ok, EVENT_TIMEOUT)
+        owner = await asyncio.to_thread(self.cluster.master_for_slot, keyslot(key))
+        if owner.address != replica.address:
+            raise RuntimeError(
+                f"{fault} of {shard}: {replica.address} was seen promoted, but "
+                f"{owner.address} serves the shard once the cluster is ok: the failover "
+                "was reverted (see ELECTION_RETRY)"
+            )
         self._healed(fault, shard, victim, keys, history)
         return Fault(fault, shard, victim, replica)
 

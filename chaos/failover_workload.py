@@ -49,10 +49,11 @@ __all__ = [
     "ramp_keys_on",
 ]
 
-DURABLE = Durability(replicas=1, timeout=0.3)
+DURABLE = Durability(replicas=1, timeout=1.0)
 """What the durable writers ask: one replica has every key (and record) of the write.
-The wait stays below the socket timeout (`FAILOVER_CONNECTION`, 0.5 s): a longer one
-turns a shortfall into a `WriteTimeout` (see tests/integration/test_chaos_failover.py)."""
+The wait is longer than the socket timeout (`FAILOVER_CONNECTION`, 0.5 s) on purpose:
+`WAIT` extends the socket timeout, so a shortfall is reported (`receipt.durable` is
+False), never raised as a `WriteTimeout` (see tests/integration/test_chaos_failover.py)."""
 
 
 class TrackingTopology(DelegatingTopology):
