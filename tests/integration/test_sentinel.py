@@ -8,14 +8,16 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from redis.exceptions import RedisError
 
 import stampede
 from stampede import ConfigurationError, RetryPolicy, SetupError, Stampede
 from stampede.options import ConnectOptions
-from stampede.testing import LocalSentinels
+from stampede.testing import LocalSentinels, RedisNode
+from stampede.testing._admin import command
 from stampede.topology import SentinelShards
 
-from ..support import run_cli
+from ..support import eventually, run_cli
 
 pytestmark = pytest.mark.timeout(180)  # real elections, on a machine that may be busy
 
@@ -75,8 +77,79 @@ async def test_a_client_open_before_a_primary_dies_writes_after_the_promotion(
     await st.write(group, dict.fromkeys(keys, b"after"))
     got = await st.read(group, keys, retry=RetryPolicy(deadline=30.0))
     assert got.consistent and got.values == dict.fromkeys(keys, b"after")
-    assert watched.primary_of(name) != (old.host, old.port)
+
+    async def told() -> bool:  # the client may know before the Sentinel asked here does
+        return await asyncio.to_thread(watched.primary_of, name) != (old.host, old.port)
+
+    await eventually(told, within=90.0)
     assert isinstance(st.topology, SentinelShards) and st.topology.switches >= 3
+
+
+def _named_by_a_sentinel(
+    watched: LocalSentinels, name: str, old: tuple[str, int]
+) -> RedisNode | None:
+    """The node that some Sentinel names as `name`'s primary instead of `old`, once it
+    answers as a primary (the first Sentinel to know: the others learn later)."""
+    for sentinel in watched.sentinels:
+        if sentinel.is_paused:
+            continue
+        try:
+            host, port = command(sentinel, "SENTINEL", "get-master-addr-by-name", name)
+            address = (host.decode() if isinstance(host, bytes) else str(host), int(port))
+            if address != old and command(watched.node_at(address), "ROLE")[0] == b"master":
+                return watched.node_at(address)
+        except (RedisError, OSError):
+            continue
+    return None
+
+
+def _role_and_keys(node: RedisNode, keys: list[str]) -> tuple[bytes, int]:
+    """What `node` calls itself and how many of `keys` it holds, in one snapshot."""
+    pipe = node.client().pipeline(transaction=True)
+    pipe.role()
+    pipe.exists(*keys)
+    role, held = pipe.execute()
+    return bytes(role[0]), int(held)
+
+
+@pytest.mark.parametrize("silent", [False, True], ids=["sentinels-up", "first-sentinel-silent"])
+async def test_a_killed_primary_restarted_at_its_old_address_gets_no_writes(
+    watched: LocalSentinels, st: Stampede, silent: bool
+) -> None:
+    """The primary of shard-a is SIGKILLed; once a Sentinel names the promoted replica,
+    the old process comes back at its old port as an empty primary (until Sentinel
+    demotes it, seconds later). The writes of the client that was open all along, a
+    transaction's too, must go to the promoted replica, never to that zombie, even
+    when the Sentinel listed first (`silent`: SIGSTOPped from before the kill) tells
+    the client nothing."""
+    name = watched.names[0]
+    group = _group_on(st, name)
+    await st.write(group, {f"{group}:a": b"before"})
+    old = watched.node_at(watched.primary_of(name))
+    old.client().wait(1, 5000)
+    if silent:
+        watched.sentinels[0].pause()
+    old.kill()
+    promoted: list[RedisNode] = []
+
+    async def named() -> bool:
+        node = await asyncio.to_thread(_named_by_a_sentinel, watched, name, (old.host, old.port))
+        promoted.extend([node] if node is not None else [])
+        return node is not None
+
+    await eventually(named, within=90.0)
+    new = promoted[0]
+    old.restart()  # empty, and a primary (as its config says) until Sentinel demotes it
+    keys = [f"{group}:b", f"{group}:c"]
+    await st.write(group, dict.fromkeys(keys, b"after"))
+    async with st.transaction() as tx:
+        tx.set(f"{group}:d", b"in a transaction")
+    keys.append(f"{group}:d")
+    assert new.client().exists(*keys) == len(keys), "the promoted primary lacks the writes"
+    role, held = _role_and_keys(old, keys)
+    assert role != b"master" or held == 0, "writes reached the restarted old primary"
+    if silent:
+        watched.sentinels[0].resume()
 
 
 async def test_an_unknown_service_is_refused_at_open(watched: LocalSentinels) -> None:

@@ -16,7 +16,10 @@ runs pipelines on them:
 - a timeout is never retried (a paused server would stall the caller): an
   idempotent pipeline raises `ReplyTimeout`, another `OutcomeUnknownError`;
 - a refusal of the credentials (`NOAUTH`, `WRONGPASS`) raises `AuthError` at once
-  and is never retried.
+  and is never retried;
+- once a connection was lost (or could not be made), the next one is opened only
+  after `check` (when set) has run: Sentinel shards ask the Sentinels there where
+  the primary is now, which may `repoint` the lane first.
 
 `session()` holds one connection alone for several round trips (WATCH ... EXEC).
 """
@@ -24,7 +27,7 @@ runs pipelines on them:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..errors import OutcomeUnknownError
@@ -60,11 +63,14 @@ class Lane:
     __slots__ = (
         "_base",
         "_cap",
+        "_checked",
         "_exclusive",
         "_limit",
+        "_losses",
         "_opening",
         "_shared",
         "_waiters",
+        "check",
         "endpoint",
         "name",
         "retries",
@@ -90,6 +96,10 @@ class Lane:
         self._exclusive: list[Connection] = []  # held by sessions
         self._opening = 0
         self._waiters: list[asyncio.Future[None]] = []
+        self.check: Callable[[], Awaitable[object]] | None = None
+        """Awaited before connecting again after a loss (see the module)."""
+        self._losses = 0  # connections lost or refused so far
+        self._checked = 0  # of those, how many a finished `check` came after
 
     @property
     def limit(self) -> int:
@@ -103,18 +113,36 @@ class Lane:
 
     # -- connections --------------------------------------------------------------
 
+    def _lost(self) -> None:
+        """A connection to this server was lost or refused: `check` before the next."""
+        self._losses += 1
+
     async def _connect(self) -> Connection:
-        """A new connection; connecting is retried with backoff (nothing was sent)."""
+        """A new connection; connecting is retried with backoff (nothing was sent).
+        After a loss, `check` runs first; a connection opened to the server this lane
+        was `repoint`ed away from meanwhile is closed, and another opened."""
         attempt = 0
         while True:
+            losses = self._losses
+            if losses != self._checked and self.check is not None:
+                await self.check()
+                self._checked = max(self._checked, losses)
+            endpoint = self.endpoint
             self._opening += 1
             try:
-                return await Connection.open(self.endpoint)
+                conn = await Connection.open(endpoint)
             except ConnectTimeout:
+                self._lost()
                 raise  # a host that does not answer: trying again only waits longer
             except ConnectionLost:
+                self._lost()
                 if attempt >= self.retries:
                     raise
+            else:
+                if endpoint is self.endpoint:
+                    return conn
+                conn.close()
+                continue
             finally:
                 self._opening -= 1
             attempt += 1
@@ -126,6 +154,7 @@ class Lane:
         for conn in list(self._shared):
             if not conn.usable:
                 self._shared.remove(conn)
+                self._lost()
                 continue
             if conn.pending == 0:
                 return conn
@@ -186,6 +215,7 @@ class Lane:
             try:
                 replies = await conn.send(commands)
             except LOST as exc:
+                self._lost()
                 if not safe:
                     raise OutcomeUnknownError(
                         describe(commands), shard=self.name, cause=exc
@@ -224,7 +254,9 @@ class Lane:
         """A held connection back: to the shared ones, or closed when `broken`."""
         if conn in self._exclusive:
             self._exclusive.remove(conn)
-        if broken or not conn.usable or conn.pending:
+        if not conn.usable:
+            self._lost()
+        if broken or not conn.usable or conn.pending or conn.endpoint is not self.endpoint:
             conn.close()
         else:
             self._shared.append(conn)
@@ -235,11 +267,13 @@ class Lane:
 
     def repoint(self, endpoint: Endpoint) -> None:
         """Talk to another server from now on (a Sentinel failover moved the primary):
-        the connections to the old one are closed (what waits on them fails as a lost
-        connection, and follows the retry policy)."""
+        the connections to the old one are closed, those held by sessions too (what
+        waits on them fails as a lost connection, and follows the retry policy); none
+        is reused, nor one still being opened to the old server."""
         self.endpoint = endpoint
         conns, self._shared = self._shared, []
-        for conn in conns:
+        held, self._exclusive = self._exclusive, []
+        for conn in [*conns, *held]:
             conn.close()
 
     async def aclose(self) -> None:

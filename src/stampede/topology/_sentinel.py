@@ -1,18 +1,30 @@
 """`SentinelShards`: independent primaries whose failovers Redis Sentinel manages.
 
 Each shard is a Sentinel *service* (a master name), in shard order. The client
-asks the Sentinels (in turn, until one answers) for each service's primary with
-`SENTINEL get-master-addr-by-name`, checks with `ROLE` that the address it got is
-a primary, and points that shard's lane at it. It then follows failovers three
-ways:
+asks every Sentinel at once for each service's primary (`SENTINEL MASTER` for its
+`config-epoch`, `SENTINEL get-master-addr-by-name` for the address) and believes
+the newest configuration: a Sentinel that has not yet heard of a failover is
+outvoted by the one that made it, and the client never goes back to an older
+configuration than the one it follows unless every Sentinel says so. It checks
+with `ROLE` that the address is a primary and points that shard's lane at it. It
+then follows failovers four ways:
 
-- it listens on one Sentinel for `+switch-master` (pub/sub) and moves a shard's
-  lane to the new primary at once (another Sentinel when that one goes away);
+- it listens on every Sentinel for `+switch-master` (pub/sub; the first Sentinel
+  to know tells), asks again at once and moves the shard's lane: its connections
+  to the old primary are closed, those held by transactions too. A subscription
+  is PINGed when quiet, and made again (asking about every shard) when it ends;
+- once a connection to a shard's primary was lost or refused, the lane asks the
+  Sentinels again before it opens the next one (`Lane.check`): it never reconnects
+  blindly to an old primary that came back as an empty primary at its address;
 - a call that meets a failed connection, a timeout, `READONLY`, `MASTERDOWN` or
-  `LOADING` asks the Sentinels again (one question at a time per shard), and a
-  call that is safe to resend goes again to the primary they name, with backoff,
-  for up to `ConnectOptions.failover_timeout` seconds;
+  `LOADING` asks the Sentinels again, and a call that is safe to resend goes again
+  to the primary they name, with backoff, for up to
+  `ConnectOptions.failover_timeout` seconds;
 - every `ConnectOptions.refresh_interval` seconds it asks again anyway.
+
+Questions are asked one at a time per shard, and whoever asks gets an answer to a
+question put after it asked (news that arrives meanwhile makes the shard ask once
+more), so a `+switch-master` is never answered by a question begun before it.
 
 Data nodes are reached with the first Sentinel URL's credentials and TLS
 settings (`data_url`, when given, supplies them instead: `redis://user:pw@/`).
@@ -24,6 +36,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import hiredis
@@ -49,6 +62,10 @@ from ._shards import Shards
 __all__ = ["SentinelShards"]
 
 T = TypeVar("T")
+
+_QUIET = 5.0
+"""Seconds a Sentinel subscription may stay silent before it is PINGed; one that
+stays silent as long again is dropped and made again."""
 
 _MOVED_ON = (ConnectionLost, OSError, ReadOnlyError, MasterDownError, BusyLoadingError)
 """What a call meets when its shard's primary is gone or demoted (a timeout too,
@@ -91,7 +108,11 @@ class SentinelShards(Shards):
         endpoints = [self._template.at("127.0.0.1", 1) for _ in services]
         urls = [f"sentinel service {name}" for name in services]
         self._build(urls, endpoints, list(services), opts, slot_map, policy)
+        for shard, lane in enumerate(self._lanes):
+            lane.check = partial(self._recheck, shard)
         self._asking: dict[int, asyncio.Future[bool]] = {}
+        self._stale: set[int] = set()  # shards whose question came before the news
+        self._epochs: dict[int, int] = {}  # config-epoch of where each lane points
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Future[Any]] = set()
         self.switches = 0
@@ -103,8 +124,8 @@ class SentinelShards(Shards):
         """Ask the Sentinels for every service's primary, then check the servers as
         `Shards.open` does (each must be a primary); then follow failovers."""
         found = await asyncio.gather(*(self._master_of(i) for i in range(len(self._services))))
-        for i, address in enumerate(found):
-            if address is None:
+        for i, answer in enumerate(found):
+            if answer is None:
                 raise SetupError(
                     f"no Sentinel knows a primary for service {self._services[i]!r} (asked "
                     f"{', '.join(redact(u) for u in self._sentinel_urls)}); check the "
@@ -112,24 +133,26 @@ class SentinelShards(Shards):
                     url=redact(self._sentinel_urls[0]),
                     problem="unreachable",
                 )
-            self._point(i, address)
+            self._epochs[i] = answer[0]
+            self._point(i, answer[1])
         await super().open()
         if not self._tasks:
-            self._tasks.append(asyncio.create_task(self._listen()))
+            for lane in self._sentinel_lanes:
+                self._tasks.append(asyncio.create_task(self._listen(lane.endpoint)))
             if self._options.refresh_interval > 0:
                 self._tasks.append(asyncio.create_task(self._poll()))
 
-    async def _master_of(self, shard: int) -> tuple[str, int] | None:
-        """(host, port) of the service's primary, from the first Sentinel that knows."""
+    async def _master_of(self, shard: int) -> tuple[int, tuple[str, int], bool] | None:
+        """(config-epoch, (host, port), whether every Sentinel agrees) of the service's
+        primary, from every Sentinel at once: the newest configuration wins."""
         name = self._services[shard]
-        for lane in self._sentinel_lanes:
-            try:
-                reply = await lane.call("SENTINEL", "get-master-addr-by-name", name)
-            except TRANSPORT_ERRORS:
-                continue
-            if isinstance(reply, list) and len(reply) == 2:
-                return _text(reply[0]), int(reply[1])
-        return None
+        answers = await asyncio.gather(*(_ask(lane, name) for lane in self._sentinel_lanes))
+        known = [a for a in answers if a is not None]
+        if not known:
+            return None
+        epoch, address = max(known, key=lambda a: a[0])  # a tie: the first in list order
+        unanimous = len(known) == len(answers) and all(a[1] == address for a in known)
+        return epoch, address, unanimous
 
     def _point(self, shard: int, address: tuple[str, int]) -> bool:
         """Move shard `shard`'s lane to `address`; whether it moved."""
@@ -143,17 +166,37 @@ class SentinelShards(Shards):
         return True
 
     async def _ask_again(self, shard: int) -> bool:
-        """Ask the Sentinels where shard `shard` is now (one question at a time per
-        shard); whether it moved. A primary that says it is a replica is not taken."""
+        """Ask the Sentinels where shard `shard` is now; whether it moved. One question
+        at a time per shard, and the answer is to a question put after this call. A
+        primary that says it is a replica is not taken."""
+        self._stale.add(shard)
         asking = self._asking.get(shard)
         if asking is None or asking.done():
             asking = self._asking[shard] = asyncio.ensure_future(self._relocate(shard))
         return await asyncio.shield(asking)
 
+    async def _recheck(self, shard: int) -> None:
+        """`Lane.check`: before the lane reconnects after a loss."""
+        with contextlib.suppress(*TRANSPORT_ERRORS):
+            await self._ask_again(shard)
+
     async def _relocate(self, shard: int) -> bool:
-        address = await self._master_of(shard)
-        if address is None or not await self._is_primary(address):
+        moved = False
+        while shard in self._stale:
+            self._stale.discard(shard)
+            moved = await self._relocate_once(shard) or moved
+        return moved
+
+    async def _relocate_once(self, shard: int) -> bool:
+        answer = await self._master_of(shard)
+        if answer is None:
             return False
+        epoch, address, unanimous = answer
+        if epoch < self._epochs.get(shard, -1) and not unanimous:
+            return False  # a Sentinel that has not heard of the last failover yet
+        if not await self._is_primary(address):
+            return False
+        self._epochs[shard] = epoch
         return self._point(shard, address)
 
     async def _is_primary(self, address: tuple[str, int]) -> bool:
@@ -190,25 +233,25 @@ class SentinelShards(Shards):
             )
             attempt += 1
 
-    async def _listen(self) -> None:
-        """Follow `+switch-master` on one Sentinel after another, for good; each time it
-        (re)subscribes it asks about every shard, in case it missed a switch."""
+    async def _listen(self, endpoint: Endpoint) -> None:
+        """Follow `+switch-master` on one Sentinel, for good (every Sentinel has its
+        own listener): subscribe again, with backoff, whenever the subscription ends."""
         attempt = 0
         while True:
-            for endpoint in [lane.endpoint for lane in self._sentinel_lanes]:
-                for shard in range(len(self._services)):
-                    self._spawn(self._ask_again(shard))
-                with contextlib.suppress(*TRANSPORT_ERRORS, OSError, hiredis.ProtocolError):
-                    await self._subscribe(endpoint)
+            with contextlib.suppress(*TRANSPORT_ERRORS, OSError, hiredis.ProtocolError):
+                if await self._subscribe(endpoint):
                     attempt = 0
-                await asyncio.sleep(backoff(attempt, 0.05, 1.0))
-                attempt += 1
+            await asyncio.sleep(backoff(attempt, 0.05, 1.0))
+            attempt += 1
 
-    async def _subscribe(self, endpoint: Endpoint) -> None:
+    async def _subscribe(self, endpoint: Endpoint) -> bool:
+        """Listen until the connection ends; whether the subscription was made. Once
+        it is, every shard is asked about (a switch may have come before it)."""
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(endpoint.host, endpoint.port, ssl=endpoint.tls),
             endpoint.connect_timeout,
         )
+        subscribed = pinged = False
         try:
             hello: list[tuple[Any, ...]] = []
             if endpoint.password is not None:
@@ -217,15 +260,31 @@ class SentinelShards(Shards):
             hello.append(("SUBSCRIBE", "+switch-master"))
             writer.write(pack(hello))
             parser = hiredis.Reader()
-            while data := await reader.read(65536):
+            while True:
+                try:
+                    data = await asyncio.wait_for(reader.read(65536), _QUIET)
+                except TimeoutError:
+                    if pinged:
+                        return subscribed  # a Sentinel that no longer answers
+                    writer.write(pack([("PING",)]))
+                    pinged = True
+                    continue
+                if not data:
+                    return subscribed
+                pinged = False
                 parser.feed(data)
                 while (message := parser.gets()) is not False:
+                    if not subscribed and _is_subscribed(message):
+                        subscribed = True
+                        for shard in range(len(self._services)):
+                            self._spawn(self._ask_again(shard))
                     self._switched(message)
         finally:
             writer.close()
 
     def _switched(self, message: Any) -> None:
-        """A `+switch-master` message: `<name> <old ip> <old port> <new ip> <new port>`."""
+        """A `+switch-master` message: `<name> <old ip> <old port> <new ip> <new port>`;
+        the Sentinels are asked at once (the newest configuration wins there too)."""
         if not isinstance(message, list) or len(message) != 3 or message[0] != b"message":
             return
         parts = _text(message[2]).split()
@@ -261,6 +320,33 @@ class SentinelShards(Shards):
         for lane in self._sentinel_lanes:
             await lane.aclose()
         await super().aclose()
+
+
+async def _ask(lane: Lane, name: str) -> tuple[int, tuple[str, int]] | None:
+    """One Sentinel's (config-epoch, address) of service `name`, or None. The epoch is
+    -1 when this Sentinel will not say (`SENTINEL MASTER` refused by an ACL)."""
+    try:
+        master, address = await lane.pipeline(
+            [("SENTINEL", "MASTER", name), ("SENTINEL", "get-master-addr-by-name", name)],
+            resend=True,  # questions: a lost reply is a Sentinel that did not answer
+        )
+    except TRANSPORT_ERRORS:
+        return None
+    if not isinstance(address, list) or len(address) != 2:
+        return None
+    epoch = -1
+    if isinstance(master, list):
+        fields = dict(zip(master[::2], master[1::2], strict=False))
+        with contextlib.suppress(TypeError, ValueError):
+            epoch = int(fields.get(b"config-epoch", -1))
+    try:
+        return epoch, (_text(address[0]), int(address[1]))
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_subscribed(message: Any) -> bool:
+    return isinstance(message, list) and len(message) == 3 and message[0] == b"subscribe"
 
 
 def _text(value: Any) -> str:
