@@ -193,3 +193,22 @@ async def test_the_durability_option_applies_to_transactions_over_primaries(
             tx.set("dp:b", b"2")
         assert tx.receipt is not None and not tx.receipt.atomic
         assert tx.receipt.durable is True and tx.receipt.replicas == {primary.address: 1}
+
+
+async def test_a_write_that_timed_out_at_a_paused_master_lands_once_it_resumes() -> None:
+    """A master paused for writes (CLIENT PAUSE ... WRITE) keeps its slots: the write
+    that timed out there goes to it again as soon as it answers, instead of waiting
+    out the whole failover window for another owner that never comes (found by the
+    failover chaos scenarios)."""
+    options = ConnectOptions(
+        socket_timeout=0.5, connect_timeout=0.5, connection_retries=1, failover_timeout=30.0
+    )
+    with LocalCluster(3) as cluster:
+        async with stampede.connect(cluster.url, cluster=True, connection=options) as st:
+            group, key = "pw:{1}", "pw:{1}:a"
+            await st.write(group, {key: b"before"})
+            master = cluster.master_for_slot(keyslot(key))
+            master.client().execute_command("CLIENT", "PAUSE", 2000, "WRITE")  # type: ignore[no-untyped-call]
+            receipt = await st.write(group, {key: b"after"})  # times out, then lands
+            assert receipt.keys == (key.encode(),)
+            assert (await st.read(group, [key])).values == {key: b"after"}

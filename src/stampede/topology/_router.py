@@ -41,6 +41,8 @@ __all__ = ["ERRORS", "TRANSIENT", "Router", "failing", "redirected"]
 
 ERRORS = (RedisError, OSError, TimeoutError)
 _MAX_REDIRECTS = 16
+_PROBE = 0.5
+"""Seconds a node that timed out has to answer a PING before a command goes there again."""
 
 
 def redirected(result: Any) -> bool:
@@ -163,12 +165,14 @@ class Router:
     ) -> None:
         """Send `commands[positions]` again until they get through or the failover
         window ends: reload the slot map (from any node), send each to its slot's
-        owner, back off. A timed-out command goes again only to another node (the
-        one that timed out may be paused, and resending there would wait again)."""
+        owner, back off. A timed-out command goes to the node it timed out at again
+        only once that node answers a quick PING (a paused node would make it wait out
+        the socket timeout again; one that resumed, still owning the slot, takes it)."""
         deadline = time.monotonic() + self.options.failover_timeout
         tried_at = dict.fromkeys(positions, node)
         attempt = 0
         while positions and time.monotonic() < deadline:
+            answers: dict[str, bool] = {}
             await asyncio.sleep(
                 backoff(attempt, self.options.retry_base, min(0.25, self.options.retry_cap))
             )
@@ -184,7 +188,10 @@ class Router:
                 except ShardUnavailable:
                     continue  # no node serves its slot yet: the next round
                 if isinstance(results[i], ShardTimeout) and target == tried_at[i]:
-                    continue
+                    if target not in answers:
+                        answers[target] = await self.answers(target)
+                    if not answers[target]:
+                        continue
                 plan.setdefault(target, []).append(i)
             for target, chosen in plan.items():
                 got = await self._send(target, [commands[i] for i in chosen], True)
@@ -192,6 +199,26 @@ class Router:
                     results[i] = reply
                     tried_at[i] = target
             positions = [i for i in positions if failing(results[i])]
+
+    async def answers(self, node: str) -> bool:
+        """Whether `node` answers a PING within `_PROBE` seconds (at most the socket
+        timeout), on a connection of its own."""
+        lane = self.lane_at(node)
+        try:
+            conn = await lane.hold()
+        except ERRORS:
+            return False
+        broken = True
+        try:
+            (reply,) = await conn.send(
+                [("PING",)], timeout=min(_PROBE, lane.endpoint.socket_timeout)
+            )
+            broken = False
+        except ERRORS:
+            return False
+        finally:
+            lane.release(conn, broken=broken)
+        return not isinstance(reply, BaseException)
 
     def stale(self, node: str) -> None:
         """The map may be out of date (`node` failed): reload it in the background."""
