@@ -4,6 +4,7 @@ failovers (node timeout 1 s)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -13,6 +14,8 @@ from stampede import Durability, RetryPolicy, SetupError, Stampede, TransactionA
 from stampede.keys import keyslot
 from stampede.options import ConnectOptions
 from stampede.testing import LocalCluster, RedisNode
+
+from ..support import eventually
 
 pytestmark = pytest.mark.timeout(180)  # real elections, on a machine that may be busy
 
@@ -212,3 +215,33 @@ async def test_a_write_that_timed_out_at_a_paused_master_lands_once_it_resumes()
             receipt = await st.write(group, {key: b"after"})  # times out, then lands
             assert receipt.keys == (key.encode(),)
             assert (await st.read(group, [key])).values == {key: b"after"}
+
+
+async def test_a_call_behind_a_long_wait_is_not_cut_short(
+    primary_and_replica: tuple[RedisNode, RedisNode],
+) -> None:
+    """A durable write whose WAIT outlasts the socket timeout (its replica paused) holds
+    a connection of its own: a plain write sent meanwhile to the same primary is not
+    queued behind the WAIT (where it timed out, and took the durable write's connection
+    down with it); the durable one reports its shortfall (found by the failover chaos
+    scenarios)."""
+    primary, replica = primary_and_replica
+    primary.client().wait(1, 5000)
+    options = ConnectOptions(socket_timeout=0.5, connect_timeout=0.5, connection_retries=1)
+    async with stampede.connect([primary.url], connection=options) as st:
+        await st.write("hb:{1}", {"hb:{1}:a": b"0"})
+        replica.pause()
+        durable = asyncio.ensure_future(
+            st.write("hd:{1}", {"hd:{1}:a": b"1"}, durability=Durability(replicas=1, timeout=1.5))
+        )
+        admin = primary.client()
+
+        async def waiting() -> bool:  # the WAIT is under way
+            return int(admin.info("clients")["blocked_clients"]) >= 1
+
+        await eventually(waiting)
+        plain = await st.write("hb:{1}", {"hb:{1}:a": b"1"})
+        receipt = await durable
+        replica.resume()
+        assert plain.keys and not durable.exception()
+        assert receipt.durable is False and receipt.replicas == {primary.address: 0}

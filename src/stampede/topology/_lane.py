@@ -39,6 +39,7 @@ from ._resp import (
     ConnectTimeout,
     ReplyError,
     ReplyTimeout,
+    blocking,
     is_auth_refusal,
 )
 from ._retries import all_idempotent, backoff, describe
@@ -206,14 +207,17 @@ class Lane:
 
         After a lost reply the pipeline is sent again only when every command is
         idempotent (`resend` overrides that judgement for callers who know better);
-        else `OutcomeUnknownError`. Timeouts are never resent.
+        else `OutcomeUnknownError`. Timeouts are never resent. A pipeline the server
+        may hold on purpose (`WAIT`, `WAITAOF`) goes on a connection of its own, so
+        that no other call queues behind it (and times out there).
         """
         safe = all_idempotent(commands) if resend is None else resend
+        alone = blocking(commands) > 0
         attempt = 0
         while True:
-            conn = await self._shared_connection()
+            conn = await (self.hold() if alone else self._shared_connection())
             try:
-                replies = await conn.send(commands)
+                replies = await (self._alone(conn, commands) if alone else conn.send(commands))
             except LOST as exc:
                 self._lost()
                 if not safe:
@@ -227,6 +231,17 @@ class Lane:
                 continue
             _check_auth(conn, replies)
             return replies
+
+    async def _alone(self, conn: Connection, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """`commands` on the held connection `conn`, which then goes back to the lane
+        (closed unless every reply came)."""
+        broken = True
+        try:
+            replies = await conn.send(commands)
+            broken = False
+        finally:
+            self.release(conn, broken=broken)
+        return replies
 
     def session(self) -> Session:
         """One connection for several round trips (WATCH ... EXEC): `async with`."""
