@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from functools import partial
 from typing import TypeVar
 
 from .errors import (
@@ -201,7 +200,19 @@ async def write_group(
         stamp["replicas"] = durability.replicas
         stamp["wait_ms"] = max(1, round(durability.timeout * 1000))
         stamp["aof"] = durability.aof
-    put = partial(topology.write_guarded, **stamp)
+
+    async def put(sent: Sequence[bytes], values: Sequence[bytes]) -> WriteOutcome:
+        outcome = await topology.write_guarded(sent, values, **stamp)
+        if limit and FUTURE in outcome.results.values():
+            # A write held up (failover resends, a slow shard) may meet a newer write
+            # stamped after its limit was set: judged against the clock now, that is
+            # no skew but a newer write. Sent again (same stamp) under a fresh limit.
+            fresh = limit_for(versions, version)
+            if fresh > stamp["limit"]:
+                stamp["limit"] = fresh
+                outcome = await topology.write_guarded(sent, values, **stamp)
+        return outcome
+
     if mode is Mode.STAMP:
         atomic = one_slot
         outcome = await put(keys, encoded)

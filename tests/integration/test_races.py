@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Unpack
 
 import pytest
 
@@ -25,9 +26,13 @@ from stampede import (
     TornReadError,
 )
 from stampede._kept import drop_kept
+from stampede._write import write_group
 from stampede.errors import ConfigurationError, RepairError
 from stampede.repair import Loaded, NewestWins, Refetch
 from stampede.results import RepairAction
+from stampede.testing.faults import DelegatingTopology
+from stampede.topology._base import WriteOutcome
+from stampede.typing import GuardStamp, Topology
 from stampede.wire import commit_key, new_token
 
 from ..support import open_stampede, spread_keys
@@ -400,3 +405,54 @@ async def test_kept_versions_never_go_below_an_acknowledged_write(st: Stampede) 
     except TornReadError:
         return  # torn until W0 completes or a repair runs: fine
     assert b"w3" not in got.values.values(), got.values
+
+
+class HeldUp(DelegatingTopology):
+    """Runs `meanwhile` before the first guarded write goes out: what happens while a
+    write is held up between drawing its version and reaching Redis (a failover's
+    resends, a slow shard)."""
+
+    def __init__(self, inner: Topology, meanwhile: Callable[[], Awaitable[object]]) -> None:
+        super().__init__(inner)
+        self.meanwhile: Callable[[], Awaitable[object]] | None = meanwhile
+
+    async def write_guarded(
+        self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]
+    ) -> WriteOutcome:
+        if self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return await self.inner.write_guarded(keys, values, **stamp)
+
+
+async def test_a_late_write_meeting_a_newer_one_is_superseded_not_a_clock_skew(
+    st: Stampede,
+) -> None:
+    """A write held up longer than max_offset, while another writer (with the same,
+    honest clock) wrote the group: the newer write's version is beyond the late write's
+    limit as drawn, but not beyond the clock now. The late write is kept out
+    (superseded), not refused as ClockSkewError (found by the Sentinel failover chaos
+    scenario)."""
+    now = [time.time_ns()]
+    clock = HybridClock(clock=lambda: now[0], max_offset=5.0)
+    keys = spread_keys(st, "held", 2)
+    raw = [k.encode() for k in keys]
+
+    async def newer_write_meanwhile() -> None:
+        now[0] += 7 * 10**9  # held up for 7 s
+        other = HybridClock(clock=lambda: now[0])
+        await write_group(
+            st.topology, b"held", raw, [b"newer"] * 2, mode=Mode.STAMP, versions=other, ttl=None
+        )
+
+    late = await write_group(
+        HeldUp(st.topology, newer_write_meanwhile),
+        b"held",
+        raw,
+        [b"late"] * 2,
+        mode=Mode.STAMP,
+        versions=clock,
+        ttl=None,
+    )
+    assert set(late.superseded) == set(raw)
+    assert (await st.read("held", keys)).values == dict.fromkeys(keys, b"newer")
