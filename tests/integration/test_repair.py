@@ -90,37 +90,50 @@ async def test_commit_mode_rolls_forward(st: Stampede) -> None:
 
 @pytest.mark.parametrize("strategy", ["newest", "refetch"])
 async def test_repair_never_overwrites_a_racing_newer_write(st: Stampede, strategy: str) -> None:
-    """A write that starts after the repair's read always survives, whatever the interleaving."""
+    """A write that starts after the repair's read always survives, whatever the
+    interleaving: one round in three the racer lands before the repair writes, one in
+    three only after the repair is done, and the rest race freely (random delays)."""
     keys = spread_keys(st, "race")
     rng = random.Random(7)
     racers: list[asyncio.Task[str]] = []
     outcomes: dict[str, int] = {}
+    order = ["free"]
+    repaired = asyncio.Event()
 
-    def start_racer(payload: bytes) -> None:
+    async def start_racer(payload: bytes) -> None:
         """Begin a full write of the group now: after the read, before the repair's writes."""
 
         async def racer() -> str:
-            await asyncio.sleep(rng.choice([0, 0, rng.random() * 0.003]))
+            if order[0] == "repair-first":
+                await repaired.wait()
+            else:
+                await asyncio.sleep(rng.choice([0, 0, rng.random() * 0.003]))
             return (await st.write("race", dict.fromkeys(keys, payload))).token
 
-        racers.append(asyncio.create_task(racer()))
+        task = asyncio.create_task(racer())
+        racers.append(task)
+        if order[0] == "racer-first":
+            await task  # the racer has landed before the repair goes on
 
     async def loader(group: bytes, ks: Sequence[bytes]) -> dict[bytes, bytes]:
-        start_racer(b"racer")
+        await start_racer(b"racer")
         await asyncio.sleep(rng.random() * 0.003)
         return dict.fromkeys(ks, b"from-source")
 
     async def rebuild(truth: Mapping[bytes, bytes], stale: Sequence[bytes]) -> dict[bytes, bytes]:
-        start_racer(b"racer")
+        await start_racer(b"racer")
         await asyncio.sleep(rng.random() * 0.003)
         return dict.fromkeys(stale, b"rebuilt")
 
     repair = Refetch(loader) if strategy == "refetch" else NewestWins(rebuild=rebuild)
-    for _ in range(40):
+    for i in range(40):
         racers.clear()
+        repaired.clear()
+        order[0] = ("racer-first", "repair-first", "free")[i % 3]
         await st.write("race", dict.fromkeys(keys, b"base"))
         await tear(st, "race", keys, b"torn")
         result = await st.read("race", keys, retry=QUICK, repair=repair)
+        repaired.set()
         assert result.repair is not None
         outcomes[result.repair.action.value] = outcomes.get(result.repair.action.value, 0) + 1
         (racer_token,) = await asyncio.gather(*racers)
