@@ -5,6 +5,7 @@ topologies."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from stampede import (
     Envelope,
+    HybridClock,
     InvalidKeyError,
     MixedWritersError,
     Mode,
@@ -25,7 +27,7 @@ from stampede._kept import newest_whole
 from stampede._lua import Script
 from stampede._txn.scripts import COMMIT, COMMIT_ONE, PREPARE, ROUND2
 from stampede._txn.sweep import sweep
-from stampede._txn.write import run_units
+from stampede._txn.write import Transaction, run_units
 from stampede.errors import ConfigurationError, ShardUnavailable
 from stampede.repair import NewestWins
 from stampede.testing.faults import DelegatingTopology
@@ -686,3 +688,57 @@ async def test_a_version_superseded_here_is_never_completed_later(st: Stampede) 
     commit = [(version, token, "", 0, b"", b"")]
     assert await run_units(st.topology, COMMIT, [raw], [side], commit, head=[5000]) == [0]
     assert await _raw(st, a) is None
+
+
+class HeldUpPrepare(DelegatingTopology):
+    """Runs `meanwhile` before the first PREPARE goes out (a prepare held up between
+    drawing its version and reaching Redis: failover resends, a slow shard)."""
+
+    def __init__(self, inner: Any, meanwhile: Any) -> None:
+        super().__init__(inner)
+        self.meanwhile = meanwhile
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        if script.sha == PREPARE.sha and self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return await self.inner.script(script, keys, args)
+
+
+async def test_a_late_prepare_meeting_a_newer_transaction_is_superseded_not_a_clock_skew(
+    quick: Any,
+) -> None:
+    """A transaction held up past max_offset before its prepare, while another (with the
+    same honest clock) committed the same keys: judged against the clock when it lands,
+    the newer version is no skew. The late transaction commits, kept out by the newer
+    one (superseded), instead of raising ClockSkewError."""
+    st = quick
+    keys = spread_keys(st, "lateprep", 3)
+    now = [time.time_ns()]
+
+    async def newer_meanwhile() -> None:
+        now[0] += 7 * 10**9  # held up for 7 s
+        async with Transaction(
+            st.topology,
+            versions=HybridClock(clock=lambda: now[0]),
+            ttl=None,
+            grace=5.0,
+            tombstone_grace=300.0,
+            timeout=10.0,
+        ) as newer:
+            for key in keys:
+                newer.set(key, b"newer")
+
+    late = Transaction(
+        HeldUpPrepare(st.topology, newer_meanwhile),
+        versions=HybridClock(clock=lambda: now[0], max_offset=5.0),
+        ttl=None,
+        grace=5.0,
+        tombstone_grace=300.0,
+        timeout=10.0,
+    )
+    for key in keys:
+        late.set(key, b"late")
+    receipt = await late.commit()
+    assert set(receipt.superseded) == {k.encode() for k in keys}
+    assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"newer")

@@ -39,7 +39,7 @@ from ..typing import Topology, VersionSource
 from ..wire import Envelope, is_reserved
 from ..wire._txn import Stamp, decode_meta, side_key, stamp_text
 from .scripts import COMMIT, ROUND1, ROUND2
-from .write import run_units
+from .units import run_units
 
 __all__ = ["read_atomic", "required_versions"]
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -41,88 +40,23 @@ from ..errors import (
 )
 from ..options import Durability
 from ..results import GuardCode, TransactionReceipt
-from ..topology._base import call_units
-from ..topology._durable import waits
 from ..typing import Topology, VersionSource
 from ..versions import Counter
 from ..wire import expire_at, new_token
 from ..wire._txn import encode_meta, side_key
 from .scripts import COMMIT, COMMIT_ONE, PREPARE
+from .units import Acks, run_units
 
 __all__ = ["PREPARE_HOLD_MS", "Transaction", "run_units"]
 
 _LABEL = b"transaction"
 _GONE = 3  # COMMIT: the version's expiry instant had passed, nothing was written
+_FUTURE = int(GuardCode.FUTURE)  # a stored clock version beyond the writer's limit
 _NOT_WRITTEN = int(GuardCode.WITHHELD)  # COMMIT_ONE: another key was refused
 _SETTLED = (0, 1, 2, _GONE)  # a reply that says what the key holds now
 _COMMIT_TRIES = 4  # sends of a one-slot transaction whose outcome stays unknown
 PREPARE_HOLD_MS = 3_600_000
 """How long a prepared version waits for its commit before it counts as abandoned."""
-
-
-async def run_units(
-    topology: Topology,
-    script: Any,
-    keys: Sequence[bytes],
-    sides: Sequence[bytes],
-    args: Sequence[Sequence[Any]],
-    *,
-    head: Sequence[Any] = (),
-    positions: Sequence[Sequence[int]] | None = None,
-    acks: Acks | None = None,
-) -> list[Any]:
-    """Run `script` over (key, side) pairs, one call per unit, all at once.
-
-    `args[p]` are the per-pair arguments of position p. Returns, per position, its
-    reply entry, or the `ShardError` its call met. With `acks`, each call waits for
-    replicas on its own connection, and `acks` records, per shard, the fewest that
-    acknowledged a call there.
-    """
-    groups = positions if positions is not None else call_units(topology, keys)
-    calls = [
-        (
-            [k for p in group for k in (keys[p], sides[p])],
-            [*head, *(a for p in group for a in args[p])],
-        )
-        for group in groups
-    ]
-
-    if acks is None:
-        replies = await topology.scripts(script, calls)
-    else:
-        waited = acks
-
-        async def durable(pairs: list[bytes], argv: list[Any]) -> Any:
-            reply, count = await topology.durable_script(script, pairs, argv, waited.then)
-            waited.add(topology.shard_of(pairs[0]), count)
-            return reply
-
-        replies = await asyncio.gather(*(durable(*c) for c in calls), return_exceptions=True)
-    out: list[Any] = [None] * len(keys)
-    for group, reply in zip(groups, replies, strict=True):
-        if isinstance(reply, BaseException) and not isinstance(reply, ShardError):
-            raise reply
-        for i, p in enumerate(group):
-            out[p] = reply if isinstance(reply, ShardError) else reply[i]
-    return out
-
-
-class Acks:
-    """What a durable transaction asked (`then`: the waits after each call) and, per
-    shard, the fewest replicas that acknowledged one of its calls there."""
-
-    def __init__(self, durability: Durability) -> None:
-        self.wanted = durability.replicas
-        wait_ms = max(1, round(durability.timeout * 1000))
-        self.then = waits(durability.replicas, wait_ms, durability.aof)
-        self.by_shard: dict[str, int] = {}
-
-    def add(self, shard: str, count: int) -> None:
-        self.by_shard[shard] = min(count, self.by_shard.get(shard, count))
-
-    def short(self) -> dict[str, int]:
-        """The shards that acknowledged fewer replicas than asked."""
-        return {s: n for s, n in self.by_shard.items() if n < self.wanted}
 
 
 class Transaction:
@@ -234,19 +168,26 @@ class Transaction:
         if len({topology.slot_of(k) for k in keys}) == 1:
             args = [(version, token, ats[i], limit, envs[i], meta) for i in range(len(keys))]
             codes = await self._commit_one_slot(keys, sides, args, acks)
+            if (fresh := self._fresher(codes, version, limit)) is not None:
+                args = [(*a[:3], fresh, *a[4:]) for a in args]
+                codes = await self._commit_one_slot(keys, sides, args, acks)
             self.receipt = self._receipt(version, token, keys, codes, acks, atomic=True)
             return self.receipt
         started = time.monotonic()
         prepared_acks = None if self._durability is None else Acks(self._durability)
-        prepared = await run_units(
+        prepare = partial(
+            run_units,
             topology,
             PREPARE,
             keys,
             sides,
-            [(version, token, limit, ats[i], envs[i], meta) for i in range(len(keys))],
             head=[max(PREPARE_HOLD_MS, 10 * self._grace_ms)],
             acks=prepared_acks,
         )
+        parts = list(zip(ats, envs, strict=True))
+        prepared = await prepare([(version, token, limit, at, e, meta) for at, e in parts])
+        if (fresh := self._fresher(prepared, version, limit)) is not None:
+            prepared = await prepare([(version, token, fresh, at, e, meta) for at, e in parts])
         self._check_prepared(keys, prepared, prepared_acks)
         elapsed = time.monotonic() - started
         if elapsed > self._timeout:
@@ -337,6 +278,15 @@ class Transaction:
                     resent=True,
                 ) from error
         return codes
+
+    def _fresher(self, codes: list[Any], version: int, limit: int) -> int | None:
+        """A fresh limit on stored clock versions when a key refused the transaction's
+        version as from the future (-3) and the clock moved on since the limit was set:
+        the call was held up and met a newer write, no skew (sent again under it)."""
+        if not limit or _FUTURE not in codes:
+            return None
+        fresh = limit_for(self._versions, version)
+        return fresh if fresh > limit else None
 
     def _check_prepared(self, keys: list[bytes], codes: list[Any], acks: Acks | None) -> None:
         error = next((c for c in codes if isinstance(c, ShardError)), None)
