@@ -113,6 +113,7 @@ class SentinelShards(Shards):
         self._asking: dict[int, asyncio.Future[bool]] = {}
         self._stale: set[int] = set()  # shards whose question came before the news
         self._epochs: dict[int, int] = {}  # config-epoch of where each lane points
+        self._held_down: dict[int, bool] = {}  # the Sentinels hold its primary down
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Future[Any]] = set()
         self.switches = 0
@@ -142,17 +143,24 @@ class SentinelShards(Shards):
             if self._options.refresh_interval > 0:
                 self._tasks.append(asyncio.create_task(self._poll()))
 
-    async def _master_of(self, shard: int) -> tuple[int, tuple[str, int], bool] | None:
-        """(config-epoch, (host, port), whether every Sentinel agrees) of the service's
-        primary, from every Sentinel at once: the newest configuration wins."""
+    async def _master_of(self, shard: int) -> tuple[int, tuple[str, int], bool, bool] | None:
+        """(config-epoch, (host, port), whether every Sentinel agrees, whether it is held
+        down) of the service's primary, from every Sentinel at once: the newest
+        configuration wins. Held down: the Sentinels hold it down (`o_down`), fail it
+        over, or name two addresses under the newest epoch (a failover under way)."""
         name = self._services[shard]
         answers = await asyncio.gather(*(_ask(lane, name) for lane in self._sentinel_lanes))
         known = [a for a in answers if a is not None]
         if not known:
             return None
-        epoch, address = max(known, key=lambda a: a[0])  # a tie: the first in list order
+        epoch, address, _ = max(known, key=lambda a: a[0])  # a tie: the first in list order
         unanimous = len(known) == len(answers) and all(a[1] == address for a in known)
-        return epoch, address, unanimous
+        newest = [a for a in known if a[0] == epoch]
+        # Sentinels that name two addresses under one epoch: a failover is under way (its
+        # leader names the promoted replica before the new epoch is published): unsettled
+        split = len({a[1] for a in newest}) > 1
+        down = split or any(a[2] for a in newest if a[1] == address)
+        return epoch, address, unanimous, down
 
     def _point(self, shard: int, address: tuple[str, int]) -> bool:
         """Move shard `shard`'s lane to `address`; whether it moved."""
@@ -176,9 +184,18 @@ class SentinelShards(Shards):
         return await asyncio.shield(asking)
 
     async def _recheck(self, shard: int) -> None:
-        """`Lane.check`: before the lane reconnects after a loss."""
+        """`Lane.check`: before the lane reconnects after a loss. While the Sentinels
+        hold the primary down or fail it over, the lane does not reconnect (the
+        process at that address may be the old primary restarted empty, which the
+        Sentinels will demote): the call fails as a lost connection, and is resent to
+        the new primary once they name it."""
         with contextlib.suppress(*TRANSPORT_ERRORS):
             await self._ask_again(shard)
+        if self._held_down.get(shard):
+            raise ConnectionLost(
+                f"the Sentinels hold the primary of {self._services[shard]} down or are "
+                "failing it over; waiting for the primary they promote"
+            )
 
     async def _relocate(self, shard: int) -> bool:
         moved = False
@@ -191,10 +208,11 @@ class SentinelShards(Shards):
         answer = await self._master_of(shard)
         if answer is None:
             return False
-        epoch, address, unanimous = answer
+        epoch, address, unanimous, down = answer
         if epoch < self._epochs.get(shard, -1) and not unanimous:
             return False  # a Sentinel that has not heard of the last failover yet
-        if not await self._is_primary(address):
+        self._held_down[shard] = down
+        if down or not await self._is_primary(address):
             return False
         self._epochs[shard] = epoch
         return self._point(shard, address)
@@ -322,9 +340,11 @@ class SentinelShards(Shards):
         await super().aclose()
 
 
-async def _ask(lane: Lane, name: str) -> tuple[int, tuple[str, int]] | None:
-    """One Sentinel's (config-epoch, address) of service `name`, or None. The epoch is
-    -1 when this Sentinel will not say (`SENTINEL MASTER` refused by an ACL)."""
+async def _ask(lane: Lane, name: str) -> tuple[int, tuple[str, int], bool] | None:
+    """One Sentinel's (config-epoch, address, held down) of service `name`, or None. The
+    epoch is -1 when this Sentinel will not say (`SENTINEL MASTER` refused by an ACL);
+    "held down": its flags say the quorum holds that primary down (`o_down`) or a
+    failover of it is under way."""
     try:
         master, address = await lane.pipeline(
             [("SENTINEL", "MASTER", name), ("SENTINEL", "get-master-addr-by-name", name)],
@@ -334,13 +354,15 @@ async def _ask(lane: Lane, name: str) -> tuple[int, tuple[str, int]] | None:
         return None
     if not isinstance(address, list) or len(address) != 2:
         return None
-    epoch = -1
+    epoch, down = -1, False
     if isinstance(master, list):
         fields = dict(zip(master[::2], master[1::2], strict=False))
         with contextlib.suppress(TypeError, ValueError):
             epoch = int(fields.get(b"config-epoch", -1))
+        flags = set(_text(fields.get(b"flags", b"")).split(","))
+        down = bool(flags & {"o_down", "failover_in_progress"})
     try:
-        return epoch, (_text(address[0]), int(address[1]))
+        return epoch, (_text(address[0]), int(address[1])), down
     except (TypeError, ValueError):
         return None
 
