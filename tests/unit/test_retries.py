@@ -9,6 +9,7 @@ import pytest
 from stampede.keys import HashPolicy, keyslot
 from stampede.testing.proxy import _reply_end
 from stampede.topology._guard import CROSS_SLOT_GUARD_SHA, GUARD_SCRIPT, GUARD_SHA
+from stampede.topology._resp import blocking
 from stampede.topology._retries import Markers, all_idempotent, describe, is_idempotent
 
 
@@ -88,3 +89,13 @@ def test_markers_share_the_slot_of_the_keys() -> None:
 def test_the_proxy_finds_where_each_reply_ends(reply: bytes) -> None:
     assert _reply_end(reply + b"+NEXT\r\n", 0) == len(reply)
     assert _reply_end(reply[:-1], 0) is None
+
+
+def test_blocking_counts_the_waits_a_pipeline_asks_for() -> None:
+    """The socket timeout of a pipeline grows by what its WAIT / WAITAOF may block (in
+    order: the server runs them one after the other); a malformed one adds nothing
+    (the server refuses it) and nothing raises before the pipeline is sent."""
+    assert blocking([("EVALSHA", "sha", 0), ("WAIT", 1, 1500)]) == 1.5
+    assert blocking([("WAIT", 1, 1000), (b"WAITAOF", 1, 1, 500)]) == 1.5
+    assert blocking([("GET", "k"), ("MGET", "a", "b")]) == 0
+    assert blocking([("WAIT", "one", "soon"), ("WAIT", 1), ()]) == 0

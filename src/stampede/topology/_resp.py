@@ -107,7 +107,10 @@ def blocking(commands: Sequence[Sequence[Any]]) -> float:
     for command in commands:
         at = _BLOCKING.get(command[0]) if command else None
         if at is not None and len(command) > at:
-            extra += int(command[at])
+            try:
+                extra += max(0, int(command[at]))
+            except (TypeError, ValueError):
+                continue  # the server will refuse it: nothing to wait for
     return extra / 1000
 
 
