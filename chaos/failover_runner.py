@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .failover_scenarios import FailoverRun, FailoverScenario, FailoverTiming, run_failover
+from .runner import print_problems
 
 __all__ = ["FailoverOutcome", "failover_table", "run_failovers"]
 
@@ -99,14 +100,7 @@ def _errors(console: Console, runs: Sequence[FailoverRun]) -> None:
 
 
 def _details(console: Console, run: FailoverRun) -> None:
-    for note in run.notes:
-        console.print(f"  [dim]{run.scenario}:[/] {note}")
-    for violation in run.report.violations[:20]:
-        console.print(f"  [bold red]{violation.kind}[/] {violation.message}")
-    if len(run.report.violations) > 20:
-        console.print(f"  ... and {len(run.report.violations) - 20} more violations")
-    for group in run.torn_at_end:
-        console.print(f"  [bold red]torn at the end[/] {group}")
+    print_problems(console, run.scenario, run.notes, run.report.violations, run.torn_at_end)
     console.print(f"  [dim]history: {run.history_path}[/]")
 
 

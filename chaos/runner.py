@@ -21,12 +21,14 @@ from rich.table import Table
 from stampede.testing import LocalCluster, LocalPrimaries
 
 from .checker import CheckReport
+from .report import Violation
 from .scenarios import SCENARIOS, Env, Scenario, ScenarioRun, Timing, run_scenario
 
 __all__ = [
     "FAULT_KINDS",
     "Outcome",
     "fuzz_table",
+    "print_problems",
     "run_all",
     "scenario_table",
     "totals_table",
@@ -107,15 +109,27 @@ def scenario_table(scenario: Scenario, runs: Sequence[ScenarioRun]) -> Table:
     return table
 
 
-def _details(console: Console, run: ScenarioRun) -> None:
-    for note in run.notes:
-        console.print(f"  [dim]{run.topology}:[/] {note}")
-    for violation in run.report.violations[:20]:
+def print_problems(
+    console: Console,
+    label: str,
+    notes: Sequence[str],
+    violations: Sequence[Violation],
+    torn: Sequence[str],
+) -> None:
+    """A run's notes (marked with `label`), its first 20 violations and the groups
+    left torn at its end."""
+    for note in notes:
+        console.print(f"  [dim]{label}:[/] {note}")
+    for violation in violations[:20]:
         console.print(f"  [bold red]{violation.kind}[/] {violation.message}")
-    if len(run.report.violations) > 20:
-        console.print(f"  ... and {len(run.report.violations) - 20} more violations")
-    for group in run.torn_at_end:
+    if len(violations) > 20:
+        console.print(f"  ... and {len(violations) - 20} more violations")
+    for group in torn:
         console.print(f"  [bold red]torn at the end[/] {group}")
+
+
+def _details(console: Console, run: ScenarioRun) -> None:
+    print_problems(console, run.topology, run.notes, run.report.violations, run.torn_at_end)
     if run.report.lost_to_fault:
         console.print(
             f"  {run.topology}: {len(run.report.lost_to_fault)} acknowledged write(s) lost to "

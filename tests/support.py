@@ -83,6 +83,21 @@ async def eventually(check: Callable[[], Awaitable[bool]], *, within: float = 30
         await asyncio.sleep(0.05)
 
 
+async def raw_value(st: Stampede, key: str) -> bytes | None:
+    """What `key` holds on the server (a plain GET through the client's topology)."""
+    value: bytes | None = await st.topology.execute(key.encode(), "GET", key)
+    return value
+
+
+async def gone(st: Stampede, key: str) -> None:
+    """Wait until `key` holds nothing (its tombstone or TTL ran out): an event."""
+
+    async def missing() -> bool:
+        return await raw_value(st, key) is None
+
+    await eventually(missing, within=30)
+
+
 def run_cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[bytes]:
     """Run `python -m stampede.cli ARGS` (call it through asyncio.to_thread)."""
     env = {**os.environ, "PYTHONPATH": os.getcwd()}

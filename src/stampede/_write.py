@@ -50,6 +50,7 @@ from .wire import (
 __all__ = [
     "as_payload",
     "check_version",
+    "fresher_limit",
     "limit_for",
     "plan_keys",
     "raise_refusals",
@@ -158,6 +159,13 @@ def limit_for(versions: VersionSource, version: int) -> int:
     return 0
 
 
+def fresher_limit(clock: VersionSource, version: int, limit: int, codes: Iterable[int]) -> int:
+    """A fresh limit when a key refused the version as `FUTURE` and the clock moved on
+    since `limit` was set: a write held up meets a newer one, no skew (else 0)."""
+    fresh = limit_for(clock, version) if limit and FUTURE in codes else 0
+    return fresh if fresh > limit else 0
+
+
 async def write_group(
     topology: Topology,
     group: bytes,
@@ -203,14 +211,10 @@ async def write_group(
 
     async def put(sent: Sequence[bytes], values: Sequence[bytes]) -> WriteOutcome:
         outcome = await topology.write_guarded(sent, values, **stamp)
-        if limit and FUTURE in outcome.results.values():
-            # A write held up (failover resends, a slow shard) may meet a newer write
-            # stamped after its limit was set: judged against the clock now, that is
-            # no skew but a newer write. Sent again (same stamp) under a fresh limit.
-            fresh = limit_for(versions, version)
-            if fresh > stamp["limit"]:
-                stamp["limit"] = fresh
-                outcome = await topology.write_guarded(sent, values, **stamp)
+        fresh = fresher_limit(versions, version, stamp["limit"], outcome.results.values())
+        if fresh:  # sent again (same stamp) under the fresh limit
+            stamp["limit"] = fresh
+            outcome = await topology.write_guarded(sent, values, **stamp)
         return outcome
 
     if mode is Mode.STAMP:
@@ -233,9 +237,8 @@ async def write_group(
                 outcome.acks[shard] = min(acks, outcome.acks.get(shard, acks))
     superseded = tuple(k for k in keys if outcome.results.get(k) == KEPT)
     deleted = all(p is None for p in payloads)
-    durable = None
-    if durability is not None:
-        durable = all(n >= durability.replicas for n in outcome.acks.values())
+    counts = outcome.acks.values()
+    durable = None if durability is None else all(n >= durability.replicas for n in counts)
     return Receipt(
         group,
         version,

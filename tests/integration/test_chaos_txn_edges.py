@@ -31,7 +31,7 @@ from stampede.testing.faults import DelegatingTopology
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
-from ..support import eventually, open_stampede, spread_keys
+from ..support import eventually, gone, open_stampede, raw_value, spread_keys
 
 LOOSE = dataclasses.replace(DELETE_RULES, final_required=False)
 
@@ -229,20 +229,6 @@ async def test_one_short_run_of_each_edge_scenario(
 # -- the defects the edge scenarios found, step by step (F1-F6 fixed in 6042e31) ------
 
 
-async def _raw(st: Stampede, key: str) -> bytes | None:
-    value: bytes | None = await st.topology.execute(key.encode(), "GET", key)
-    return value
-
-
-async def _gone(st: Stampede, key: str) -> None:
-    """Wait until `key` holds nothing (its tombstone or TTL ran out): an event."""
-
-    async def missing() -> bool:
-        return await _raw(st, key) is None
-
-    await eventually(missing, within=30)
-
-
 async def _server_past(st: Stampede, key: str, at_ms: int) -> None:
     """Wait until the server's clock (the one expiry uses) is past `at_ms`: an event."""
 
@@ -328,9 +314,9 @@ async def test_f1_a_group_delete_over_a_pending_transaction_stays_deleted(edge: 
     a, b = spread_keys(edge, "f1", 2)
     await _stage(edge, [a, b], 2000, b"T", commit=[a])
     await edge.delete(b, [b], version=3000)
-    await _gone(edge, b)
+    await gone(edge, b)
     assert (await edge.read_atomic([a, b])).values == {a: b"T", b: None}
-    assert await _raw(edge, b) is None
+    assert await raw_value(edge, b) is None
 
 
 async def test_f2_a_delete_committed_after_its_tombstone_instant_deletes(edge: Stampede) -> None:
@@ -377,7 +363,7 @@ async def test_f4_a_version_replaced_before_the_read_is_not_returned(edge: Stamp
         tx.set(b, b"T")
     async with edge.transaction(ttl=0.05) as tx:
         tx.set(b, b"short")
-    await _gone(edge, b)
+    await gone(edge, b)
     raced: list[bool] = []
 
     async def race(script: Script, keys: Sequence[bytes]) -> None:
@@ -401,7 +387,7 @@ async def test_f5_a_late_older_write_never_fractures_a_read(edge: Stampede) -> N
     token = await _stage(edge, [b], 100, b"U", commit=[])
     async with edge.transaction(version=300) as tx:
         tx.delete(b)
-    await _gone(edge, b)
+    await gone(edge, b)
     sides = [side_key(b.encode(), edge.topology.slot_of)]
     late = [(100, token, "", 0, b"", b"")]
     await run_units(edge.topology, COMMIT, [b.encode()], sides, late, head=[5000])  # U's writer
@@ -466,4 +452,4 @@ async def test_f8_a_ttl_write_committed_past_its_expiry_keeps_older_pending_out(
     tx.set(c, b"W")
     assert (await tx.commit()).pending == ()
     assert (await edge.read_atomic([a, b])).values == {a: b"U", b: None}
-    assert await _raw(edge, b) is None
+    assert await raw_value(edge, b) is None

@@ -36,23 +36,9 @@ from stampede.verdict import Observation, judge
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
-from ..support import eventually, open_stampede, spread_keys
+from ..support import eventually, gone, open_stampede, raw_value, spread_keys
 
 QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=5.0)
-
-
-async def _raw(st: Stampede, key: str) -> bytes | None:
-    value: bytes | None = await st.topology.execute(key.encode(), "GET", key)
-    return value
-
-
-async def _gone(st: Stampede, key: str) -> None:
-    """Wait until `key` has expired (an event, not a sleep)."""
-
-    async def missing() -> bool:
-        return await _raw(st, key) is None
-
-    await eventually(missing, within=30)
 
 
 async def _stampede_keys(st: Stampede) -> list[bytes]:
@@ -104,14 +90,14 @@ async def test_a_key_deleted_or_expired_after_its_transaction_stays_gone(
     else:
         async with st.transaction(ttl=0.05) as tx:
             tx.set(a, b"a2")
-    await _gone(st, a)
+    await gone(st, a)
     for _ in range(3):
         got = await st.read_atomic([a, b])
         assert got.values == {a: None, b: b"b1"}
-        assert await _raw(st, a) is None, "read_atomic wrote a deleted value back"
+        assert await raw_value(st, a) is None, "read_atomic wrote a deleted value back"
     await sweep(st.topology, grace=0.05)
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"b1"}
-    assert await _raw(st, a) is None
+    assert await raw_value(st, a) is None
 
 
 async def test_a_prepared_version_past_its_expiry_is_not_rolled_forward(st: Stampede) -> None:
@@ -127,7 +113,7 @@ async def test_a_prepared_version_past_its_expiry_is_not_rolled_forward(st: Stam
     assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
     got = await st.read_atomic([a, b])
     assert got.values == {a: None, b: None}
-    assert await _raw(st, a) is None and await _raw(st, b) is None
+    assert await raw_value(st, a) is None and await raw_value(st, b) is None
 
 
 # -- 2. an acknowledged transaction is never lost ----------------------------------
@@ -196,7 +182,7 @@ async def test_one_slot_transaction_whose_reply_was_lost_commits_once(st: Stampe
     tx.set("acct:{lost}:b", b"2")
     receipt = await tx.commit()
     assert receipt.atomic and faulty.hits == 1
-    stored = Envelope.decode(await _raw(st, "acct:{lost}:a") or b"")
+    stored = Envelope.decode(await raw_value(st, "acct:{lost}:a") or b"")
     assert stored.token == receipt.token
 
 
@@ -211,7 +197,7 @@ async def test_one_slot_transaction_whose_replies_stay_lost_is_outcome_unknown(
     tx.set("acct:{lost2}:a", b"1")
     with pytest.raises(OutcomeUnknownError):
         await tx.commit()
-    assert await _raw(st, "acct:{lost2}:a") is not None
+    assert await raw_value(st, "acct:{lost2}:a") is not None
 
 
 # -- 4. one slot is all or nothing --------------------------------------------------
@@ -224,7 +210,7 @@ async def test_one_slot_transaction_with_a_refused_key_writes_nothing(st: Stampe
         async with st.transaction() as tx:
             tx.set("acct:{aon}:a", b"1")
             tx.set("acct:{aon}:b", b"2")
-    assert await _raw(st, "acct:{aon}:a") is None
+    assert await raw_value(st, "acct:{aon}:a") is None
 
 
 # -- 5. a repair never destroys a transaction ---------------------------------------
@@ -300,7 +286,7 @@ async def test_version_hashes_of_deleted_keys_are_collected(quick: Stampede) -> 
     async with st.transaction(ttl=0.05) as tx:
         tx.set(keys[3], b"short")
     for key in keys:
-        await _gone(st, key)
+        await gone(st, key)
 
     async def collected() -> bool:
         await sweep(st.topology, grace=0.05)
@@ -362,13 +348,13 @@ async def test_a_repair_of_a_group_that_expired_since_the_read_writes_nothing(
     used to rewrite the missing key with no expiry at all)."""
     a, b = spread_keys(st, "expgroup", 2)
     await st.write("expgroup", {a: b"x", b: b"y"}, ttl=60)
-    seen_b = await _raw(st, b)
+    seen_b = await raw_value(st, b)
     obs = Observation(b"expgroup", (a.encode(), b.encode()), (None, seen_b), Mode.STAMP, None)
     await st.topology.execute(a.encode(), "DEL", a)
     await st.topology.execute(b.encode(), "DEL", b)  # b expires too, after the read
     ctx = RepairContext(st.topology, Mode.STAMP, st.versions)
     await REBUILD.repair(ctx, obs, judge(obs).exhausted())
-    assert await _raw(st, a) is None and await _raw(st, b) is None
+    assert await raw_value(st, a) is None and await raw_value(st, b) is None
 
 
 async def test_a_repair_keeps_the_expiry_instant_of_the_write(st: Stampede) -> None:
@@ -413,9 +399,9 @@ async def test_kept_versions_never_outlive_the_write_that_replaced_them(st: Stam
     a, b = spread_keys(st, "keptexp", 2)
     await st.write("keptexp", {a: b"w1", b: b"w1"})
     await st.write("keptexp", {a: b"w2", b: b"w2"}, ttl=0.2)
-    seen_b = await _raw(st, b)
-    await _gone(st, a)
-    await _gone(st, b)
+    seen_b = await raw_value(st, b)
+    await gone(st, a)
+    await gone(st, b)
     obs = Observation(b"keptexp", (a.encode(), b.encode()), (None, seen_b), Mode.STAMP, None)
     assert await newest_whole(st.topology, obs) is None
 
@@ -453,11 +439,11 @@ async def test_a_group_repair_leaves_a_transaction_that_is_still_committing_alon
     env = b"%d:%s:t" % (version, token.encode())
     args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
     assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
-    before = [await _raw(st, a), await _raw(st, b)]
+    before = [await raw_value(st, a), await raw_value(st, b)]
     result = await st.read("undecided", [a, b], retry=QUICK, repair=REBUILD)
     assert not result.consistent and result.repair is not None
     assert result.repair.action.value == "lost_race"
-    assert [await _raw(st, a), await _raw(st, b)] == before
+    assert [await raw_value(st, a), await raw_value(st, b)] == before
     commit = [(version, token, 0, 0, b"", b"")] * 2
     assert await run_units(st.topology, COMMIT, raw, sides, commit, head=[5000]) == [1, 1]
     assert (await st.read_atomic([a, b])).values == {a: b"t", b: b"t"}
@@ -470,8 +456,8 @@ async def test_a_one_slot_group_write_with_a_refused_key_writes_nothing(st: Stam
     for mode in ("stamp", "commit"):
         with pytest.raises((InvalidKeyError, PartialWriteError), match="WRONGTYPE"):
             await st.write("g1:{aon}", {"g1:{aon}:a": b"1", "g1:{aon}:b": b"2"}, mode=mode)
-        assert await _raw(st, "g1:{aon}:a") is None
-        assert await _raw(st, "g1:{aon}:stampede:commit") is None
+        assert await raw_value(st, "g1:{aon}:a") is None
+        assert await raw_value(st, "g1:{aon}:stampede:commit") is None
 
 
 # -- 10. eviction: missing, or an honest error; never fractured, never back ---------
@@ -509,7 +495,7 @@ async def test_evicted_keys_read_as_missing_or_raise_never_fractured(
     await st.topology.execute(raw[0], "DEL", a)
     got = await st.read_atomic([a, b])
     assert got.values == {a: None, b: b"old"}
-    assert await _raw(st, a) is None
+    assert await raw_value(st, a) is None
 
 
 async def test_the_sweep_collects_a_commit_record_whose_keys_are_gone(quick: Stampede) -> None:
@@ -525,10 +511,10 @@ async def test_the_sweep_collects_a_commit_record_whose_keys_are_gone(quick: Sta
         for key in keys:
             tx.delete(key)
     for key in keys:
-        await _gone(st, key)
+        await gone(st, key)
     await sweep(st.topology, grace=0.05)
-    assert await _raw(st, "rec:stampede:commit") is None
-    assert await _raw(st, "live:stampede:commit") is not None
+    assert await raw_value(st, "rec:stampede:commit") is None
+    assert await raw_value(st, "live:stampede:commit") is not None
 
 
 # -- found by the chaos edge scenarios (chaos/ramp_edge_causes.py F1-F5) -----------
@@ -559,11 +545,11 @@ async def test_a_group_delete_over_a_pending_transaction_is_never_undone(
         tx.set(b, b"old")
     await _pending_at_first(st, a, b, b"new")
     await st.delete(a, [a])  # a group delete, newer than the transaction
-    await _gone(st, a)
+    await gone(st, a)
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
     await sweep(st.topology, grace=0.05)
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
-    assert await _raw(st, a) is None
+    assert await raw_value(st, a) is None
 
 
 async def test_a_delete_committed_after_its_expiry_still_deletes(st: Stampede) -> None:
@@ -579,7 +565,7 @@ async def test_a_delete_committed_after_its_expiry_still_deletes(st: Stampede) -
     assert await run_units(st.topology, PREPARE, [raw], [side], args, head=[3_600_000]) == [1]
     commit = [(version, token, "", 0, b"", b"")]
     assert await run_units(st.topology, COMMIT, [raw], [side], commit, head=[5000]) == [3]
-    assert await _raw(st, a) is None
+    assert await raw_value(st, a) is None
 
 
 async def test_round_two_never_returns_a_version_replaced_before_round_one(
@@ -595,7 +581,7 @@ async def test_round_two_never_returns_a_version_replaced_before_round_one(
     assert first is not None
     async with st.transaction(ttl=0.05) as tx:
         tx.set(a, b"short")
-    await _gone(st, a)
+    await gone(st, a)
     round1 = await st.topology.execute(b"f4", "TIME")  # the read's first round, now
     t1 = int(round1[0]) * 1000 + int(round1[1]) // 1000 + 5000
     async with st.transaction() as tx:
@@ -626,7 +612,7 @@ async def _late_older_write(st: Stampede) -> None:
         tx.set(b, b"t")
     async with st.transaction() as tx:
         tx.delete(a)
-    await _gone(st, a)
+    await gone(st, a)
     # A transaction stamped before T whose messages arrive only now (a slow writer).
     env = b"%d:%s:late" % (version, token.encode())
     args = [(version, token, 0, 0, env, encode_meta([raw]))]
@@ -668,7 +654,7 @@ async def test_a_pending_key_is_completed_after_every_sibling_moved_on(st: Stamp
     async with st.transaction() as tx:
         tx.set(b, b"newer")
     await sweep(st.topology)
-    stored = Envelope.decode(await _raw(st, a) or b"")
+    stored = Envelope.decode(await raw_value(st, a) or b"")
     assert (stored.version, stored.token, stored.payload) == (version, token, b"new")
 
 
@@ -684,10 +670,10 @@ async def test_a_version_superseded_here_is_never_completed_later(st: Stampede) 
     assert await run_units(st.topology, PREPARE, [raw], [side], args, head=[3_600_000]) == [1]
     async with st.transaction(ttl=0.05) as tx:
         tx.set(a, b"newer")
-    await _gone(st, a)
+    await gone(st, a)
     commit = [(version, token, "", 0, b"", b"")]
     assert await run_units(st.topology, COMMIT, [raw], [side], commit, head=[5000]) == [0]
-    assert await _raw(st, a) is None
+    assert await raw_value(st, a) is None
 
 
 class HeldUpPrepare(DelegatingTopology):

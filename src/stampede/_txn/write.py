@@ -30,7 +30,14 @@ from typing import Any
 
 from .. import tracing
 from .._backoff import backoff
-from .._write import as_payload, check_version, limit_for, plan_keys, raise_refusals
+from .._write import (
+    as_payload,
+    check_version,
+    fresher_limit,
+    limit_for,
+    plan_keys,
+    raise_refusals,
+)
 from ..errors import (
     ConfigurationError,
     OutcomeUnknownError,
@@ -51,7 +58,6 @@ __all__ = ["PREPARE_HOLD_MS", "Transaction", "run_units"]
 
 _LABEL = b"transaction"
 _GONE = 3  # COMMIT: the version's expiry instant had passed, nothing was written
-_FUTURE = int(GuardCode.FUTURE)  # a stored clock version beyond the writer's limit
 _NOT_WRITTEN = int(GuardCode.WITHHELD)  # COMMIT_ONE: another key was refused
 _SETTLED = (0, 1, 2, _GONE)  # a reply that says what the key holds now
 _COMMIT_TRIES = 4  # sends of a one-slot transaction whose outcome stays unknown
@@ -168,7 +174,7 @@ class Transaction:
         if len({topology.slot_of(k) for k in keys}) == 1:
             args = [(version, token, ats[i], limit, envs[i], meta) for i in range(len(keys))]
             codes = await self._commit_one_slot(keys, sides, args, acks)
-            if (fresh := self._fresher(codes, version, limit)) is not None:
+            if fresh := fresher_limit(self._versions, version, limit, codes):
                 args = [(*a[:3], fresh, *a[4:]) for a in args]
                 codes = await self._commit_one_slot(keys, sides, args, acks)
             self.receipt = self._receipt(version, token, keys, codes, acks, atomic=True)
@@ -186,7 +192,7 @@ class Transaction:
         )
         parts = list(zip(ats, envs, strict=True))
         prepared = await prepare([(version, token, limit, at, e, meta) for at, e in parts])
-        if (fresh := self._fresher(prepared, version, limit)) is not None:
+        if fresh := fresher_limit(self._versions, version, limit, prepared):
             prepared = await prepare([(version, token, fresh, at, e, meta) for at, e in parts])
         self._check_prepared(keys, prepared, prepared_acks)
         elapsed = time.monotonic() - started
@@ -278,15 +284,6 @@ class Transaction:
                     resent=True,
                 ) from error
         return codes
-
-    def _fresher(self, codes: list[Any], version: int, limit: int) -> int | None:
-        """A fresh limit on stored clock versions when a key refused the transaction's
-        version as from the future (-3) and the clock moved on since the limit was set:
-        the call was held up and met a newer write, no skew (sent again under it)."""
-        if not limit or _FUTURE not in codes:
-            return None
-        fresh = limit_for(self._versions, version)
-        return fresh if fresh > limit else None
 
     def _check_prepared(self, keys: list[bytes], codes: list[Any], acks: Acks | None) -> None:
         error = next((c for c in codes if isinstance(c, ShardError)), None)

@@ -364,11 +364,7 @@ class Cluster:
         run = partial(self._router.lane_at(node).pipeline, resend=script.idempotent)
         try:
             return await script_with_wait(run, script, keys, args, then)
-        except ERRORS as exc:
-            self._router.stale(node)
-            if not script.idempotent:
-                raise translate(exc, node) from exc
-        except (MovedError, AskError, TryAgainError, *TRANSIENT) as exc:
+        except (*ERRORS, MovedError, AskError, TryAgainError, *TRANSIENT) as exc:
             self._router.stale(node)
             if not script.idempotent:
                 raise translate(exc, node) from exc

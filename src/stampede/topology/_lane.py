@@ -212,12 +212,14 @@ class Lane:
         that no other call queues behind it (and times out there).
         """
         safe = all_idempotent(commands) if resend is None else resend
-        alone = blocking(commands) > 0
+        blocks = blocking(commands)
         attempt = 0
         while True:
-            conn = await (self.hold() if alone else self._shared_connection())
+            conn = await (self.hold() if blocks else self._shared_connection())
             try:
-                replies = await (self._alone(conn, commands) if alone else conn.send(commands))
+                replies = await (
+                    self._alone(conn, commands, blocks) if blocks else conn.send(commands, blocks=0)
+                )
             except LOST as exc:
                 self._lost()
                 if not safe:
@@ -232,12 +234,14 @@ class Lane:
             _check_auth(conn, replies)
             return replies
 
-    async def _alone(self, conn: Connection, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    async def _alone(
+        self, conn: Connection, commands: Sequence[Sequence[Any]], blocks: float
+    ) -> list[Any]:
         """`commands` on the held connection `conn`, which then goes back to the lane
         (closed unless every reply came)."""
         broken = True
         try:
-            replies = await conn.send(commands)
+            replies = await conn.send(commands, blocks=blocks)
             broken = False
         finally:
             self.release(conn, broken=broken)

@@ -214,13 +214,18 @@ class Connection(asyncio.Protocol):
         return len(self._waiting)
 
     def send(
-        self, commands: Sequence[Sequence[Any]], *, timeout: float | None = None
+        self,
+        commands: Sequence[Sequence[Any]],
+        *,
+        timeout: float | None = None,
+        blocks: float | None = None,
     ) -> asyncio.Future[list[Any]]:
         """Write `commands` now; a future of their replies (error replies as values).
 
         The future fails with `ConnectionLost` or `ReplyTimeout` when the
         connection ends before the last reply; `TypeError` (before anything is
-        written) for an argument that cannot be sent.
+        written) for an argument that cannot be sent. The timeout grows by `blocks`
+        (default: `blocking(commands)`, for a caller that has not counted it).
         """
         data = pack(commands)
         future: asyncio.Future[list[Any]] = self._loop.create_future()
@@ -230,8 +235,7 @@ class Connection(asyncio.Protocol):
         waiting = _Waiting(future, len(commands))
         wait = self.endpoint.socket_timeout if timeout is None else timeout
         if wait:
-            wait += blocking(commands)
-        if wait:
+            wait += blocking(commands) if blocks is None else blocks
             waiting.timer = self._loop.call_later(wait, self._timed_out, waiting)
         self._waiting.append(waiting)
         self._transport.write(data)
