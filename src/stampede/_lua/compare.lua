@@ -2,10 +2,12 @@
 -- Compares the write's stamp (v, t) with the stored value `cur` (a string, or
 -- false): sets `state` to the guard's code. Versions compare as decimal strings
 -- (length, then bytes): Lua numbers are doubles and cannot hold 63 bits.
-    local state = 1
+-- `enveloped` tells whether `cur` is an envelope (a value the guard may keep).
+    local state, enveloped = 1, false
     if cur then
       local cv, ct, sep = string.match(cur, '^(%d+):([0-9A-Z]+)(:?)')
       if cv and #ct == 26 and (sep == ':' or #cur == #cv + 27) then
+        enveloped = true
         if #cv > 19 or (#cv == 19 and cv > '9223372036854775807')
             or (#cv > 1 and string.byte(cv, 1) == 48) then
           state = -4

@@ -4,6 +4,7 @@
 --! include kept_key
 --! include older
 --! include version_hash
+--! include guard_keep
 local n = tonumber(ARGV[1])
 local seen = {}
 for i = 1, n do seen[i] = redis.call('GET', ARGV[1 + i]) end
@@ -17,8 +18,7 @@ for i = 1, n do
   if cur == nil then cur = seen[i] end
   local b = 1 + n + (i - 1) * 6
   local v, t, at, value, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
-  local keep = ARGV[b + 6]
-  local kk = kept_key(key)
+  local keep_ms = ARGV[b + 6]
 --! include compare
   if state >= 0 and refused[v .. ':' .. t] then state = -6 end
 --! include guard_put

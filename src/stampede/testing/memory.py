@@ -34,7 +34,7 @@ from ..errors import ConfigurationError, ShardResponseError
 from ..keys import SlotMap, keyslot
 from ..results import GuardCode
 from ..topology._base import FixedShards, WriteOutcome
-from ..topology._guard import CAS, KEEP_MS, KEPT_DEPTH
+from ..topology._guard import CAS, KEEP_MS, KEPT_DEPTH, KEPT_MAX
 from ..topology._node_ops import Body, Command
 from ..versions import COUNTER
 from ..wire import CLOCK_FLOOR
@@ -207,7 +207,9 @@ class MemoryTopology(FixedShards):
         where = kept_key(key)
         if where is None:
             return
-        kept = [replaced, *self._kept(where)][:KEPT_DEPTH]
+        kept = [replaced, *self._kept(where)]
+        if len(kept) > KEPT_MAX:
+            kept = kept[:KEPT_DEPTH]
         expiry = time.time_ns() // 1_000_000 + keep_ms
         self._shard(where)[where] = _Entry(kept, min(expiry, until) if until else expiry)
 

@@ -32,10 +32,16 @@ reply  one integer per key:
 Kept versions: a write that replaces an envelope pushes it onto the key's kept
 list, `<key>:stampede:p` for a key with a hash tag or `{<key>}:stampede:p` for one
 without braces (same slot either way; a key with braces but no tag keeps none):
-newest first, at most four, and the list expires `keep` ms after the last push
-(best effort: a slot that is migrating away keeps nothing). A group read that
-finds the newest write still in flight returns the newest whole write among the
-kept versions instead of waiting.
+newest first, cut back to four once it holds more than eight (one LTRIM every
+fourth push), and the list expires `keep` ms after the last push, or with the new
+value if that expires first (best effort: a slot that is migrating away keeps
+nothing). A group read that finds the newest write still in flight returns the
+newest whole write among the kept versions instead of waiting.
+
+Cost: the keys' reads are one MGET, the writes without expiry one MSET, and the
+check for version hashes one EXISTS, per call; per key written the guard runs
+its comparison once, and a key that replaces an envelope adds an LPUSH and a
+PEXPIRE (`benchmarks.server_cost` measures it against MSET).
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ __all__ = [
     "KEEP_MS",
     "KEPT",
     "KEPT_DEPTH",
+    "KEPT_MAX",
     "MIXED",
     "SAME",
     "WRITTEN",
@@ -86,7 +93,9 @@ ARGS_PER_KEY = 6
 KEEP_MS = 5000
 """How long a replaced value is kept for group reads (`Options.version_grace`)."""
 KEPT_DEPTH = 4
-"""How many replaced values a key keeps."""
+"""How many replaced values a key's kept list is cut back to."""
+KEPT_MAX = 8
+"""The most replaced values a key's kept list holds (cut back to `KEPT_DEPTH` past it)."""
 
 GUARD = script("guard")
 """The guarded write (`stampede/_lua/guard.lua`, with `compare.lua` and `guard_put.lua`)."""

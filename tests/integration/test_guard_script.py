@@ -1,0 +1,121 @@
+"""The guard script itself, called directly on real servers: what one call does with
+keys that are missing, of another type, newer, repeated or expiring, what it keeps
+for readers, and the version-hash floor it raises. Both topologies (one slot per
+call on the cluster: the keys share a hash tag)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from stampede import Envelope, Stampede
+from stampede.topology._guard import GUARD, KEPT_DEPTH, KEPT_MAX
+from stampede.wire import new_token
+
+YEAR_MS = 365 * 24 * 3600 * 1000
+
+
+def _argv(
+    writes: Sequence[tuple[int, str, bytes]], *, at: int = 0, keep: int = 5000
+) -> list[object]:
+    """Six ARGV per key: version, token, expire-at, value, limit, keep."""
+    out: list[object] = []
+    for version, token, payload in writes:
+        out += [version, token, at, Envelope(version, token, payload).encode(), 0, keep]
+    return out
+
+
+async def _guard(st: Stampede, keys: Sequence[bytes], argv: Sequence[object]) -> list[int]:
+    return list(await st.topology.script(GUARD, list(keys), list(argv)))
+
+
+async def _get(st: Stampede, key: bytes) -> bytes | None:
+    value = await st.topology.execute(key, "GET", key)
+    return value if value is None else bytes(value)
+
+
+async def test_one_call_sorts_missing_wrongtype_newer_and_repeated_keys(st: Stampede) -> None:
+    """Each key gets its own code from one call; a write refused by one of its keys
+    writes none; a key twice in the call ends with the newer of its two writes."""
+    fresh, listed, newer, twice = (b"{gs1}:fresh", b"{gs1}:list", b"{gs1}:newer", b"{gs1}:twice")
+    await st.topology.execute(listed, "RPUSH", listed, b"x")
+    high = (90, new_token(), b"high")
+    assert await _guard(st, [newer], _argv([high])) == [1]
+    a, b, c = (10, new_token(), b"a"), (20, new_token(), b"b"), (15, new_token(), b"c")
+    codes = await _guard(
+        st,
+        [fresh, newer, twice, twice, twice],
+        _argv([a, a, b, c, (20, b[1], b"b")]),
+    )
+    # `a` is older than `newer`'s stored write: kept out there, written where new.
+    # `twice`: b written, then c (older than b, newer than nothing) kept out, then b again
+    assert codes == [1, 0, 1, 0, 2]
+    assert await _get(st, fresh) == Envelope(*a).encode()
+    assert await _get(st, newer) == Envelope(*high).encode()
+    assert await _get(st, twice) == Envelope(*b).encode()
+    # a write one of whose keys holds another type writes none of its keys (-6)
+    d = (30, new_token(), b"d")
+    assert await _guard(st, [fresh, listed], _argv([d, d])) == [-6, -1]
+    assert await _get(st, fresh) == Envelope(*a).encode()
+    assert await st.topology.execute(listed, "TYPE", listed) in (b"list", "list")
+
+
+async def test_a_missing_key_beside_a_key_of_another_type(st: Stampede) -> None:
+    """The one EXISTS the guard asks for its missing keys finds the key of another
+    type among them (MGET answers nil for both): that write is refused, and a
+    separate write in the same call to a missing key goes ahead."""
+    hashed, gone, other = b"{gs2}:hash", b"{gs2}:gone", b"{gs2}:other"
+    await st.topology.execute(hashed, "HSET", hashed, b"f", b"v")
+    w, x = (5, new_token(), b"w"), (6, new_token(), b"x")
+    assert await _guard(st, [gone, hashed, other], _argv([w, w, x])) == [-6, -1, 1]
+    assert await _get(st, gone) is None
+    assert await _get(st, other) == Envelope(*x).encode()
+
+
+async def test_kept_list_stays_between_four_and_eight_newest_first(st: Stampede) -> None:
+    """Every replaced envelope is pushed, newest first; past eight the list is cut
+    back to four; it expires within the keep window."""
+    key, kept = b"{gs3}:k", b"{gs3}:k:stampede:p"
+    stamps = [(v, new_token(), b"%d" % v) for v in range(1, 14)]
+    lengths = []
+    for stamp in stamps:
+        assert await _guard(st, [key], _argv([stamp], keep=60_000)) == [1]
+        lengths.append(await st.topology.execute(kept, "LLEN", kept))
+    # the first write replaced nothing; then one more each push, cut back past 8
+    assert lengths == [0, 1, 2, 3, 4, 5, 6, 7, 8, KEPT_DEPTH, 5, 6, 7]
+    assert max(lengths) == KEPT_MAX
+    listed = await st.topology.execute(kept, "LRANGE", kept, 0, -1)
+    assert [bytes(v) for v in listed] == [Envelope(*s).encode() for s in stamps[-2:-9:-1]]
+    assert 0 < await st.topology.execute(kept, "PTTL", kept) <= 60_000
+
+
+async def test_what_an_expiring_write_replaces_expires_with_it(st: Stampede) -> None:
+    """A write with an expiry keeps what it replaced no longer than itself lives."""
+    key, kept = b"{gs4}:k", b"{gs4}:k:stampede:p"
+    assert await _guard(st, [key], _argv([(1, new_token(), b"old")])) == [1]
+    at = int(time.time() * 1000) + 2_000
+    assert await _guard(st, [key], _argv([(2, new_token(), b"new")], at=at, keep=YEAR_MS)) == [1]
+    assert 0 < await st.topology.execute(key, "PTTL", key) <= 2_000
+    assert 0 < await st.topology.execute(kept, "PTTL", kept) <= 2_000
+    # keep 0: nothing kept
+    other, other_kept = b"{gs4}:o", b"{gs4}:o:stampede:p"
+    for v in (1, 2):
+        assert await _guard(st, [other], _argv([(v, new_token(), b"v")], keep=0)) == [1]
+    assert await st.topology.execute(other_kept, "EXISTS", other_kept) == 0
+
+
+async def test_floor_rises_only_where_a_version_hash_exists(st: Stampede) -> None:
+    """A guarded write raises the floor `g` of a key's version hash when the key has
+    one (a transaction touched it) and creates no hash where there is none."""
+    with_hash, plain = b"{gs5}:t", b"{gs5}:p"
+    vh, plain_vh = b"{gs5}:t:stampede:v", b"{gs5}:p:stampede:v"
+    await st.topology.execute(vh, "HSET", vh, b"k", with_hash)
+    await st.topology.execute(vh, "PEXPIRE", vh, 60_000)
+    stamp = (77, new_token(), b"v")
+    assert await _guard(st, [with_hash, plain], _argv([stamp, stamp])) == [1, 1]
+    floor = await st.topology.execute(vh, "HGET", vh, b"g")
+    assert bytes(floor) == b"77:" + stamp[1].encode()
+    assert await st.topology.execute(plain_vh, "EXISTS", plain_vh) == 0
+    older = (70, new_token(), b"o")
+    assert await _guard(st, [with_hash], _argv([older])) == [0]
+    assert bytes(await st.topology.execute(vh, "HGET", vh, b"g")) == floor
