@@ -1,9 +1,11 @@
-"""stampede against the ceiling and other Python clients, on the same servers in one run.
+"""stampede against the ceiling and other Python clients, on the same servers in one run,
+and every performance target of docs/performance.md measured side by side.
 
     python -m benchmarks.ceiling [--seconds 1.0] [--slices 3] [--json out.json]
+    python -m benchmarks.ceiling --only stampede   # the ceiling and stampede's rows only
+    python -m benchmarks.ceiling --cost-groups 0   # without the server-cost phase
     python -m benchmarks.ceiling --profile ['stampede write']   # where a row spends its CPU
                                  # (SORT=cumulative LINES=60 for another view)
-    python -m benchmarks.ceiling --only stampede   # the ceiling and stampede's rows only
 
 Three local primaries; 4-key groups drawn from 256 (keys spread over the
 primaries). Rows, each a read and a write of one group:
@@ -12,14 +14,24 @@ primaries). Rows, each a read and a write of one group:
   server, that merges the keys of every request pending at one moment into one
   MGET (MSET) per server: the most keys per second a Python client moves here;
 - **stampede**: stamped group reads and writes (`st.read`, `st.write`, HybridClock);
+  **stampede transaction**, a read-atomic transaction (`st.transaction()`) setting
+  the 4 keys of a group, and **stampede write (txn keys)**, the group write of
+  those same keys, its yardstick (other key names than the read row's);
 - **redis-py**: one pipeline of GETs (SETs) per server, in parallel;
 - **valkey-glide**, **coredis**: MGET (MSET) per server, in parallel (the `bench`
   extra installs them; a missing one is skipped with a note).
 
 Each contender runs `--slices` slices of `--seconds` at 64 requests in flight,
-alternating with the others so machine noise hits all alike, then once at
-concurrency 1 for latency. Printed: keys/s at 64, that as % of the ceiling, p50
-and p99 at 64, µs per operation at 1, and client CPU µs per operation at 64.
+alternating with the others so machine noise hits all alike, then `--slices`
+alternating slices at concurrency 1 for latency (`min(seconds, 1)` a row in all).
+Printed: keys/s at 64, that as % of the ceiling, p50 and p99 at 64, mean and p50
+µs per operation at 1, and client CPU µs per operation at 64.
+
+Then, on the same servers and client, the server-cost phase (`benchmarks.server_cost`:
+MSET, stamped, commit-mode and transaction writes of `--cost-groups` groups, `CONFIG
+RESETSTAT` before and `INFO commandstats` after each row; it flushes the servers, so
+it runs last). The run ends with the targets table: each target, this run's figure,
+its bound, met or not (`--json` writes the figures, the server cost and the targets).
 """
 
 from __future__ import annotations
@@ -38,15 +50,21 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Any
 
 import hiredis
 from redis.asyncio import Redis
 
 import stampede
+from benchmarks import server_cost
 from stampede.testing import LocalPrimaries
 
 Op = Callable[[int], Awaitable[Any]]
+Cost = dict[str, tuple[float, float]]
+TXN = "stampede transaction"
+TXN_WRITE = "stampede write (txn keys)"
+"""The group write of the transaction's keys: the transaction row's yardstick."""
 GROUPS = 256
 KEYS_PER_GROUP = 4
 IN_FLIGHT = 64
@@ -55,6 +73,12 @@ VALUE = b"v" * 32
 
 def group_keys(g: int) -> list[str]:
     return [f"bench:{g}:{part}" for part in "abcd"]
+
+
+def txn_keys(g: int) -> list[str]:
+    """The keys the transaction row and the group write it is compared with both write
+    (the same 4-key spread groups as `group_keys`, other names: reads stay on theirs)."""
+    return [f"bench:tx:{g}:{part}" for part in "abcd"]
 
 
 def plain_keys(g: int) -> list[str]:
@@ -195,7 +219,10 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def measure(rows: dict[str, Op], seconds: float, slices: int) -> dict[str, dict[str, float]]:
+    """Every row `slices` times at IN_FLIGHT, then `slices` times at concurrency 1 (in
+    all, `min(seconds, 1)` a row), the rows alternating in both phases."""
     lat: dict[str, list[float]] = {name: [] for name in rows}
+    single: dict[str, list[float]] = {name: [] for name in rows}
     ops = dict.fromkeys(rows, 0)
     cpu = dict.fromkeys(rows, 0.0)
     for _ in range(slices):
@@ -203,17 +230,19 @@ async def measure(rows: dict[str, Op], seconds: float, slices: int) -> dict[str,
             n, c = await run_for(op, IN_FLIGHT, seconds, lat[name])
             ops[name] += n
             cpu[name] += c
+    for _ in range(slices):
+        for name, op in rows.items():
+            await run_for(op, 1, min(seconds, 1.0) / slices, single[name])
     out: dict[str, dict[str, float]] = {}
-    for name, op in rows.items():
-        single: list[float] = []
-        await run_for(op, 1, min(seconds, 1.0), single)
+    for name in rows:
         per_s = ops[name] / (seconds * slices)
         out[name] = {
             "ops_per_s": per_s,
             "keys_per_s": per_s * KEYS_PER_GROUP,
             "p50_us": pct(lat[name], 0.5),
             "p99_us": pct(lat[name], 0.99),
-            "c1_us": statistics.fmean(single) * 1e6 if single else 0.0,
+            "c1_us": statistics.fmean(single[name]) * 1e6 if single[name] else 0.0,
+            "c1_p50_us": pct(single[name], 0.5),
             "cpu_us_per_op": cpu[name] / ops[name] * 1e6 if ops[name] else 0.0,
         }
     return out
@@ -302,6 +331,12 @@ async def contenders(
 
         return await asyncio.gather(*(one(s, ks) for s, ks in (plain if write else split)(g)))
 
+    async def transaction(g: int) -> Any:
+        async with st.transaction() as tx:
+            for key in txn_keys(g):
+                tx.set(key, VALUE)
+        return tx.receipt
+
     values = {k: VALUE for k in group_keys(0)}
     rows: dict[str, Op] = {
         "ceiling read": lambda g: ceiling.run(encoded[g], write=False),
@@ -310,53 +345,100 @@ async def contenders(
         "stampede write": lambda g: st.write(
             f"bench:{g}", dict(zip(group_keys(g), values.values(), strict=True))
         ),
+        TXN_WRITE: lambda g: st.write(f"bench:tx:{g}", dict.fromkeys(txn_keys(g), VALUE)),
+        TXN: transaction,
         "redis-py read": lambda g: raw_op(g, write=False),
         "redis-py write": lambda g: raw_op(g, write=True),
     }
     rows.update(await peers(stack, addresses, shard_of))
     for g in range(GROUPS):
         await st.write(f"bench:{g}", dict(zip(group_keys(g), values.values(), strict=True)))
+        await st.write(f"bench:tx:{g}", dict.fromkeys(txn_keys(g), VALUE))
     return rows, st
+
+
+def _kind(name: str) -> str:
+    return "read" if name.endswith(" read") else "write"
 
 
 def report(results: dict[str, dict[str, float]]) -> None:
     top = {kind: results[f"ceiling {kind}"]["keys_per_s"] for kind in ("read", "write")}
-    heads = ("keys/s", "% ceil", "p50 µs", "p99 µs", "c=1 µs", "CPU µs/op")
-    print("\n" + " " * 22 + "".join(f"{h:>10}" for h in heads))
+    heads = ("keys/s", "% ceil", "p50 µs", "p99 µs", "c=1 µs", "c=1 p50", "CPU µs/op")
+    print("\n" + " " * 26 + "".join(f"{h:>10}" for h in heads))
     for name, row in results.items():
-        share = row["keys_per_s"] / top[name.rsplit(" ", 1)[1]] * 100
+        share = row["keys_per_s"] / top[_kind(name)] * 100
         print(
-            f"{name:22}{row['keys_per_s']:10.0f}{share:9.1f}%{row['p50_us']:10.0f}"
-            f"{row['p99_us']:10.0f}{row['c1_us']:10.0f}{row['cpu_us_per_op']:10.1f}"
+            f"{name:26}{row['keys_per_s']:10.0f}{share:9.1f}%{row['p50_us']:10.0f}"
+            f"{row['p99_us']:10.0f}{row['c1_us']:10.0f}{row['c1_p50_us']:10.0f}"
+            f"{row['cpu_us_per_op']:10.1f}"
         )
+
+
+@dataclass(frozen=True)
+class Target:
+    """One performance target (docs/performance.md): `row[measure]` over
+    `base[measure]` (or the server-cost phase's ratio), against `bound`."""
+
+    what: str
+    bound: float
+    higher: bool  # met when the figure is >= bound (else <= bound)
+    row: str = ""
+    base: str = ""
+    measure: str = ""
+    share: bool = False  # printed as a percentage
+
+    def figure(self, results: dict[str, dict[str, float]], cost: Cost | None) -> float | None:
+        if not self.row:
+            return server_cost.guard_ratio(cost) if cost else None
+        if self.row not in results or self.base not in results:
+            return None
+        base = results[self.base][self.measure]
+        return results[self.row][self.measure] / base if base else None
+
+    def shown(self, value: float, bound: bool = False) -> str:
+        if bound:
+            return f"{value * 100:g}%" if self.share else f"{value:g}x"
+        return f"{value:.1%}" if self.share else f"{value:.2f}x"
+
+    def verdict(self, results: dict[str, dict[str, float]], cost: Cost | None) -> dict[str, Any]:
+        value = self.figure(results, cost)
+        met = None if value is None else value >= self.bound if self.higher else value <= self.bound
+        bound = f"{'>=' if self.higher else '<='} {self.shown(self.bound, True)}"
+        return {"target": self.what, "figure": value, "bound": bound, "met": met}
 
 
 TARGETS = (
-    # (what, stampede row, ceiling row, measure, target, higher is better)
-    ("stamped read @64, share of the ceiling", "stampede read", "ceiling read", "keys_per_s",
-     0.35, True),
-    ("guarded write @64, share of the ceiling", "stampede write", "ceiling write", "keys_per_s",
-     0.20, True),
-    ("read at concurrency 1, vs the ceiling", "stampede read", "ceiling read", "c1_us", 1.5,
-     False),
-    ("write at concurrency 1, vs the ceiling", "stampede write", "ceiling write", "c1_us", 1.5,
-     False),
+    Target("stamped read @64, share of the ceiling", 0.35, True,
+           "stampede read", "ceiling read", "keys_per_s", share=True),
+    Target("guarded write @64, share of the ceiling", 0.20, True,
+           "stampede write", "ceiling write", "keys_per_s", share=True),
+    Target("server CPU per guarded key (commandstats), vs MSET", 6.0, False),
+    Target("read at concurrency 1 (mean), vs the ceiling", 1.5, False,
+           "stampede read", "ceiling read", "c1_us"),
+    Target("write at concurrency 1 (mean), vs the ceiling", 1.5, False,
+           "stampede write", "ceiling write", "c1_us"),
+    Target("transaction p50 @1, vs a group write, same keys", 2.0, False,
+           TXN, TXN_WRITE, "c1_p50_us"),
+    Target("transaction p50 @64, vs a group write, same keys", 2.0, False,
+           TXN, TXN_WRITE, "p50_us"),
 )  # fmt: skip
-"""The performance targets this benchmark measures directly (docs/performance.md)."""
+"""The performance targets this benchmark measures (docs/performance.md); the last
+one is measured at both concurrencies."""
 
 
-def report_targets(results: dict[str, dict[str, float]]) -> None:
-    """Each target's ratio in this run, and whether it is met."""
-    print("\ntargets (this run):")
-    for what, mine, ceiling, measure, target, higher in TARGETS:
-        if mine not in results or ceiling not in results:
-            continue
-        ratio = results[mine][measure] / results[ceiling][measure]
-        met = ratio >= target if higher else ratio <= target
-        sign = ">=" if higher else "<="
-        print(
-            f"  {what:44} {ratio:6.2f}  (target {sign} {target:.2f}: {'met' if met else 'not met'})"
-        )
+def targets(results: dict[str, dict[str, float]], cost: Cost | None) -> list[dict[str, Any]]:
+    """Each target's figure in this run (None: its rows were not run) and whether it is met."""
+    return [target.verdict(results, cost) for target in TARGETS]
+
+
+def report_targets(results: dict[str, dict[str, float]], cost: Cost | None) -> None:
+    """The targets table: target, this run's figure, the bound, met or not."""
+    print(f"\ntargets (this run):\n  {'target':52}{'this run':>10}{'bound':>10}  verdict")
+    for target, row in zip(TARGETS, targets(results, cost), strict=True):
+        value, met = row["figure"], row["met"]
+        shown = "-" if value is None else target.shown(value)
+        verdict = "not measured" if met is None else "met" if met else "NOT MET"
+        print(f"  {target.what:52}{shown:>10}{row['bound']:>10}  {verdict}")
 
 
 def versions() -> dict[str, str]:
@@ -386,7 +468,7 @@ async def profile(seconds: float, row: str) -> None:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     with LocalPrimaries(3) as prim:
         async with AsyncExitStack() as stack:
-            rows, _ = await contenders(stack, prim)
+            rows, st = await contenders(stack, prim)
             if args.only:
                 wanted = [w.strip() for w in args.only.split(",")]
                 rows = {
@@ -395,9 +477,25 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     if name.startswith("ceiling") or any(name.startswith(w) for w in wanted)
                 }
             results = await measure(rows, args.seconds, args.slices)
+            cost = None
+            if args.cost_groups > 0:  # last: each of its rows starts with FLUSHALL
+                cost = await server_cost.measure(prim, st, args.cost_groups, args.cost_rounds)
     report(results)
-    report_targets(results)
-    return {"versions": versions(), "seconds": args.seconds, "slices": args.slices, "rows": results}
+    if cost is not None:
+        print()
+        server_cost.report(cost, args.cost_groups, args.cost_rounds)
+    report_targets(results, cost)
+    return {
+        "versions": versions(),
+        "seconds": args.seconds,
+        "slices": args.slices,
+        "rows": results,
+        "server_cost": {
+            name: {"commandstats_us_per_key": top, "server_cpu_us_per_key": cpu}
+            for name, (top, cpu) in (cost or {}).items()
+        },
+        "targets": targets(results, cost),
+    }
 
 
 def main() -> None:
@@ -415,6 +513,13 @@ def main() -> None:
     parser.add_argument(
         "--only", help="comma-separated row prefixes to run besides the ceiling, e.g. stampede"
     )
+    parser.add_argument(
+        "--cost-groups",
+        type=int,
+        default=2000,
+        help="groups the server-cost phase writes (benchmarks.server_cost); 0 skips it",
+    )
+    parser.add_argument("--cost-rounds", type=int, default=3)
     args = parser.parse_args()
     if args.profile:
         asyncio.run(profile(args.seconds * 3, args.profile))

@@ -19,7 +19,9 @@ top-level commands the row sent (a script's inner commands are inside its own
 `EVALSHA` time, so they are not added again), summed over the servers, per key
 written, and as a ratio to `MSET`'s. `INFO cpu` (the server processes' user+system
 time) is printed beside it as a check. Nothing is asserted: the figures go into
-docs/performance.md.
+docs/performance.md. `python -m benchmarks.ceiling` runs the same rows (`measure`) as
+a phase of its own, on its servers, and reports the stamped write's ratio among the
+performance targets.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from redis.asyncio import Redis
 import stampede
 from stampede.testing import LocalPrimaries
 
+Write = Callable[[int], Awaitable[object]]
 KEYS_PER_GROUP = 4
 VALUE = b"v" * 32
 TOP_LEVEL = {
@@ -63,7 +66,7 @@ async def _stats(clients: list[Redis]) -> tuple[dict[str, int], float]:
 
 
 async def _row(
-    clients: list[Redis], write: Callable[[int], Awaitable[object]], groups: int, rounds: int
+    clients: list[Redis], write: Write, groups: int, rounds: int
 ) -> tuple[dict[str, int], float]:
     for client in clients:
         await client.config_resetstat()
@@ -75,51 +78,69 @@ async def _row(
     return usec, cpu_after - cpu_before
 
 
-async def run(groups: int, rounds: int) -> dict[str, tuple[float, float]]:
-    """Per row: (server usec per key from commandstats, server CPU usec per key)."""
+def writers(st: stampede.Stampede, clients: list[Redis]) -> dict[str, Write]:
+    """The rows: each writes one group `g` (its `group_keys(g)`) its own way."""
+    index = {name: i for i, name in enumerate(st.topology.shard_names)}
+
+    async def mset(g: int) -> object:
+        by_server: dict[int, dict[str, bytes]] = {}
+        for key in group_keys(g):
+            shard = index[st.topology.shard_of(key.encode())]
+            by_server.setdefault(shard, {})[key] = VALUE
+        return await asyncio.gather(*(clients[s].mset(values) for s, values in by_server.items()))
+
+    async def stamp(g: int) -> object:
+        return await st.write(f"cost:{g}", dict.fromkeys(group_keys(g), VALUE))
+
+    async def commit(g: int) -> object:
+        values = dict.fromkeys(group_keys(g), VALUE)
+        return await st.write(f"cost:{g}", values, mode="commit")
+
+    async def transaction(g: int) -> object:
+        async with st.transaction() as tx:
+            for key in group_keys(g):
+                tx.set(key, VALUE)
+        return tx.receipt
+
+    return {
+        "MSET": mset,
+        "stampede write (stamp)": stamp,
+        "stampede write (commit)": commit,
+        "stampede transaction": transaction,
+    }
+
+
+async def measure(
+    prim: LocalPrimaries, st: stampede.Stampede, groups: int, rounds: int
+) -> dict[str, tuple[float, float]]:
+    """Per row: (server usec per key from commandstats, server CPU usec per key), on
+    `prim`'s servers through `st` (connected to them). FLUSHALL before each row: run
+    it when nothing else needs the servers' keys (`benchmarks.ceiling` runs it last)."""
     out: dict[str, tuple[float, float]] = {}
-    with LocalPrimaries(3) as prim:
-        clients = [Redis.from_url(url) for url in prim.urls]
-        async with stampede.connect(prim.urls) as st:
-            index = {name: i for i, name in enumerate(st.topology.shard_names)}
-
-            async def mset(g: int) -> object:
-                by_server: dict[int, dict[str, bytes]] = {}
-                for key in group_keys(g):
-                    shard = index[st.topology.shard_of(key.encode())]
-                    by_server.setdefault(shard, {})[key] = VALUE
-                return await asyncio.gather(
-                    *(clients[s].mset(values) for s, values in by_server.items())
-                )
-
-            async def stamp(g: int) -> object:
-                return await st.write(f"cost:{g}", dict.fromkeys(group_keys(g), VALUE))
-
-            async def commit(g: int) -> object:
-                values = dict.fromkeys(group_keys(g), VALUE)
-                return await st.write(f"cost:{g}", values, mode="commit")
-
-            async def transaction(g: int) -> object:
-                async with st.transaction() as tx:
-                    for key in group_keys(g):
-                        tx.set(key, VALUE)
-                return tx.receipt
-
-            rows = {
-                "MSET": mset,
-                "stampede write (stamp)": stamp,
-                "stampede write (commit)": commit,
-                "stampede transaction": transaction,
-            }
-            keys = groups * rounds * KEYS_PER_GROUP
-            for name, write in rows.items():
-                prim.flushall()
-                usec, cpu = await _row(clients, write, groups, rounds)
-                top = sum(usec.get(c, 0) for c in TOP_LEVEL[name])
-                out[name] = (top / keys, cpu * 1e6 / keys)
+    clients = [Redis.from_url(url) for url in prim.urls]
+    try:
+        keys = groups * rounds * KEYS_PER_GROUP
+        for name, write in writers(st, clients).items():
+            prim.flushall()
+            usec, cpu = await _row(clients, write, groups, rounds)
+            top = sum(usec.get(c, 0) for c in TOP_LEVEL[name])
+            out[name] = (top / keys, cpu * 1e6 / keys)
+    finally:
         for client in clients:
             await client.aclose()
     return out
+
+
+def guard_ratio(results: dict[str, tuple[float, float]]) -> float:
+    """The target's figure: commandstats per key of the stamped write over MSET's."""
+    return results["stampede write (stamp)"][0] / results["MSET"][0]
+
+
+async def run(groups: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """`measure` on three local primaries of its own."""
+    with LocalPrimaries(3) as prim:
+        async with stampede.connect(prim.urls) as st:
+            return await measure(prim, st, groups, rounds)
 
 
 def report(results: dict[str, tuple[float, float]], groups: int, rounds: int) -> None:

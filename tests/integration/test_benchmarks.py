@@ -6,6 +6,7 @@ takes, against its own local servers, and must exit 0 and print its table.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,20 +26,26 @@ RUNS = {
     "benchmarks.fanout": (["--rounds", "1", "--ops", "20"], "p50"),
     "benchmarks.repair": (["--groups", "60", "--scan-groups", "200"], "scan:"),
     "benchmarks.ramp": (["--seconds", "0.2", "--only", "shards"], "read_atomic"),
-    "benchmarks.ceiling": (["--seconds", "0.05", "--slices", "1"], "stampede write"),
+    "benchmarks.ceiling": (
+        ["--seconds", "0.05", "--slices", "1", "--cost-groups", "0"],
+        "stampede write",
+    ),
     "benchmarks.durability": (["--writes", "60", "--concurrency", "4"], "Durability(replicas=1)"),
     "benchmarks.server_cost": (["--groups", "40", "--rounds", "2"], "stampede write (stamp)"),
 }
 
 
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+
+
 @pytest.mark.parametrize("module", sorted(RUNS))
 def test_a_benchmark_runs(module: str) -> None:
     args, expected = RUNS[module]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
     result = subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
-        env=env,
+        env=_env(),
         capture_output=True,
         timeout=240,
         check=False,
@@ -48,16 +55,54 @@ def test_a_benchmark_runs(module: str) -> None:
     assert expected in out, out[-3000:]
 
 
+def test_the_ceiling_run_measures_every_target(tmp_path: Path) -> None:
+    """`benchmarks.ceiling --only stampede` with its transaction rows and its server-cost
+    phase: the targets table names every target with a figure, a bound and a verdict,
+    and --json holds them. Whether a target is met is not asserted (timing)."""
+    from benchmarks.ceiling import TARGETS
+
+    out_json = tmp_path / "ceiling.json"
+    args = ["--seconds", "0.05", "--slices", "1", "--only", "stampede"]
+    args += ["--cost-groups", "40", "--cost-rounds", "2", "--json", str(out_json)]
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ceiling", *args],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        timeout=240,
+        check=False,
+    )
+    out = result.stdout.decode(errors="replace")
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
+    for row in ("stampede transaction", "stampede write (txn keys)", "MSET"):
+        assert row in out, out[-3000:]
+    assert "redis-py read" not in out, out[-3000:]
+    table = out[out.index("targets (this run)") :]
+    for target in TARGETS:
+        line = next(line for line in table.splitlines() if target.what in line)
+        assert line.rstrip().endswith((" met", " NOT MET")), line
+    data = json.loads(out_json.read_text())
+    assert [t["target"] for t in data["targets"]] == [t.what for t in TARGETS]
+    for target in data["targets"]:
+        assert isinstance(target["figure"], float) and target["met"] in (True, False), target
+    assert set(data["server_cost"]) == {
+        "MSET",
+        "stampede write (stamp)",
+        "stampede write (commit)",
+        "stampede transaction",
+    }
+    assert {"stampede transaction", "stampede write (txn keys)"} <= set(data["rows"])
+
+
 @pytest.mark.timeout(300)
 def test_the_key_census_runs_and_finds_nothing_immortal() -> None:
     """The census (both topologies, a second of load each) prints its tables and
     PASS: nothing here depends on how much load a busy machine manages, and its
     waits for the grace windows follow the servers' clocks."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.census", "--seconds", "1", "--tasks", "8"],
         cwd=ROOT,
-        env=env,
+        env=_env(),
         capture_output=True,
         timeout=280,
         check=False,
