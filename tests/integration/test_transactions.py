@@ -168,6 +168,35 @@ async def test_storage_returns_to_one_version_after_the_grace_window(
             assert len(versions) == 1 and versions[0].startswith(b"m:"), fields
 
 
+async def test_a_hot_keys_version_hash_stays_bounded(
+    topology_env: tuple[str, Any],
+) -> None:
+    """A key rewritten by 100 transactions keeps at most 80 commit marks (`c:`),
+    among them the 64 newest, and at most 8 replaced versions: the marks are cut
+    back in bulk, oldest stamp first, not one sort per commit."""
+    kind, env = topology_env
+    async with open_stampede(env, kind) as st:
+        keys = spread_keys(st, "hotv", 2)
+        stamps = []
+        for i in range(100):
+            async with st.transaction() as tx:
+                for key in keys:
+                    tx.set(key, b"%d" % i)
+            assert tx.receipt is not None
+            stamps.append(b"%d:%s" % (tx.receipt.version, tx.receipt.token.encode()))
+        for key in keys:
+            side = side_key(key.encode(), st.topology.slot_of)
+            fields = set(await st.topology.execute(side, "HKEYS", side))
+            marks = {f[2:] for f in fields if f.startswith(b"c:")}
+            assert 64 <= len(marks) <= 80, len(marks)
+            assert set(stamps[-64:]) <= marks
+            assert marks <= set(stamps)
+            replaced = [f for f in fields if f.startswith(b"x:")]
+            assert len(replaced) <= 8
+            assert b"m:" + stamps[-1] in fields
+            assert (await st.read_atomic([key])).values[key] == b"99"
+
+
 def fractures(got: AtomicRead[str], wrote: dict[bytes, list[str]]) -> list[str]:
     """Keys of the read whose value's transaction also wrote another key of the read
     that came back older (a fractured read), judged from payloads and stamps only."""

@@ -2,7 +2,8 @@
 -- Collect a version hash `side`: drop versions marked replaced more than `grace`
 -- ago, mark prepared versions older than the current one (`curv`, `curt`) as
 -- replaced, keep at most the 8 newest replaced versions, and keep the marks of
--- commit decisions (`c:`) for an hour, the 64 newest.
+-- commit decisions (`c:`) for an hour: the 64 newest, cut back to them once there
+-- are more than 80 (one sort every 16 commits of a hot key, not one per commit).
   local fields = redis.call('HGETALL', side)
   local marked, kept, decided = {}, {}, {}
   for j = 1, #fields, 2 do
@@ -31,19 +32,28 @@
       end
     end
   end
-  local function stamp_older(a, b)
-    local av, aw = string.match(a, '^(%d+):([0-9A-Z]+)$')
-    local bv, bw = string.match(b, '^(%d+):([0-9A-Z]+)$')
-    return older(av, aw, bv, bw)
+  -- oldest first: each stamp parsed once into a key that sorts as the stamp does
+  -- (the version right-aligned in 20 characters, then the token), sorted natively
+  local function oldest_first(stamps)
+    local order, by = {}, {}
+    for j, st in ipairs(stamps) do
+      local sv, sw = string.match(st, '^(%d+):([0-9A-Z]+)$')
+      local k = sv and (string.format('%20s', sv) .. sw) or '\1'
+      order[j] = k .. '|' .. j
+      by[order[j]] = st
+    end
+    table.sort(order)
+    for j = 1, #order do order[j] = by[order[j]] end
+    return order
   end
-  if #decided > 64 then  -- commit decisions kept for the sweep: the 64 newest, an hour
-    table.sort(decided, stamp_older)
-    for j = 1, #decided - 64 do redis.call('HDEL', side, 'c:' .. decided[j]) end
+  if #decided > 80 then  -- commit decisions kept for the sweep: cut back to the 64 newest
+    local old = oldest_first(decided)
+    for j = 1, #old - 64 do redis.call('HDEL', side, 'c:' .. old[j]) end
   end
   if #kept > 8 then
-    table.sort(kept, stamp_older)
-    for j = 1, #kept - 8 do
-      local st = kept[j]
+    local old = oldest_first(kept)
+    for j = 1, #old - 8 do
+      local st = old[j]
       redis.call('HDEL', side, 'd:' .. st, 'm:' .. st, 'x:' .. st)
     end
   end
