@@ -98,7 +98,7 @@ KEPT_MAX = 8
 """The most replaced values a key's kept list holds (cut back to `KEPT_DEPTH` past it)."""
 
 GUARD = script("guard")
-"""The guarded write (`stampede/_lua/guard.lua`, with `compare.lua` and `guard_put.lua`)."""
+"""The guarded write (`stampede/_lua/guard.lua`, with `guard_body.lua` and `compare.lua`)."""
 CROSS_SLOT_GUARD = script("guard_cross_slot")
 """The guard for a whole batch on one cluster node, keys of many slots at once.
 
