@@ -59,13 +59,17 @@ _BUSY = 2
 
 
 class Sent:
-    """The first attempt of a pipeline, written by `Lane.send_now`: its connection and,
-    once answered, `result` (the replies, or the `ConnectionLost` / `ReplyTimeout`
-    that ended the connection). `Lane.pipeline(first=...)` takes it once."""
+    """The first attempt of a pipeline, written by `Lane.send_now`: its commands, its
+    connection and, once answered, `result` (the replies, or the `ConnectionLost` /
+    `ReplyTimeout` that ended the connection). `Lane.pipeline(first=...)` takes it
+    once, for the same commands."""
 
-    __slots__ = ("_then", "conn", "fresh", "result")
+    __slots__ = ("_then", "commands", "conn", "fresh", "result")
 
-    def __init__(self, conn: Connection, then: Callable[[Sent], None]) -> None:
+    def __init__(
+        self, commands: Sequence[Sequence[Any]], conn: Connection, then: Callable[[Sent], None]
+    ) -> None:
+        self.commands = commands
         self.conn = conn
         self._then = then
         self.result: Any = None
@@ -243,7 +247,7 @@ class Lane:
         conn = self._pick()
         if conn is None:
             return False
-        conn.send_then(commands, Sent(conn, then))
+        conn.send_then(commands, Sent(commands, conn, then))
         return True
 
     async def pipeline(
