@@ -278,7 +278,8 @@ class Coalescer(Generic[Req, Res]):
         self._flush()
         while self._lone or self._tasks:
             if self._lone:
-                self._closing = asyncio.get_running_loop().create_future()
-                await self._closing
+                if self._closing is None or self._closing.done():
+                    self._closing = asyncio.get_running_loop().create_future()
+                await asyncio.shield(self._closing)
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
