@@ -16,13 +16,15 @@ from typing import Any
 import pytest
 
 import stampede
-from stampede import OutcomeUnknownError, ShardTimeout, ShardUnavailable
+from stampede import OutcomeUnknownError, ShardTimeout, ShardUnavailable, Stampede
 from stampede.options import ConnectOptions
 from stampede.testing import LocalPrimaries, RedisProxy
 from stampede.topology._coalesce import Coalescer
 from stampede.topology._endpoint import parse_url
 from stampede.topology._lane import Lane, Sent
 from stampede.topology._resp import Connection, ConnectionLost, ReplyTimeout
+
+from ..support import spread_keys
 
 # -- the coalescer's quick path (pure asyncio) --------------------------------------
 
@@ -174,6 +176,30 @@ async def test_aclose_waits_for_lone_batches_in_flight() -> None:
     quick.answer(0, "lost")  # ... and for the task that carries on
     await asyncio.gather(*closing)
     assert future.result() == "a!"
+
+
+async def test_lone_reads_and_writes_over_several_shards_start_no_task(st: Stampede) -> None:
+    """With connections open, a lone read or write spanning shards (or nodes) makes
+    its round trips without a task: none is created while it runs."""
+    keys = spread_keys(st, "lone:spread")
+    await st.write("lone:spread", dict.fromkeys(keys, b"warm"))  # connections open
+    await st.read("lone:spread", keys)
+    loop = asyncio.get_running_loop()
+    created: list[object] = []
+
+    def count(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Task[Any]:
+        created.append(coro)
+        return asyncio.Task(coro, loop=loop)
+
+    loop.set_task_factory(count)
+    try:
+        receipt = await st.write("lone:spread", dict.fromkeys(keys, b"lone"))
+        result = await st.read("lone:spread", keys)
+    finally:
+        loop.set_task_factory(None)
+    assert created == []
+    assert result.version == receipt.version
+    assert result.values == dict.fromkeys(keys, b"lone")
 
 
 # -- the connection's one timer -------------------------------------------------------
