@@ -21,7 +21,7 @@ from ..keys import SlotMap, keyslot
 from ..options import ConnectOptions
 from ._base import WriteOutcome, translate
 from ._checks import ServerInfo, probe, redact
-from ._cluster_io import NodeIO
+from ._cluster_io import NodeIO, NodeReads, NodeWrites
 from ._coalesce import Coalescer
 from ._discovery import AddressRemap, SlotTable
 from ._durable import (
@@ -173,9 +173,10 @@ class Cluster:
         pair = self._batchers.get(node)
         if pair is None:
             batch = self._options.batch_keys if self._options.coalesce else 1
+            reads, writes = NodeReads(self._io, node), NodeWrites(self._io, node)
             pair = self._batchers[node] = (
-                Coalescer(partial(self._io.get_batch, node), size=len, max_items=batch),
-                Coalescer(partial(self._io.write_batch, node), size=len, max_items=batch),
+                Coalescer(reads.run, size=len, max_items=batch, quick=reads),
+                Coalescer(writes.run, size=len, max_items=batch, quick=writes),
             )
         return pair
 

@@ -12,20 +12,47 @@ of that batch.
 A caller whose keys live on several shards waits on one `Fanin`: one future,
 counted down as each shard's batch answers, so a read costs one wake-up however
 many shards it spans (no future, callback or gather per shard).
+
+A coalescer given a `Quick` sends a batch without a task when it can: `start`
+writes the batch's round trip at once (when a connection is at hand) and the
+answer is decoded (`finish`) and delivered from the connection's own callback.
+Anything `finish` will not take as it is (a lost reply, an error reply, a
+redirection) goes to `resume`, in a task, which carries on from that answer as
+the batch function would have (its retry rules included: nothing is sent again
+that the batch function would not send again). Without a `Quick`, or when
+`start` cannot send, the batch runs in a task (`run_batch`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["Coalescer", "Fanin", "Sink"]
+__all__ = ["Coalescer", "Fanin", "Quick", "Sink"]
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")
 
 RunBatch = Callable[[list[Req]], Awaitable[list[Res | BaseException]]]
+
+
+class Quick(Protocol[Req, Res]):
+    """A batch's round trip without a task (see the module)."""
+
+    def start(self, requests: list[Req], then: Callable[[Any], None]) -> bool:
+        """Send the batch's round trip now, `then(answer)` once it ends; False (nothing
+        sent) when that is not possible now."""
+        ...
+
+    def finish(self, requests: list[Req], answer: Any) -> list[Res | BaseException] | None:
+        """Each request's result from `answer`; None when it needs `resume`."""
+        ...
+
+    async def resume(self, requests: list[Req], answer: Any) -> list[Res | BaseException]:
+        """The batch function, carrying on from `answer` (its first attempt)."""
+        ...
 
 
 class Sink(Protocol):
@@ -94,9 +121,12 @@ class Coalescer(Generic[Req, Res]):
     """Gathers requests of one loop turn into batches of at most `max_items` items."""
 
     __slots__ = (
+        "_closing",
         "_inline",
         "_items",
+        "_lone",
         "_queue",
+        "_quick",
         "_run",
         "_scheduled",
         "_size",
@@ -110,8 +140,10 @@ class Coalescer(Generic[Req, Res]):
         *,
         max_items: int = 1024,
         size: Callable[[Req], int] = lambda _: 1,
+        quick: Quick[Req, Res] | None = None,
     ) -> None:
         self._run = run_batch
+        self._quick = quick
         self._size = size
         self.max_items = max_items
         self._queue: list[Entry] = []
@@ -119,20 +151,28 @@ class Coalescer(Generic[Req, Res]):
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._inline = 0
+        self._lone = 0  # batches sent by `quick.start`, not answered yet
+        self._closing: asyncio.Future[None] | None = None
 
     @property
     def idle(self) -> bool:
         """Nothing queued and no round trip in flight."""
-        return not self._tasks and not self._queue and not self._inline
+        return not (self._tasks or self._queue or self._inline or self._lone)
+
+    @property
+    def _in_flight(self) -> int:
+        return len(self._tasks) + self._lone
 
     async def call(self, request: Req) -> Res:
         """`request`'s result: run in the caller's own task when idle, else batched.
 
         An idle coalescer has nothing for the request to ride with, so the caller
-        makes the round trip itself: no task, no future, no loop turn in between.
-        Requests submitted meanwhile queue and go in the next loop turn as usual.
+        makes the round trip itself: no task, no loop turn in between (with a
+        `Quick`, its answer comes back through a future instead of the batch
+        function's awaits). Requests submitted meanwhile queue and go in the next
+        loop turn as usual.
         """
-        if not self.idle:
+        if self._quick is not None or not self.idle:
             return await self.submit(request)
         self._inline += 1
         try:
@@ -163,7 +203,7 @@ class Coalescer(Generic[Req, Res]):
         self._items += size
         if self._items >= self.max_items:
             self._flush()
-        elif not self._scheduled and len(self._tasks) < MAX_IN_FLIGHT:
+        elif not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
@@ -175,18 +215,54 @@ class Coalescer(Generic[Req, Res]):
         self._start(batch)
 
     def _start(self, batch: list[Entry]) -> None:
-        task = asyncio.get_running_loop().create_task(self._send(batch))
+        quick = self._quick
+        if quick is not None:
+            requests = [request for request, _, _ in batch]
+            self._lone += 1  # before `start`: its answer may not come before it returns
+            try:
+                sent = quick.start(requests, partial(self._answered, batch, requests))
+            except Exception:
+                sent = False  # the batch function meets it again, and reports it
+            if sent:
+                return
+            self._lone -= 1
+        self._spawn(self._send(batch, self._run))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
+    def _answered(self, batch: list[Entry], requests: list[Any], answer: Any) -> None:
+        """A `Quick` batch's answer: its results to the callers, or `resume` in a task."""
+        assert self._quick is not None
+        try:
+            results = self._quick.finish(requests, answer)
+        except Exception:
+            results = None  # `resume` meets it again, and reports it
+        if results is None:
+            self._spawn(self._send(batch, partial(self._quick.resume, answer=answer)))
+        self._lone -= 1
+        if results is not None:
+            for (_, sink, index), result in zip(batch, results, strict=True):
+                sink.deliver(index, result)
+        self._next()
+
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if len(self._tasks) < MAX_IN_FLIGHT and self._queue and not self._scheduled:
-            self._flush()
+        self._next()
 
-    async def _send(self, batch: list[Entry]) -> None:
+    def _next(self) -> None:
+        """A batch came back: the queue goes when it may; `aclose` hears when all did."""
+        if self._in_flight < MAX_IN_FLIGHT and self._queue and not self._scheduled:
+            self._flush()
+        closing = self._closing
+        if closing is not None and not closing.done() and not (self._lone or self._tasks):
+            closing.set_result(None)
+
+    async def _send(self, batch: list[Entry], run: RunBatch[Any, Any]) -> None:
         try:
-            results = await self._run([request for request, _, _ in batch])
+            results = await run([request for request, _, _ in batch])
         except BaseException as exc:  # the round trip failed: every caller hears of it
             cancelled = isinstance(exc, asyncio.CancelledError)
             for _, sink, index in batch:
@@ -200,5 +276,10 @@ class Coalescer(Generic[Req, Res]):
     async def aclose(self) -> None:
         """Wait for batches in flight (their callers are waiting on them anyway)."""
         self._flush()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        while self._lone or self._tasks:
+            if self._lone:
+                if self._closing is None or self._closing.done():
+                    self._closing = asyncio.get_running_loop().create_future()
+                await asyncio.shield(self._closing)
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -22,6 +22,13 @@ runs pipelines on them:
   the primary is now, which may `repoint` the lane first.
 
 `session()` holds one connection alone for several round trips (WATCH ... EXEC).
+
+`send_now(commands, then)` is the first attempt of `pipeline(commands)` without a
+task: written at once when a connection is at hand (else nothing is sent), its
+outcome handed to `then` as a `Sent` as soon as it is read. A caller that cannot
+use that outcome as it is (a lost reply, an error reply) passes the `Sent` to
+`pipeline(commands, first=sent)`, which takes it as its first attempt and goes on
+by the rules above: nothing is sent again that `pipeline` would not send again.
 """
 
 from __future__ import annotations
@@ -33,24 +40,45 @@ from typing import Any
 from ..errors import OutcomeUnknownError
 from ._endpoint import Endpoint
 from ._resp import (
-    AuthError,
     Connection,
     ConnectionLost,
     ConnectTimeout,
-    ReplyError,
     ReplyTimeout,
     blocking,
-    is_auth_refusal,
 )
 from ._retries import all_idempotent, backoff, describe
+from ._session import Session, check_auth
 
-__all__ = ["LOST", "Lane", "Session"]
+__all__ = ["LOST", "Lane", "Sent", "Session"]
 
 LOST = (ConnectionLost, ReplyTimeout)
 """What a lost reply raises: the connection dropped, or did not answer in time."""
 
 _BUSY = 2
 """Pipelines waiting on every connection before the lane opens another."""
+
+
+class Sent:
+    """The first attempt of a pipeline, written by `Lane.send_now`: its commands, its
+    connection and, once answered, `result` (the replies, or the `ConnectionLost` /
+    `ReplyTimeout` that ended the connection). `Lane.pipeline(first=...)` takes it
+    once, for the same commands."""
+
+    __slots__ = ("_then", "commands", "conn", "fresh", "result")
+
+    def __init__(
+        self, commands: Sequence[Sequence[Any]], conn: Connection, then: Callable[[Sent], None]
+    ) -> None:
+        self.commands = commands
+        self.conn = conn
+        self._then = then
+        self.result: Any = None
+        self.fresh = True
+        """Not yet taken by `Lane.pipeline` as its first attempt."""
+
+    def __call__(self, result: Any) -> None:
+        self.result = result
+        self._then(self)
 
 
 class Lane:
@@ -149,8 +177,10 @@ class Lane:
             attempt += 1
             await asyncio.sleep(backoff(attempt, self._base, self._cap))
 
-    async def _shared_connection(self) -> Connection:
-        """An idle connection, a new one while under the limit, else the least busy."""
+    def _pick(self) -> Connection | None:
+        """The shared connection for the next pipeline when one is at hand: an idle
+        one, else the least busy while it is not too busy (or no more may be opened);
+        None when a connection must be opened or waited for first."""
         best: Connection | None = None
         for conn in list(self._shared):
             if not conn.usable:
@@ -163,7 +193,14 @@ class Lane:
                 best = conn
         if best is not None and (best.pending < _BUSY or self.open_connections >= self._limit):
             return best
-        if best is None and self.open_connections >= self._limit:
+        return None
+
+    async def _shared_connection(self) -> Connection:
+        """An idle connection, a new one while under the limit, else the least busy."""
+        conn = self._pick()
+        if conn is not None:
+            return conn
+        if self.open_connections >= self._limit:  # every connection held by a session
             return await self._wait_for_one()
         conn = await self._connect()
         self._shared.append(conn)
@@ -200,8 +237,25 @@ class Lane:
             raise reply
         return reply
 
+    def send_now(self, commands: Sequence[Sequence[Any]], then: Callable[[Sent], None]) -> bool:
+        """Write `commands` now as the first attempt of `pipeline(commands)`, when a
+        shared connection is at hand and nothing in them blocks (WAIT); False, with
+        nothing sent, otherwise. `then(sent)` runs once, when the attempt ends (see
+        the module); `TypeError` (nothing sent) for an argument that cannot be sent."""
+        if blocking(commands):
+            return False
+        conn = self._pick()
+        if conn is None:
+            return False
+        conn.send_then(commands, Sent(commands, conn, then))
+        return True
+
     async def pipeline(
-        self, commands: Sequence[Sequence[Any]], *, resend: bool | None = None
+        self,
+        commands: Sequence[Sequence[Any]],
+        *,
+        resend: bool | None = None,
+        first: Sent | None = None,
     ) -> list[Any]:
         """Send `commands` at once; one reply or `ReplyError` per command, in order.
 
@@ -209,30 +263,43 @@ class Lane:
         idempotent (`resend` overrides that judgement for callers who know better);
         else `OutcomeUnknownError`. Timeouts are never resent. A pipeline the server
         may hold on purpose (`WAIT`, `WAITAOF`) goes on a connection of its own, so
-        that no other call queues behind it (and times out there).
+        that no other call queues behind it (and times out there). `first`, a
+        `send_now` attempt of these commands that has ended, counts as the first
+        attempt (once: a `Sent` already taken is ignored).
         """
         safe = all_idempotent(commands) if resend is None else resend
         blocks = blocking(commands)
         attempt = 0
+        result: list[Any] | BaseException
         while True:
-            conn = await (self.hold() if blocks else self._shared_connection())
-            try:
-                replies = await (
-                    self._alone(conn, commands, blocks) if blocks else conn.send(commands, blocks=0)
-                )
-            except LOST as exc:
+            if first is not None and first.fresh:
+                first.fresh = False
+                conn, result = first.conn, first.result
+            else:
+                conn = await (self.hold() if blocks else self._shared_connection())
+                try:
+                    result = await (
+                        self._alone(conn, commands, blocks)
+                        if blocks
+                        else conn.send(commands, blocks=0)
+                    )
+                except LOST as exc:
+                    result = exc
+            if isinstance(result, BaseException):
+                if not isinstance(result, LOST):
+                    raise result
                 self._lost()
                 if not safe:
                     raise OutcomeUnknownError(
-                        describe(commands), shard=self.name, cause=exc
-                    ) from exc
-                if isinstance(exc, ReplyTimeout) or attempt >= self.retries:
-                    raise
+                        describe(commands), shard=self.name, cause=result
+                    ) from result
+                if isinstance(result, ReplyTimeout) or attempt >= self.retries:
+                    raise result
                 attempt += 1
                 await asyncio.sleep(backoff(attempt, self._base, self._cap))
                 continue
-            _check_auth(conn, replies)
-            return replies
+            check_auth(conn, result)
+            return result
 
     async def _alone(
         self, conn: Connection, commands: Sequence[Sequence[Any]], blocks: float
@@ -300,62 +367,3 @@ class Lane:
         held, self._exclusive = self._exclusive, []
         for conn in [*conns, *held]:
             conn.close()
-
-
-def _check_auth(conn: Connection, replies: list[Any]) -> None:
-    """NOAUTH / WRONGPASS: the server refused the connection's credentials unrun."""
-    for reply in replies:
-        if isinstance(reply, ReplyError) and is_auth_refusal(reply):
-            conn.close()
-            raise AuthError(str(reply))
-
-
-class Session:
-    """One lane connection held for several round trips; nothing in it is ever resent.
-
-    Errors propagate as the transport's (a lost reply as `ConnectionLost` or
-    `ReplyTimeout`): the caller knows what the exchange means. The connection goes
-    back to the lane when the block ends cleanly, and is closed otherwise (it may
-    still hold a WATCH or an open MULTI).
-    """
-
-    __slots__ = ("_conn", "_lane", "broken")
-
-    def __init__(self, lane: Lane) -> None:
-        self._lane = lane
-        self._conn: Connection | None = None
-        self.broken = False
-
-    async def __aenter__(self) -> Session:
-        self._conn = await self._lane.hold()
-        return self
-
-    async def __aexit__(self, exc_type: Any, *_: object) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            broken = exc_type is not None or self.broken
-            self._lane.release(conn, broken=broken)
-
-    @property
-    def lane(self) -> Lane:
-        return self._lane
-
-    async def call(self, *args: Any) -> Any:
-        """One command's raw reply; an error reply raises."""
-        (reply,) = await self.pipeline([args])
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
-
-    async def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """Raw replies (error replies as `ReplyError` values), in order."""
-        conn = self._conn
-        if conn is None:
-            raise RuntimeError("a session is used inside `async with` only")
-        try:
-            replies = await conn.send(commands)
-            _check_auth(conn, replies)
-        except BaseException:
-            self.broken = True
-            raise
-        return replies

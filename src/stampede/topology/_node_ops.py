@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._lua import Script, as_eval
 from ..errors import OutcomeUnknownError, RepliesLostError
-from ._lane import LOST, Lane, Session
+from ._lane import LOST, Lane, Sent, Session
 from ._resp import ConnectionLost, NoScriptError
 from ._retries import MARKER_TTL_MS, all_idempotent, describe
 from ._shape import shape
@@ -101,13 +101,15 @@ async def evalsha(
     calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
     *,
     resend: bool | None = None,
+    first: Sent | None = None,
 ) -> list[Any]:
     """Run `calls` (script, keys, args) as one pipeline on `lane` (`eval_fallback`);
     their replies, an error reply as a value. Resent after a lost reply only when
-    `resend` allows it (default: every script idempotent)."""
+    `resend` allows it (default: every script idempotent). `first`: the EVALSHA
+    pipeline's first attempt, already made (`Lane.send_now`)."""
 
     async def run(commands: list[Command]) -> list[Any]:
-        return await lane.pipeline(commands, resend=resend)
+        return await lane.pipeline(commands, resend=resend, first=first)
 
     return await eval_fallback(run, [("EVALSHA", s.sha, len(k), *k, *a) for s, k, a in calls])
 

@@ -10,10 +10,18 @@ pipelines strictly in the order they were sent, so:
 - a timeout (no reply within `socket_timeout`) or a lost connection ends the
   connection and fails every pipeline still waiting on it: after either, the
   replies would no longer line up. A timeout fails the pipelines with
-  `ReplyTimeout`, a drop with `ConnectionLost`;
+  `ReplyTimeout`, a drop with `ConnectionLost`. Each pipeline carries its own
+  deadline, and a connection keeps one loop timer, at the earliest deadline it has
+  seen (not one per pipeline, armed and cancelled per round trip): when it fires,
+  a pipeline past its deadline ends the connection, else it is armed again at the
+  earliest deadline still pending;
 - an error reply of one command (`ReplyError` and its kinds: `NoScriptError`,
   `MovedError`, `AskError`, ...) comes back as that command's result, not raised,
   and leaves the connection usable.
+
+`send_then(commands, callback)` is `send` without the future: the callback gets the
+replies (or the error that ended the connection) as soon as they are read, inside
+the protocol's own callback, with no trip through the event loop's ready queue.
 
 RESP2 is all stampede needs (strings, integers, arrays, nil). At connect it
 authenticates (`AUTH`, ACL user or password alone), selects the database and sets
@@ -24,11 +32,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hiredis
 
+from ._encode import blocking as blocking
+from ._encode import pack as pack
 from ._endpoint import Endpoint
 from ._reply_errors import AskError as AskError
 from ._reply_errors import AuthError as AuthError
@@ -65,65 +75,32 @@ __all__ = [
     "ReplyError",
     "ReplyTimeout",
     "TryAgainError",
+    "blocking",
     "pack",
 ]
 
 
-def pack(commands: Sequence[Sequence[Any]]) -> bytes:
-    """The RESP wire bytes of `commands` (hiredis's C encoder).
-
-    Arguments are bytes, str (UTF-8), int or float; bytearray and memoryview are
-    copied to bytes; anything else is a `TypeError` naming the argument's type.
-    """
-    out = []
-    for command in commands:
-        try:
-            out.append(hiredis.pack_command(tuple(command)))
-        except TypeError:
-            coerced: tuple[Any, ...] = tuple(_arg(a) for a in command)
-            out.append(hiredis.pack_command(coerced))
-    return b"".join(out)
-
-
-def _arg(value: Any) -> bytes | str | int | float:
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, bool) or not isinstance(value, bytes | str | int | float):
-        raise TypeError(
-            f"a Redis command argument must be bytes, str, int or float, got "
-            f"{type(value).__name__}; convert it first"
-        )
-    return value
-
-
-_BLOCKING = {"WAIT": 2, b"WAIT": 2, "WAITAOF": 3, b"WAITAOF": 3}
-"""Commands the server holds for up to a time they carry: -> the position of its ms."""
-
-
-def blocking(commands: Sequence[Sequence[Any]]) -> float:
-    """Seconds the server may hold `commands` on purpose (`WAIT`, `WAITAOF`): added to
-    the socket timeout, so a wait for replicas is not cut short as a dead server."""
-    extra = 0
-    for command in commands:
-        at = _BLOCKING.get(command[0]) if command else None
-        if at is not None and len(command) > at:
-            try:
-                extra += max(0, int(command[at]))
-            except (TypeError, ValueError):
-                continue  # the server will refuse it: nothing to wait for
-    return extra / 1000
+Callback = Callable[[Any], None]
+"""Gets a pipeline's replies (a list), or the `RedisError` that ended its connection."""
 
 
 class _Waiting:
-    """One pipeline waiting for its replies."""
+    """One pipeline waiting for its replies: a future, or a callback, to hand them to."""
 
-    __slots__ = ("count", "future", "replies", "timer")
+    __slots__ = ("callback", "count", "deadline", "future", "replies")
 
-    def __init__(self, future: asyncio.Future[list[Any]], count: int) -> None:
+    def __init__(
+        self,
+        future: asyncio.Future[list[Any]] | None,
+        callback: Callback | None,
+        count: int,
+        deadline: float | None,
+    ) -> None:
         self.future = future
+        self.callback = callback
         self.count = count
+        self.deadline = deadline
         self.replies: list[Any] = []
-        self.timer: asyncio.TimerHandle | None = None
 
 
 class Connection(asyncio.Protocol):
@@ -138,6 +115,8 @@ class Connection(asyncio.Protocol):
         self._closed: RedisError | None = None
         self._paused = False
         self._drained: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     # -- opening ----------------------------------------------------------------
 
@@ -232,14 +211,66 @@ class Connection(asyncio.Protocol):
         if self._closed is not None or self._transport is None:
             future.set_exception(self._closed or ConnectionLost("not connected"))
             return future
-        waiting = _Waiting(future, len(commands))
-        wait = self.endpoint.socket_timeout if timeout is None else timeout
-        if wait:
-            wait += blocking(commands) if blocks is None else blocks
-            waiting.timer = self._loop.call_later(wait, self._timed_out, waiting)
-        self._waiting.append(waiting)
-        self._transport.write(data)
+        deadline = self._deadline(commands, timeout, blocks)
+        self._write(data, _Waiting(future, None, len(commands), deadline))
         return future
+
+    def send_then(self, commands: Sequence[Sequence[Any]], callback: Callback) -> None:
+        """Write `commands` now (on a `usable` connection); `callback` gets their replies,
+        or the `ConnectionLost` / `ReplyTimeout` that ended the connection first,
+        exactly once, from inside the protocol (it must not raise).
+
+        `TypeError` (nothing written) for an argument that cannot be sent;
+        `ConnectionLost` (nothing written) when the connection is closed.
+        """
+        data = pack(commands)
+        if self._closed is not None or self._transport is None:
+            raise self._closed or ConnectionLost("not connected")
+        deadline = self._deadline(commands, None, None)
+        self._write(data, _Waiting(None, callback, len(commands), deadline))
+
+    def _deadline(
+        self, commands: Sequence[Sequence[Any]], timeout: float | None, blocks: float | None
+    ) -> float | None:
+        """When a pipeline's last reply is due (None: no timeout)."""
+        wait = self.endpoint.socket_timeout if timeout is None else timeout
+        if not wait:
+            return None
+        wait += blocking(commands) if blocks is None else blocks
+        return self._loop.time() + wait
+
+    def _write(self, data: bytes, waiting: _Waiting) -> None:
+        deadline = waiting.deadline
+        if deadline is not None and (self._timer is None or deadline < self._timer_at):
+            self._arm(deadline)
+        self._waiting.append(waiting)
+        assert self._transport is not None
+        self._transport.write(data)
+
+    def _arm(self, when: float) -> None:
+        """The connection's one timer, at `when`."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(when, self._check_deadlines)
+        self._timer_at = when
+
+    def _check_deadlines(self) -> None:
+        """The timer fired: a pipeline past its deadline ends the connection; else the
+        timer goes again at the earliest deadline pending (none: it rests)."""
+        self._timer = None
+        now = self._loop.time()
+        earliest: float | None = None
+        for waiting in self._waiting:
+            deadline = waiting.deadline
+            if deadline is None:
+                continue
+            if deadline <= now:
+                self._timed_out(waiting)
+                return
+            if earliest is None or deadline < earliest:
+                earliest = deadline
+        if earliest is not None:
+            self._arm(earliest)
 
     async def drain(self) -> None:
         """Wait while the transport's write buffer is above its high-water mark."""
@@ -279,10 +310,11 @@ class Connection(asyncio.Protocol):
             head.replies.append(reply)
             if len(head.replies) == head.count:
                 waiting.popleft()
-                if head.timer is not None:
-                    head.timer.cancel()
-                if not head.future.done():  # a cancelled caller's replies are dropped
-                    head.future.set_result(head.replies)
+                future = head.future
+                if future is None:
+                    self._call_back(head, head.replies)
+                elif not future.done():  # a cancelled caller's replies are dropped
+                    future.set_result(head.replies)
 
     def connection_lost(self, exc: Exception | None) -> None:
         why = f": {exc}" if exc is not None else ""
@@ -313,12 +345,27 @@ class Connection(asyncio.Protocol):
     def _fail(self, error: RedisError) -> None:
         if self._closed is None:
             self._closed = error
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         while self._waiting:
             waiting = self._waiting.popleft()
-            if waiting.timer is not None:
-                waiting.timer.cancel()
-            if not waiting.future.done():
-                waiting.future.set_exception(error)
+            future = waiting.future
+            if future is None:
+                self._call_back(waiting, error)
+            elif not future.done():
+                future.set_exception(error)
+
+    def _call_back(self, waiting: _Waiting, result: Any) -> None:
+        """Hand `result` to a `send_then` callback; one that raises is reported to the
+        loop's exception handler, and the connection goes on."""
+        assert waiting.callback is not None
+        try:
+            waiting.callback(result)
+        except Exception as exc:  # a bug in the callback: the stream is still in step
+            self._loop.call_exception_handler(
+                {"message": "a send_then callback raised", "exception": exc, "protocol": self}
+            )
 
 
 def _kinds_in(reply: list[Any]) -> list[Any]:

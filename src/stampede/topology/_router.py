@@ -23,7 +23,7 @@ from ._base import translate
 from ._discovery import SlotsUnknown, SlotTable
 from ._endpoint import Endpoint
 from ._guard import without_keeping
-from ._lane import Lane
+from ._lane import Lane, Sent
 from ._node_ops import eval_fallback
 from ._resp import (
     AskError,
@@ -116,6 +116,7 @@ class Router:
         *,
         follow: bool = True,
         resend: bool | None = None,
+        first: Sent | None = None,
     ) -> list[Any]:
         """Run `commands` as one pipeline on `node`; results or per-command exceptions.
 
@@ -125,9 +126,10 @@ class Router:
         answers with a transient state (CLUSTERDOWN, READONLY, LOADING, MASTERDOWN)
         makes the slot map reload; the commands that are safe to resend are sent
         again, to the slot's owner as the map now says, with backoff, for up to
-        `failover_timeout` seconds (see `failover`).
+        `failover_timeout` seconds (see `failover`). `first`: the pipeline's first
+        attempt on `node`, already made (`Lane.send_now`).
         """
-        results = await self._send(node, commands, resend)
+        results = await self._send(node, commands, resend, first)
         if self.options.failover_timeout > 0:
             failed = [i for i, r in enumerate(results) if failing(r)]
             safe = [i for i in failed if resend or is_idempotent(commands[i])]
@@ -144,10 +146,14 @@ class Router:
         return results
 
     async def _send(
-        self, node: str, commands: list[tuple[Any, ...]], resend: bool | None
+        self,
+        node: str,
+        commands: list[tuple[Any, ...]],
+        resend: bool | None,
+        first: Sent | None = None,
     ) -> list[Any]:
         try:
-            results = await self.lane_at(node).pipeline(commands, resend=resend)
+            results = await self.lane_at(node).pipeline(commands, resend=resend, first=first)
         except ERRORS as exc:
             self.stale(node)
             return [translate(exc, node)] * len(commands)
@@ -227,14 +233,14 @@ class Router:
             self._refreshing.add_done_callback(_quiet)
 
     def runner(
-        self, node: str, keys: Sequence[bytes], *, follow: bool = True
+        self, node: str, keys: Sequence[bytes], *, follow: bool = True, first: Sent | None = None
     ) -> Callable[[list[tuple[Any, ...]]], Awaitable[list[Any]]]:
         """`pipeline` on `node` as a `Run` for `eval_fallback` (`keys[i]`, or the last
-        key, locates command i)."""
+        key, locates command i; `first`: the first run's first attempt, already made)."""
 
         async def run(commands: list[tuple[Any, ...]]) -> list[Any]:
             located = [keys[min(i, len(keys) - 1)] for i in range(len(commands))]
-            return await self.pipeline(node, commands, located, follow=follow)
+            return await self.pipeline(node, commands, located, follow=follow, first=first)
 
         return run
 

@@ -40,12 +40,11 @@ from ._checks import (
 from ._coalesce import Coalescer
 from ._durable import asks_durability, durable_write, script_with_wait
 from ._endpoint import Endpoint, parse_url
-from ._guard import GUARD, WriteRequest, joined, split_codes
+from ._guard import WriteRequest
 from ._lane import Lane
 from ._node_ops import (
     Body,
     Command,
-    evalsha,
     marker_id,
     optimistic_once,
     run_script,
@@ -53,6 +52,7 @@ from ._node_ops import (
 )
 from ._plan import fetch_parts, write_parts
 from ._retries import Markers, is_idempotent
+from ._shard_io import ShardReads, ShardWrites
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp
@@ -123,14 +123,13 @@ class Shards(FixedShards):
         ]
         self._markers = Markers(self.slot_of)
         batch = opts.batch_keys if opts.coalesce else 1
-        self._readers = [
-            Coalescer(partial(self._mget_batch, i), size=len, max_items=batch)
-            for i in range(len(endpoints))
-        ]
-        self._writers = [
-            Coalescer(partial(self._write_batch, i), size=len, max_items=batch)
-            for i in range(len(endpoints))
-        ]
+        self._readers: list[Coalescer[list[bytes], Any]] = []
+        self._writers: list[Coalescer[WriteRequest, Any]] = []
+        for i, lane in enumerate(self._lanes):
+            call = partial(self._call, i, safe=True)
+            reads, writes = ShardReads(lane, call), ShardWrites(lane, call, names[i])
+            self._readers.append(Coalescer(reads.run, size=len, max_items=batch, quick=reads))
+            self._writers.append(Coalescer(writes.run, size=len, max_items=batch, quick=writes))
 
     async def open(self) -> None:
         """Check every primary before anything is written; `SetupError` if one is unfit.
@@ -303,30 +302,6 @@ class Shards(FixedShards):
         Sentinel-managed shards resend it to a new primary after a failover)."""
         return await guarded(self._names[shard], call)
 
-    async def _mget_batch(self, shard: int, requests: list[list[bytes]]) -> list[Any]:
-        """One MGET for every read of this loop turn on `shard`."""
-        flat = [key for keys in requests for key in keys]
-        values = await self._call(shard, lambda: self._lanes[shard].call("MGET", *flat), safe=True)
-        out: list[Any] = []
-        pos = 0
-        for keys in requests:
-            out.append(values[pos : pos + len(keys)])
-            pos += len(keys)
-        return out
-
-    async def _write_batch(self, shard: int, requests: list[WriteRequest]) -> list[Any]:
-        """One guarded-script call for every write of this loop turn on `shard`."""
-        keys, argv, _ = joined(requests)
-
-        async def run() -> Any:
-            (codes,) = await evalsha(self._lanes[shard], [(GUARD, keys, argv)])
-            if isinstance(codes, BaseException):
-                raise codes
-            return codes
-
-        codes = await self._call(shard, run, safe=True)
-        return split_codes(requests, codes, self._names[shard])
-
     async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
         """Run one command on the shard of `key`; its raw (RESP2) reply."""
         shard = self._index(key)
@@ -385,8 +360,10 @@ class Shards(FixedShards):
         )
 
     async def aclose(self) -> None:
-        for coalescer in [*self._readers, *self._writers]:
-            await coalescer.aclose()
+        for reader in self._readers:
+            await reader.aclose()
+        for writer in self._writers:
+            await writer.aclose()
         for lane in self._lanes:
             await lane.aclose()
 

@@ -1,0 +1,118 @@
+"""What a `Shards` sends to one primary for a batch of reads or guarded writes.
+
+Reads: one MGET for every read of the batch. Writes: one guarded-script call
+(EVALSHA, EVAL after NOSCRIPT) for every write of the batch. Each is a batch
+function for the shard's `Coalescer` (`run`) and its `Quick`: `start` writes the
+same first pipeline `run` would at once, on a connection at hand, and `finish`
+takes its answer when it is the plain success (no error reply, no lost reply);
+anything else goes to `resume`, which is `run` with that answer as the lane
+pipeline's first attempt, through the shard's `call` (its error mapping and, over
+Sentinel, its failover rules).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ._guard import GUARD, WriteRequest, joined, split_codes
+from ._lane import Lane, Sent
+from ._node_ops import evalsha
+
+__all__ = ["Call", "ShardReads", "ShardWrites"]
+
+Call = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
+"""Awaits a call to the shard with its transport errors mapped (`Shards._call`)."""
+
+
+def _mget(requests: list[list[bytes]]) -> tuple[Any, ...]:
+    return ("MGET", *[key for keys in requests for key in keys])
+
+
+def _split(requests: list[list[bytes]], values: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    pos = 0
+    for keys in requests:
+        out.append(values[pos : pos + len(keys)])
+        pos += len(keys)
+    return out
+
+
+_NOT_PLAIN: Any = object()
+
+
+def _plain(answer: Sent) -> Any:
+    """The one reply of a one-command pipeline that got through as is; else `_NOT_PLAIN`."""
+    result = answer.result
+    if isinstance(result, BaseException):
+        return _NOT_PLAIN
+    (reply,) = result
+    return _NOT_PLAIN if isinstance(reply, BaseException) else reply
+
+
+class ShardReads:
+    """One MGET for every read of a batch on one shard (see the module)."""
+
+    __slots__ = ("_call", "_lane")
+
+    def __init__(self, lane: Lane, call: Call) -> None:
+        self._lane = lane
+        self._call = call
+
+    def start(self, requests: list[list[bytes]], then: Callable[[Sent], None]) -> bool:
+        return self._lane.send_now([_mget(requests)], then)
+
+    def finish(self, requests: list[list[bytes]], answer: Sent) -> list[Any] | None:
+        values = _plain(answer)
+        return None if values is _NOT_PLAIN else _split(requests, values)
+
+    async def resume(self, requests: list[list[bytes]], answer: Sent) -> list[Any]:
+        return await self.run(requests, answer)
+
+    async def run(self, requests: list[list[bytes]], first: Sent | None = None) -> list[Any]:
+        """One MGET for every read of this loop turn on the shard."""
+        command = _mget(requests)
+        lane = self._lane
+
+        async def call() -> Any:
+            (reply,) = await lane.pipeline([command], first=first)
+            if isinstance(reply, BaseException):
+                raise reply
+            return reply
+
+        return _split(requests, await self._call(call))
+
+
+class ShardWrites:
+    """One guarded-script call for every write of a batch on one shard (see the module)."""
+
+    __slots__ = ("_call", "_lane", "_name")
+
+    def __init__(self, lane: Lane, call: Call, name: str) -> None:
+        self._lane = lane
+        self._call = call
+        self._name = name
+
+    def start(self, requests: list[WriteRequest], then: Callable[[Sent], None]) -> bool:
+        keys, argv, _ = joined(requests)
+        return self._lane.send_now([("EVALSHA", GUARD.sha, len(keys), *keys, *argv)], then)
+
+    def finish(self, requests: list[WriteRequest], answer: Sent) -> list[Any] | None:
+        codes = _plain(answer)
+        return None if codes is _NOT_PLAIN else split_codes(requests, codes, self._name)
+
+    async def resume(self, requests: list[WriteRequest], answer: Sent) -> list[Any]:
+        return await self.run(requests, answer)
+
+    async def run(self, requests: list[WriteRequest], first: Sent | None = None) -> list[Any]:
+        """One guarded-script call for every write of this loop turn on the shard."""
+        keys, argv, _ = joined(requests)
+        lane = self._lane
+
+        async def call() -> Any:
+            (codes,) = await evalsha(lane, [(GUARD, keys, argv)], first=first)
+            if isinstance(codes, BaseException):
+                raise codes
+            return codes
+
+        return split_codes(requests, await self._call(call), self._name)
