@@ -26,6 +26,8 @@ RUNS = {
     "benchmarks.repair": (["--groups", "60", "--scan-groups", "200"], "scan:"),
     "benchmarks.ramp": (["--seconds", "0.2", "--only", "shards"], "read_atomic"),
     "benchmarks.ceiling": (["--seconds", "0.05", "--slices", "1"], "stampede write"),
+    # The pure build only: `make test-compiled` builds and checks the compiled one.
+    "benchmarks.compiled": (["--rounds", "1", "--seconds", "0.01", "--pure-only"], "read step"),
     "benchmarks.durability": (["--writes", "60", "--concurrency", "4"], "Durability(replicas=1)"),
     "benchmarks.server_cost": (["--groups", "40", "--rounds", "2"], "stampede write (stamp)"),
 }
