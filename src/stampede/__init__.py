@@ -1,5 +1,7 @@
 """stampede: keep related Redis keys consistent when one write spans shards."""
 
+# First: a compiled build's modules fall back to their .py when they cannot load.
+from . import _compiled as _compiled
 from . import atomic as atomic
 from . import eventlog as eventlog
 from . import fanout as fanout

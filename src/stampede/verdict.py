@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Final
 
 from .errors import MalformedEnvelope
 from .wire import CommitRecord, Envelope, decode_commit
@@ -79,6 +80,15 @@ class Observation:
         _set_envelopes(self, tuple(envelopes))
         _set_errors(self, errors)
 
+    def __reduce__(
+        self,
+    ) -> tuple[
+        type[Observation],
+        tuple[bytes, tuple[bytes, ...], tuple[bytes | None, ...], Mode, bytes | None],
+    ]:
+        # copy and pickle through the constructor, as `Envelope` (the same when compiled)
+        return (type(self), (self.group, self.keys, self.raw, self.mode, self.commit_raw))
+
     def seen(self) -> dict[str, str | None]:
         """key -> `<version>:<token>` (`<version>:<token>:deleted` for a tombstone),
         `"unstamped"` or None (missing), as JSON-ready text."""
@@ -104,8 +114,8 @@ class Observation:
         return decode_commit(self.commit_raw, self.group)
 
 
-_set_envelopes = Observation.__dict__["envelopes"].__set__
-_set_errors = Observation.__dict__["errors"].__set__
+_set_envelopes: Final = vars(Observation)["envelopes"].__set__
+_set_errors: Final = vars(Observation)["errors"].__set__
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +123,10 @@ class Verdict:
     status: Status
     reason: Reason | None = None
     envelope: Envelope | None = None  # the consistent write (any key's envelope)
+
+    def __reduce__(self) -> tuple[type[Verdict], tuple[Status, Reason | None, Envelope | None]]:
+        # copy and pickle through the constructor, as `Envelope` (the same when compiled)
+        return (type(self), (self.status, self.reason, self.envelope))
 
     @property
     def consistent(self) -> bool:
@@ -125,7 +139,7 @@ class Verdict:
         return self
 
 
-_NOT_FOUND = Verdict(Status.NOT_FOUND)
+_NOT_FOUND: Final = Verdict(Status.NOT_FOUND)
 
 
 def judge(obs: Observation) -> Verdict:

@@ -30,6 +30,8 @@ RUNS = {
         ["--seconds", "0.05", "--slices", "1", "--cost-groups", "0"],
         "stampede write",
     ),
+    # The pure build only: `make test-compiled` builds and checks the compiled one.
+    "benchmarks.compiled": (["--rounds", "1", "--seconds", "0.01", "--pure-only"], "read step"),
     "benchmarks.durability": (["--writes", "60", "--concurrency", "4"], "Durability(replicas=1)"),
     "benchmarks.server_cost": (["--groups", "40", "--rounds", "2"], "stampede write (stamp)"),
 }

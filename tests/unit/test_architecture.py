@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             r"_lua(\..*)?",
             r"_backoff",
             r"_deadline",
+            r"_compiled",
         ],
     ),
     ("topology", [r"topology(\..*)?"]),

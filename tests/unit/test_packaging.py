@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tarfile
 import tomllib
 import zipfile
 from pathlib import Path
@@ -12,16 +14,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _pure_env() -> dict[str, str]:
+    """This environment without the variable that asks for a compiled wheel."""
+    return {k: v for k, v in os.environ.items() if k != "STAMPEDE_COMPILE"}
+
+
 def test_the_wheel_holds_the_library_and_its_lua_but_no_test_tooling(tmp_path: Path) -> None:
-    """`pip wheel .`: stampede with its .lua files; no chaos harness, no demo API."""
+    """`pip wheel .`: stampede with its .lua files; no chaos harness, no demo API; pure
+    Python (`py3-none-any`, no extension) unless STAMPEDE_COMPILE=1 asks otherwise."""
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
          "-w", str(tmp_path), str(ROOT)],
         check=True,
         timeout=120,
+        env=_pure_env(),
     )  # fmt: skip
     (wheel,) = tmp_path.glob("stampede_redis-*.whl")
+    assert wheel.name.endswith("-py3-none-any.whl")
     names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.endswith((".so", ".pyd", ".c"))]
+    assert "stampede/_compiled.py" in names and "hatch_build.py" not in names
     assert "stampede/__init__.py" in names
     assert "stampede/_lua/guard.lua" in names or any(n.endswith(".lua") for n in names)
     assert not [n for n in names if n.startswith("chaos/") or "/chaos/" in n]
@@ -69,3 +81,29 @@ def test_redis_py_is_only_in_the_extras_that_need_it() -> None:
     extras = project["optional-dependencies"]
     for extra in ("testing", "server", "cli", "dev"):
         assert any(d.startswith("redis") for d in extras[extra]), extra
+
+
+def test_only_a_compiled_build_asks_for_mypy(tmp_path: Path) -> None:
+    """The build hook (hatch_build.py) asks the build environment for nothing unless
+    STAMPEDE_COMPILE=1; the sdist carries the hook, so a build from it can compile."""
+    code = (
+        "import json, sys; from hatchling.build import build_sdist, "
+        "get_requires_for_build_wheel as wheel, get_requires_for_build_sdist as sdist; "
+        "print(json.dumps([wheel(), sdist(), build_sdist(sys.argv[1])]))"
+    )
+
+    def requires(env: dict[str, str]) -> tuple[list[str], list[str], str]:
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path)],
+            cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        wheel, sdist, built = json.loads(out.stdout)
+        return wheel, sdist, built
+
+    wheel, sdist, built = requires(_pure_env())
+    assert (wheel, sdist) == ([], [])
+    names = tarfile.open(tmp_path / built).getnames()
+    assert [n for n in names if n.endswith(("/hatch_build.py", "/stampede/_compiled.py"))]
+    wheel, sdist, _ = requires({**_pure_env(), "STAMPEDE_COMPILE": "1"})
+    assert [r.split(">")[0] for r in wheel] == ["mypy", "setuptools"]
+    assert sdist == []

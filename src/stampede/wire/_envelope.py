@@ -24,6 +24,7 @@ import re
 import time
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Final
 
 from ..errors import MalformedEnvelope
 
@@ -39,13 +40,13 @@ __all__ = [
     "token_after",
 ]
 
-MAX_VERSION = 2**63 - 1
-CLOCK_FLOOR = 2**56
+MAX_VERSION: Final = 2**63 - 1
+CLOCK_FLOOR: Final = 2**56
 """Versions from here up are clock readings; below, sequence numbers."""
-TOKEN_LENGTH = 26
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_VALUE = {c: i for i, c in enumerate(_CROCKFORD)}
-_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # every 10-bit value, 2 chars
+TOKEN_LENGTH: Final = 26
+_CROCKFORD: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_VALUE: Final = {c: i for i, c in enumerate(_CROCKFORD)}
+_PAIRS: Final = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # every 10-bit value, 2 chars
 _head: tuple[int, str] = (-1, "")
 
 
@@ -113,9 +114,9 @@ def token_after(token: str) -> str:
 _TOKEN = r"[0-7][0-9A-HJKMNP-TV-Z]{25}"
 _VERSION = r"0|[1-9][0-9]{0,18}"
 # `<version>:<token>:<payload>`, or a tombstone `<version>:<token>` (nothing after).
-_ENVELOPE = re.compile(rf"({_VERSION}):({_TOKEN})(:|\Z)".encode("ascii")).match
-_TOKEN_RE = re.compile(_TOKEN)
-_DIGITS = re.compile(rb"[0-9]+")
+_ENVELOPE: Final = re.compile(rf"({_VERSION}):({_TOKEN})(:|\Z)".encode("ascii")).match
+_TOKEN_RE: Final = re.compile(_TOKEN)
+_DIGITS: Final = re.compile(rb"[0-9]+")
 
 
 def is_token(token: str) -> bool:
@@ -164,6 +165,11 @@ class Envelope:
         """The payload, or None for a tombstone (the key was deleted)."""
         return None if self.tombstone else self.payload
 
+    def __reduce__(self) -> tuple[type[Envelope], tuple[int, str, bytes, bool]]:
+        # copy and pickle through the constructor: a compiled build's frozen classes
+        # cannot have their fields restored one by one, as the default way does
+        return (type(self), (self.version, self.token, self.payload, self.tombstone))
+
     def encode(self) -> bytes:
         """The bytes stored in Redis."""
         if self.tombstone:
@@ -197,12 +203,13 @@ class Envelope:
         return env
 
 
-_new = object.__new__
+# object.__new__ (a compiled build's own: object.__new__ refuses a compiled class).
+_new: Final = Envelope.__new__
 # The slots' own setters: a frozen dataclass refuses `env.version = ...`, these do not.
-_set_version = Envelope.__dict__["version"].__set__
-_set_token = Envelope.__dict__["token"].__set__
-_set_payload = Envelope.__dict__["payload"].__set__
-_set_tombstone = Envelope.__dict__["tombstone"].__set__
+_set_version: Final = vars(Envelope)["version"].__set__
+_set_token: Final = vars(Envelope)["token"].__set__
+_set_payload: Final = vars(Envelope)["payload"].__set__
+_set_tombstone: Final = vars(Envelope)["tombstone"].__set__
 
 
 def _diagnose(raw: bytes) -> str:
