@@ -6,23 +6,28 @@
 -- expiry and the version-hash check each go to the server as one command for the
 -- whole call (MGET, MSET, EXISTS), not one per key.
 local n, off, K, batched = #KEYS, 0, KEYS, true
-local seen, wrong, missing = {}, {}, {}
-for s = 1, n, 512 do  -- unpack() is bounded by Lua's stack: read in slices
-  local got = redis.call('MGET', unpack(KEYS, s, math.min(n, s + 511)))
-  for j = 1, #got do
-    seen[s + j - 1] = got[j]
-    if not got[j] then missing[#missing + 1] = s + j - 1 end
+if n == 0 then return {} end
+local seen, wrong, missing
+if n <= 512 then seen = redis.call('MGET', unpack(KEYS))
+else  -- unpack() is bounded by Lua's stack: read in slices
+  seen = {}
+  for s = 1, n, 512 do
+    local got = redis.call('MGET', unpack(KEYS, s, math.min(n, s + 511)))
+    for j = 1, #got do seen[s + j - 1] = got[j] end
+  end
+end
+for i = 1, n do
+  if not seen[i] then
+    missing = missing or {}
+    missing[#missing + 1] = KEYS[i]
   end
 end
 -- MGET answers nil for a key of another type as for a missing one: tell them apart
 -- (one EXISTS for all; one per key only when some nil key exists)
-if #missing > 0 then
-  local names = {}
-  for j, i in ipairs(missing) do names[j] = KEYS[i] end
-  if redis.call('EXISTS', unpack(names)) > 0 then
-    for _, i in ipairs(missing) do
-      if redis.call('EXISTS', KEYS[i]) == 1 then wrong[i] = true end
-    end
+wrong = {}
+if missing and redis.call('EXISTS', unpack(missing)) > 0 then
+  for i = 1, n do
+    if not seen[i] and redis.call('EXISTS', KEYS[i]) == 1 then wrong[i] = true end
   end
 end
 --! include guard_body

@@ -14,44 +14,49 @@ end
 -- Before anything is written: each key's code against what it stores now, and the
 -- stamps some key refuses (WRONGTYPE, mixed kinds, future, foreign): every key of
 -- a refused write is then left alone (-6), so a write is all or nothing here.
-local states, kinds, refused, anyrefused = {}, {}, {}, false
+-- (code 9, inside this script only: written over nothing or over a value that is
+-- no envelope, so nothing to keep; it replies 1)
+local states, refused = {}, nil
 for i = 1, n do
   local b = off + (i - 1) * 6
   local state = -1
   if not wrong[i] then
-    state, kinds[i] = judge(seen[i], ARGV[b + 1], ARGV[b + 2], ARGV[b + 5])
+    local enveloped
+    state, enveloped = judge(seen[i], ARGV[b + 1], ARGV[b + 2], ARGV[b + 5])
+    if state == 1 and not enveloped then state = 9 end
   end
   states[i] = state
   if state < 0 then
+    refused = refused or {}
     refused[ARGV[b + 1] .. ':' .. ARGV[b + 2]] = true
-    anyrefused = true
   end
 end
 -- In order: a key twice in this call is compared against what the earlier write
 -- left, so the older of the two never lands over the newer. Per key written (j:
 -- its place in `order`): where the call's newest write there has its ARGV
 -- (`last`), and the envelope that write replaces (`kept`).
-local latest, out, place, order, last, kept = {}, {}, {}, {}, {}, {}
+local out, place, order, last, kept = {}, {}, {}, {}, {}
 for i = 1, n do
   local key = K[i]
   local b = off + (i - 1) * 6
   local v, t = ARGV[b + 1], ARGV[b + 2]
-  local state, cur, enveloped = states[i], seen[i], kinds[i]
-  local prev = latest[key]
-  if prev ~= nil and not wrong[i] then
-    cur = prev
+  local state, cur = states[i], seen[i]
+  local j = place[key]
+  if j and not wrong[i] then
+    local enveloped
+    cur = ARGV[last[j] + 4]
     state, enveloped = judge(cur, v, t, ARGV[b + 5])
+    if state == 1 and not enveloped then state = 9 end
   end
-  if state >= 0 and anyrefused and refused[v .. ':' .. t] then state = -6 end
-  if state == 1 then
-    latest[key] = ARGV[b + 4]
-    local j = place[key]
+  if state >= 0 and refused and refused[v .. ':' .. t] then state = -6 end
+  if state == 1 or state == 9 then
     if not j then
       j = #order + 1
       order[j] = key
       place[key] = j
     end
-    last[j], kept[j] = b, enveloped and cur
+    last[j], kept[j] = b, state == 1 and cur
+    state = 1
   end
   out[i] = state
 end
