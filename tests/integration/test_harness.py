@@ -30,6 +30,8 @@ from stampede.testing import (
     ServerStartError,
     _ports,
 )
+from stampede.testing._admin import _handshake_problems, command, meet_missing, wait_for
+from stampede.testing.node import stop_nodes
 from stampede.testing.plugin import make_cluster, make_primaries
 
 
@@ -370,3 +372,21 @@ def test_docker_backend_without_the_extra_says_what_to_install() -> None:
     """Without testcontainers, starting a docker node says to pip install 'stampede[docker]'."""
     with pytest.raises(HarnessError, match=r"pip install 'stampede\[docker\]'"):
         DockerNode().start()
+
+
+def test_meet_missing_joins_a_node_that_forgot_the_others() -> None:
+    """A node whose handshakes were dropped (it lists only itself) is met again: the
+    cluster bootstrap sends the missing MEETs once a second while it waits."""
+    nodes = [RedisNode(cluster_enabled=True) for _ in range(3)]
+    try:
+        for node in nodes:
+            node.start()
+        assert meet_missing(nodes) == 6
+        wait_for(lambda: _handshake_problems(nodes), timeout=30, what="nodes did not meet")
+        assert meet_missing(nodes) == 0
+        command(nodes[0], "CLUSTER", "RESET", "SOFT")  # as a dropped handshake leaves it
+        assert _handshake_problems(nodes)
+        assert meet_missing(nodes) == 2
+        wait_for(lambda: _handshake_problems(nodes), timeout=30, what="nodes did not meet again")
+    finally:
+        stop_nodes(nodes)
