@@ -41,7 +41,7 @@ from ._coalesce import Coalescer
 from ._durable import asks_durability, durable_write, script_with_wait
 from ._endpoint import Endpoint, parse_url
 from ._guard import WriteRequest
-from ._lane import Lane
+from ._lane import Lane, Sent
 from ._node_ops import (
     Body,
     Command,
@@ -52,7 +52,7 @@ from ._node_ops import (
 )
 from ._plan import fetch_parts, write_parts
 from ._retries import Markers, is_idempotent
-from ._shard_io import ShardReads, ShardWrites
+from ._shard_io import ShardReads, ShardWrites, script_round
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp
@@ -348,6 +348,25 @@ class Shards(FixedShards):
             shard,
             lambda: run_script(self._lanes[shard], script, keys, args),
             safe=script.idempotent,
+        )
+
+    async def scripts(
+        self, script: Script, calls: Sequence[tuple[Sequence[bytes], Sequence[Any]]]
+    ) -> list[Any]:
+        """Each call as one `script` call, all written at once without a task; a call
+        not answered plainly goes on as `script` would (`_shard_io.script_round`)."""
+        shards = [self._single(keys, "a Lua script") for keys, _ in calls]
+        sha = script.sha
+
+        def resume(i: int, first: Sent | None) -> Awaitable[Any]:
+            lane, (keys, args) = self._lanes[shards[i]], calls[i]
+            run = partial(run_script, lane, script, keys, args, first)
+            return self._call(shards[i], run, safe=script.idempotent)
+
+        return await script_round(
+            [self._lanes[s] for s in shards],
+            [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls],
+            resume,
         )
 
     async def durable_script(
