@@ -68,11 +68,11 @@ def _calls(sha: str) -> Any:
 
 
 async def test_a_transaction_over_shards_makes_its_rounds_without_a_task(
-    stampede_primaries: LocalPrimaries,
+    topology_env: tuple[str, Any],
 ) -> None:
     """With connections open, neither round of a transaction spanning three primaries
-    creates a task."""
-    async with open_stampede(stampede_primaries, "shards") as st:
+    (or cluster nodes) creates a task."""
+    async with open_stampede(topology_env[1], topology_env[0]) as st:
         keys = spread_keys(st, "quick:spread")
         await _commit(st, b"warm", keys)
         loop = asyncio.get_running_loop()
@@ -91,6 +91,17 @@ async def test_a_transaction_over_shards_makes_its_rounds_without_a_task(
         assert receipt.pending == () and not receipt.atomic
         got = await st.read_atomic(keys)
         assert got.values == dict.fromkeys(keys, b"quick")
+
+
+async def test_rounds_after_a_script_flush_fall_back_to_eval(st: Stampede) -> None:
+    """Every node lost its scripts: both rounds go again as EVAL, on either topology."""
+    keys = spread_keys(st, "quick:flush")
+    await _commit(st, b"before", keys)
+    for shard in st.topology.shard_names:
+        await st.topology.execute_on(shard, "SCRIPT", "FLUSH")
+    receipt = await _commit(st, b"after", keys)
+    assert receipt.pending == ()
+    assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"after")
 
 
 async def test_a_prepare_whose_reply_was_lost_is_resent_once(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from ulid import ULID
 
 from .._lua import Script
-from ..errors import ConfigurationError, SetupError
+from ..errors import ConfigurationError, SetupError, ShardError
 from ..keys import HashPolicy, SlotMap, keyslot
 from ..options import ConnectOptions
 from ._base import (
@@ -52,7 +52,8 @@ from ._node_ops import (
 )
 from ._plan import fetch_parts, write_parts
 from ._retries import Markers, is_idempotent
-from ._shard_io import ShardReads, ShardWrites, script_round
+from ._rounds import script_round
+from ._shard_io import ShardReads, ShardWrites
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp
@@ -354,20 +355,20 @@ class Shards(FixedShards):
         self, script: Script, calls: Sequence[tuple[Sequence[bytes], Sequence[Any]]]
     ) -> list[Any]:
         """Each call as one `script` call, all written at once without a task; a call
-        not answered plainly goes on as `script` would (`_shard_io.script_round`)."""
+        not answered plainly goes on as `script` would (`_rounds.script_round`)."""
         shards = [self._single(keys, "a Lua script") for keys, _ in calls]
-        sha = script.sha
 
-        def resume(i: int, first: Sent | None) -> Awaitable[Any]:
+        async def resume(i: int, first: Sent | None) -> list[Any]:
             lane, (keys, args) = self._lanes[shards[i]], calls[i]
             run = partial(run_script, lane, script, keys, args, first)
-            return self._call(shards[i], run, safe=script.idempotent)
+            return [await self._call(shards[i], run, safe=script.idempotent)]
 
-        return await script_round(
-            [self._lanes[s] for s in shards],
-            [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls],
-            resume,
-        )
+        pipelines = [[("EVALSHA", script.sha, len(k), *k, *a)] for k, a in calls]
+        rounds = await script_round([self._lanes[s] for s in shards], pipelines, resume)
+        for replies in rounds:
+            if isinstance(replies, BaseException) and not isinstance(replies, ShardError):
+                raise replies
+        return [r if isinstance(r, BaseException) else r[0] for r in rounds]
 
     async def durable_script(
         self, script: Script, keys: Sequence[bytes], args: Sequence[Any], then: list[Command]
