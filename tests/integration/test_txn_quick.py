@@ -191,3 +191,8 @@ async def test_a_round_without_a_connection_at_hand_goes_the_task_way(
         receipt = await _commit(st, b"fresh", keys)
         assert receipt.pending == ()
         assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"fresh")
+
+
+async def test_a_round_of_no_calls_is_empty(st: Stampede) -> None:
+    """Nothing to send: an empty answer at once (no answer to wait for)."""
+    assert await asyncio.wait_for(st.topology.scripts(COMMIT, []), 1.0) == []

@@ -37,6 +37,8 @@ async def script_round(
     The pipelines resumed run in tasks, concurrently: those not sent from the start,
     those answered otherwise once every answer is in.
     """
+    if not pipelines:
+        return []
     fanin, unsent = _send_all(lanes, pipelines)
     later = (
         asyncio.gather(*(resume(i, None) for i in unsent), return_exceptions=True)
