@@ -47,6 +47,7 @@ from ..errors import (
 )
 from ..options import Durability
 from ..results import GuardCode, TransactionReceipt
+from ..topology._base import call_units
 from ..typing import Topology, VersionSource
 from ..versions import Counter
 from ..wire import expire_at, new_token
@@ -181,6 +182,7 @@ class Transaction:
             return self.receipt
         started = time.monotonic()
         prepared_acks = None if self._durability is None else Acks(self._durability)
+        units = call_units(topology, keys)  # the same calls in both rounds
         prepare = partial(
             run_units,
             topology,
@@ -188,6 +190,7 @@ class Transaction:
             keys,
             sides,
             head=[max(PREPARE_HOLD_MS, 10 * self._grace_ms)],
+            positions=units,
             acks=prepared_acks,
         )
         parts = list(zip(ats, envs, strict=True))
@@ -203,7 +206,7 @@ class Transaction:
                 keys=keys,
             )
         args = [(version, token, ats[i], 0, b"", b"") for i in range(len(keys))]
-        codes = await self._commit_everywhere(keys, sides, args, acks)
+        codes = await self._commit_everywhere(keys, sides, args, acks, units)
         self.receipt = self._receipt(version, token, keys, codes, acks, atomic=False)
         return self.receipt
 
@@ -253,13 +256,15 @@ class Transaction:
         sides: list[bytes],
         args: list[tuple[Any, ...]],
         acks: Acks | None,
+        units: list[list[int]],
     ) -> list[Any]:
-        """Commit every prepared key, resending (idempotent) where a shard failed, for up
-        to the transaction timeout. Once one key holds the transaction, readers and the
-        sweep complete the rest; if none does, the outcome is unknown."""
+        """Commit every prepared key (`units`: the calls, as `call_units` groups them),
+        resending (idempotent) where a shard failed, for up to the transaction timeout.
+        Once one key holds the transaction, readers and the sweep complete the rest; if
+        none does, the outcome is unknown."""
         topology = self._topology
         run = partial(run_units, topology, COMMIT, head=[self._grace_ms], acks=acks)
-        codes = await run(keys, sides, args)
+        codes = await run(keys, sides, args, positions=units)
         deadline = time.monotonic() + self._timeout
         attempt = 0
         while True:

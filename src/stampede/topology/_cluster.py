@@ -34,10 +34,12 @@ from ._durable import (
 )
 from ._endpoint import parse_url
 from ._guard import GUARD, WriteRequest, split_codes
+from ._lane import Sent
 from ._node_ops import Body, Command, eval_fallback, marker_id, optimistic_once, transaction
 from ._plan import fetch_parts, write_parts
 from ._resp import AskError, MovedError, TryAgainError
 from ._retries import Markers
+from ._rounds import script_round
 from ._router import ERRORS, TRANSIENT, Router
 
 if TYPE_CHECKING:
@@ -334,7 +336,8 @@ class Cluster:
         self, script: Script, calls: Sequence[tuple[Sequence[bytes], Sequence[Any]]]
     ) -> list[Any]:
         """Each call on the owner of its keys' slot; the calls bound for one node go
-        as one pipeline (EVALSHA, EVAL on NOSCRIPT; redirections followed one by one)."""
+        as one pipeline (EVALSHA, EVAL on NOSCRIPT; redirections followed one by one),
+        every node's written at once without a task (`_rounds.script_round`)."""
         out: list[Any] = [None] * len(calls)
         by_node: dict[str, list[int]] = {}
         for i, (keys, _) in enumerate(calls):
@@ -343,16 +346,23 @@ class Cluster:
             except ShardError as exc:
                 out[i] = exc
 
-        async def one(node: str, chosen: list[int]) -> None:
-            commands = [
-                ("EVALSHA", script.sha, len(calls[i][0]), *calls[i][0], *calls[i][1])
-                for i in chosen
-            ]
-            run = self._router.runner(node, [calls[i][0][0] for i in chosen])
-            for i, reply in zip(chosen, await eval_fallback(run, commands), strict=True):
-                out[i] = translate(reply, node) if isinstance(reply, BaseException) else reply
+        nodes = list(by_node)
+        pipelines = [
+            [("EVALSHA", script.sha, len(calls[i][0]), *calls[i][0], *calls[i][1]) for i in chosen]
+            for chosen in by_node.values()
+        ]
 
-        await asyncio.gather(*(one(node, chosen) for node, chosen in by_node.items()))
+        async def resume(n: int, first: Sent | None) -> list[Any]:
+            located = [calls[i][0][0] for i in by_node[nodes[n]]]
+            run = self._router.runner(nodes[n], located, first=first)
+            return await eval_fallback(run, pipelines[n])
+
+        lanes = [self._router.lane_at(node) for node in nodes]
+        for node, replies in zip(nodes, await script_round(lanes, pipelines, resume), strict=True):
+            if isinstance(replies, BaseException):
+                raise replies
+            for i, reply in zip(by_node[node], replies, strict=True):
+                out[i] = translate(reply, node) if isinstance(reply, BaseException) else reply
         return out
 
     async def durable_script(

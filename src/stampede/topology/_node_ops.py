@@ -66,13 +66,20 @@ def marker_id() -> str:
     return os.urandom(12).hex()
 
 
-async def run_script(lane: Lane, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+async def run_script(
+    lane: Lane,
+    script: Script,
+    keys: Sequence[bytes],
+    args: Sequence[Any],
+    first: Sent | None = None,
+) -> Any:
     """EVALSHA, falling back to EVAL (which also caches it) when the node lacks it.
 
     Never resent after a lost reply unless the script was declared idempotent
-    (`retries.idempotent_script`): `OutcomeUnknownError` instead.
+    (`retries.idempotent_script`): `OutcomeUnknownError` instead. `first`: the
+    EVALSHA's first attempt, already made (`Lane.send_now`).
     """
-    (reply,) = await evalsha(lane, [(script, keys, args)])
+    (reply,) = await evalsha(lane, [(script, keys, args)], first=first)
     if isinstance(reply, BaseException):
         raise reply
     return reply

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from ulid import ULID
 
 from .._lua import Script
-from ..errors import ConfigurationError, SetupError
+from ..errors import ConfigurationError, SetupError, ShardError
 from ..keys import HashPolicy, SlotMap, keyslot
 from ..options import ConnectOptions
 from ._base import (
@@ -41,7 +41,7 @@ from ._coalesce import Coalescer
 from ._durable import asks_durability, durable_write, script_with_wait
 from ._endpoint import Endpoint, parse_url
 from ._guard import WriteRequest
-from ._lane import Lane
+from ._lane import Lane, Sent
 from ._node_ops import (
     Body,
     Command,
@@ -52,6 +52,7 @@ from ._node_ops import (
 )
 from ._plan import fetch_parts, write_parts
 from ._retries import Markers, is_idempotent
+from ._rounds import script_round
 from ._shard_io import ShardReads, ShardWrites
 
 if TYPE_CHECKING:
@@ -349,6 +350,25 @@ class Shards(FixedShards):
             lambda: run_script(self._lanes[shard], script, keys, args),
             safe=script.idempotent,
         )
+
+    async def scripts(
+        self, script: Script, calls: Sequence[tuple[Sequence[bytes], Sequence[Any]]]
+    ) -> list[Any]:
+        """Each call as one `script` call, all written at once without a task; a call
+        not answered plainly goes on as `script` would (`_rounds.script_round`)."""
+        shards = [self._single(keys, "a Lua script") for keys, _ in calls]
+
+        async def resume(i: int, first: Sent | None) -> list[Any]:
+            lane, (keys, args) = self._lanes[shards[i]], calls[i]
+            run = partial(run_script, lane, script, keys, args, first)
+            return [await self._call(shards[i], run, safe=script.idempotent)]
+
+        pipelines = [[("EVALSHA", script.sha, len(k), *k, *a)] for k, a in calls]
+        rounds = await script_round([self._lanes[s] for s in shards], pipelines, resume)
+        for replies in rounds:
+            if isinstance(replies, BaseException) and not isinstance(replies, ShardError):
+                raise replies
+        return [r if isinstance(r, BaseException) else r[0] for r in rounds]
 
     async def durable_script(
         self, script: Script, keys: Sequence[bytes], args: Sequence[Any], then: list[Command]

@@ -1,0 +1,198 @@
+"""A transaction's rounds on independent primaries without a task per shard.
+
+`Shards.scripts` writes every call's EVALSHA at once and wakes its caller once;
+whatever is not a plain reply goes on through the task path (`Shards.script`'s)
+from the answer it got. These tests hold that path to the task path's answers,
+errors and resends: each one runs on both (`path`), the task path being
+`each_script`, what `Shards.scripts` was before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import stampede
+from stampede import OutcomeUnknownError, Stampede, TransactionAborted
+from stampede._lua import Script
+from stampede._txn.scripts import COMMIT, PREPARE
+from stampede.errors import ShardResponseError, ShardUnavailable
+from stampede.options import ConnectOptions
+from stampede.testing import LocalPrimaries, RedisProxy
+from stampede.topology._base import each_script
+from stampede.topology._shards import Shards
+
+from ..support import open_stampede, spread_keys
+
+KEYS = ["quick:a", "quick:b", "quick:c"]  # three slots, one shard (one proxied primary)
+
+
+@pytest.fixture(params=["quick", "tasks"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test on the quick path, then on the task path it must match."""
+    if request.param == "tasks":
+
+        async def tasks(self: Shards, script: Script, calls: Any) -> list[Any]:
+            return await each_script(self, script, calls)
+
+        monkeypatch.setattr(Shards, "scripts", tasks)
+    return str(request.param)
+
+
+@pytest.fixture
+async def proxied(
+    stampede_primaries: LocalPrimaries, path: str
+) -> AsyncIterator[tuple[Stampede, RedisProxy]]:
+    async with RedisProxy(stampede_primaries.nodes[0].address) as proxy:
+        options = ConnectOptions(socket_timeout=5.0, connect_timeout=1.0, connection_retries=1)
+        st = stampede.connect([proxy.url], connection=options)
+        try:
+            await _commit(st, b"warm")  # scripts loaded, a connection at hand
+            yield st, proxy
+        finally:
+            await st.aclose()
+
+
+async def _commit(st: Stampede, value: bytes, keys: list[str] = KEYS) -> Any:
+    async with st.transaction() as tx:
+        for key in keys:
+            tx.set(key, value)
+    return tx.receipt
+
+
+def _calls(sha: str) -> Any:
+    return lambda cmd: cmd[0] == b"EVALSHA" and cmd[1] == sha.encode()
+
+
+async def test_a_transaction_over_shards_makes_its_rounds_without_a_task(
+    topology_env: tuple[str, Any],
+) -> None:
+    """With connections open, neither round of a transaction spanning three primaries
+    (or cluster nodes) creates a task."""
+    async with open_stampede(topology_env[1], topology_env[0]) as st:
+        keys = spread_keys(st, "quick:spread")
+        await _commit(st, b"warm", keys)
+        loop = asyncio.get_running_loop()
+        created: list[object] = []
+
+        def count(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Task[Any]:
+            created.append(coro)
+            return asyncio.Task(coro, loop=loop)
+
+        loop.set_task_factory(count)
+        try:
+            receipt = await _commit(st, b"quick", keys)
+        finally:
+            loop.set_task_factory(None)
+        assert created == []
+        assert receipt.pending == () and not receipt.atomic
+        got = await st.read_atomic(keys)
+        assert got.values == dict.fromkeys(keys, b"quick")
+
+
+async def test_rounds_after_a_script_flush_fall_back_to_eval(st: Stampede) -> None:
+    """Every node lost its scripts: both rounds go again as EVAL, on either topology."""
+    keys = spread_keys(st, "quick:flush")
+    await _commit(st, b"before", keys)
+    for shard in st.topology.shard_names:
+        await st.topology.execute_on(shard, "SCRIPT", "FLUSH")
+    receipt = await _commit(st, b"after", keys)
+    assert receipt.pending == ()
+    assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"after")
+
+
+async def test_a_prepare_whose_reply_was_lost_is_resent_once(
+    proxied: tuple[Stampede, RedisProxy],
+) -> None:
+    st, proxy = proxied
+    before = proxy.count(_calls(PREPARE.sha))
+    rule = proxy.drop_reply(_calls(PREPARE.sha))
+    receipt = await _commit(st, b"again")
+    assert rule.hits == 1 and proxy.count(_calls(PREPARE.sha)) - before == 2
+    assert receipt.pending == ()
+    assert (await st.read_atomic(KEYS)).values == dict.fromkeys(KEYS, b"again")
+
+
+async def test_a_prepare_lost_past_the_retries_aborts_as_before(
+    proxied: tuple[Stampede, RedisProxy],
+) -> None:
+    st, proxy = proxied
+    before = proxy.count(_calls(PREPARE.sha))
+    proxy.drop_reply(_calls(PREPARE.sha), times=2)
+    with pytest.raises(TransactionAborted, match="a prepare failed") as info:
+        await _commit(st, b"lost")
+    assert isinstance(info.value.__cause__, ShardUnavailable)
+    assert proxy.count(_calls(PREPARE.sha)) - before == 2
+    assert (await st.read_atomic(KEYS)).values == dict.fromkeys(KEYS, b"warm")
+
+
+async def test_a_commit_whose_reply_was_lost_is_resent_once(
+    proxied: tuple[Stampede, RedisProxy],
+) -> None:
+    st, proxy = proxied
+    before = proxy.count(_calls(COMMIT.sha))
+    proxy.drop_reply(_calls(COMMIT.sha))
+    receipt = await _commit(st, b"committed")
+    assert proxy.count(_calls(COMMIT.sha)) - before == 2 and receipt.pending == ()
+    assert (await st.read_atomic(KEYS)).values == dict.fromkeys(KEYS, b"committed")
+
+
+async def test_noscript_falls_back_to_eval(
+    proxied: tuple[Stampede, RedisProxy], stampede_primaries: LocalPrimaries
+) -> None:
+    st, proxy = proxied
+    await st.topology.execute_on(st.topology.shard_names[0], "SCRIPT", "FLUSH")
+    evals = proxy.count(lambda cmd: cmd[0] == b"EVAL")
+    receipt = await _commit(st, b"flushed")
+    assert proxy.count(lambda cmd: cmd[0] == b"EVAL") - evals == 2  # prepare, commit
+    assert receipt.pending == ()
+    assert (await st.read_atomic(KEYS)).values == dict.fromkeys(KEYS, b"flushed")
+
+
+async def test_a_script_that_is_not_idempotent_is_never_resent(
+    proxied: tuple[Stampede, RedisProxy],
+) -> None:
+    st, proxy = proxied
+    bump = Script("return redis.call('INCR', KEYS[1])", name="bump")
+    key = b"quick:{n}"
+    assert await st.topology.scripts(bump, [([key], [])]) == [1]
+    proxy.drop_reply(_calls(bump.sha))
+    with pytest.raises(OutcomeUnknownError, match="EVALSHA"):
+        await st.topology.scripts(bump, [([key], [])])
+    assert proxy.count(_calls(bump.sha)) == 2
+    assert await st.topology.execute(key, "GET", key) == b"2"
+
+
+async def test_an_error_reply_is_the_same_shard_error(
+    proxied: tuple[Stampede, RedisProxy],
+) -> None:
+    st, _ = proxied
+    broken = Script("return redis.error_reply('NOPE not today')", name="broken")
+    fine = Script("return 7", name="fine")
+    await st.topology.scripts(broken, [([b"quick:{x}"], [])])  # loaded (EVAL)
+    (reply,) = await st.topology.scripts(broken, [([b"quick:{x}"], [])])
+    assert isinstance(reply, ShardResponseError) and "NOPE not today" in str(reply)
+    assert reply.shard == st.topology.shard_names[0]
+    assert await st.topology.scripts(fine, [([b"quick:{x}"], []), ([b"quick:{y}"], [])]) == [
+        7,
+        7,
+    ]
+
+
+async def test_a_round_without_a_connection_at_hand_goes_the_task_way(
+    stampede_primaries: LocalPrimaries, path: str
+) -> None:
+    """A fresh client has no connection open: its first round opens them."""
+    async with open_stampede(stampede_primaries, "shards") as st:
+        keys = spread_keys(st, "quick:fresh")
+        receipt = await _commit(st, b"fresh", keys)
+        assert receipt.pending == ()
+        assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"fresh")
+
+
+async def test_a_round_of_no_calls_is_empty(st: Stampede) -> None:
+    """Nothing to send: an empty answer at once (no answer to wait for)."""
+    assert await asyncio.wait_for(st.topology.scripts(COMMIT, []), 1.0) == []
