@@ -16,7 +16,10 @@ from stampede import ConnectOptions, Envelope, Stampede
 from stampede._kept import drop_kept
 from stampede.wire import new_token
 
-FAST = ConnectOptions(socket_timeout=1.0, connect_timeout=0.5, connection_retries=1)
+# A reply or a connection slower than these fails the call: generous enough for a
+# machine whose two cores are busy (a 0.5 s connect timeout failed a loaded run),
+# short enough that a test of a dead server does not wait long.
+FAST = ConnectOptions(socket_timeout=1.0, connect_timeout=2.0, connection_retries=1)
 
 
 def open_stampede(env: Any, kind: str, **overrides: Any) -> Stampede:
