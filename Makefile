@@ -101,7 +101,8 @@ COMPILED ?= build/compiled
 COMPILED_TESTS ?= tests/unit tests/integration/test_stamped.py tests/integration/test_hot_reads.py \
 	tests/integration/test_repair.py tests/integration/test_txn_edges.py tests/integration/test_atomic.py \
 	tests/integration/test_transactions.py tests/integration/test_update.py tests/integration/test_typed.py \
-	tests/integration/test_bad_input.py tests/integration/test_coalesce.py tests/integration/test_races.py
+	tests/integration/test_bad_input.py tests/integration/test_coalesce.py tests/integration/test_races.py \
+	tests/integration/test_lost_replies.py tests/integration/test_cluster_migration.py
 
 compiled: $(STAMP)
 	rm -rf $(COMPILED)

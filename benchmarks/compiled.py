@@ -5,11 +5,13 @@
     python -m benchmarks.compiled --pure-only      # no compiled build: the pure rates alone
 
 Envelope decode and encode, a 4-key `Observation` (four decodes), `judge` in stamp
-and commit mode, a read's whole step (observe, then judge) and `new_token`, in
-operations per second. The two builds cannot share a process (their modules have
-one name), so each round runs one subprocess per build, alternating pure,
-compiled, pure, ..., and the table gives each one's median over the rounds and
-the ratio compiled / pure: machine noise hits both alike. Each subprocess checks
+and commit mode, a read's whole step (observe, then judge), `new_token`, and a
+guarded write's request building (`requests_for`, a 4-key group on 3 shards), a
+batch's `joined` call and its `split_codes`, in operations per second. The two
+builds cannot share a process (their modules have one name), so each round runs
+one subprocess per build, alternating pure, compiled, pure, ..., and the table
+gives each one's median over the rounds and the ratio compiled / pure: machine
+noise hits both alike. Each subprocess checks
 which build it loaded (`stampede._compiled.status`).
 
 `--ceiling N` then alternates N runs of `python -m benchmarks.ceiling --only
@@ -43,10 +45,15 @@ OPS = (
     ("judge, commit mode", "judge(obs_commit)"),
     ("read step: observe + judge", "judge(Observation(group, keys, raws))"),
     ("new_token", "new_token()"),
+    ("requests_for, 4 keys/3 shards", "requests_for(keys, values, parts, (), stamp)"),
+    ("joined, 3 requests", "joined(requests)"),
+    ("split_codes, 3 requests", "split_codes(requests, codes, 'shard')"),
 )
 
 
 def _namespace() -> dict[str, Any]:
+    from stampede.topology._guard import joined, requests_for, split_codes
+    from stampede.typing import GuardStamp
     from stampede.verdict import Mode, Observation, judge
     from stampede.wire import CLOCK_FLOOR, Envelope, encode_commit, new_token
 
@@ -55,6 +62,12 @@ def _namespace() -> dict[str, Any]:
     env = Envelope(CLOCK_FLOOR + 12_345, new_token(), b"x" * 64)
     raws = (env.encode(),) * len(keys)
     record = Envelope(env.version, env.token, encode_commit(keys)).encode()
+    # A guarded write's step per shard: the group's 4 keys on 3 shards (as in
+    # benchmarks.ceiling), their requests, one batch's call and its codes back.
+    stamp: GuardStamp = {"version": env.version, "token": env.token, "expire_at_ms": 0}
+    stamp |= {"limit": 0, "keep_ms": 5000}
+    parts = [[0, 3], [1], [2]]
+    requests = requests_for(keys, raws, parts, (), stamp)
     return {
         "decode": Envelope.decode,
         "env": env,
@@ -67,6 +80,14 @@ def _namespace() -> dict[str, Any]:
         "obs": Observation(group, keys, raws),
         "obs_commit": Observation(group, keys, raws, Mode.COMMIT, record),
         "new_token": new_token,
+        "requests_for": requests_for,
+        "values": raws,
+        "parts": parts,
+        "stamp": stamp,
+        "joined": joined,
+        "requests": requests,
+        "split_codes": split_codes,
+        "codes": [1] * len(keys),
     }
 
 
@@ -116,7 +137,7 @@ def _run_ceiling(build: str, site: Path, seconds: float) -> dict[str, float]:
         out = Path(tmp) / "ceiling.json"
         subprocess.run(
             [sys.executable, "-m", "benchmarks.ceiling", "--only", "stampede",
-             "--seconds", str(seconds), "--json", str(out)],
+             "--seconds", str(seconds), "--cost-groups", "0", "--json", str(out)],
             cwd=ROOT, env=_env(build, site), check=True, capture_output=True, timeout=900,
         )  # fmt: skip
         rows = json.loads(out.read_text())["rows"]

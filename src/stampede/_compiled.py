@@ -32,7 +32,7 @@ from types import ModuleType
 
 __all__ = ["MODULES", "Fallback", "install", "status"]
 
-MODULES = ("stampede.wire._envelope", "stampede.verdict")
+MODULES = ("stampede.wire._envelope", "stampede.verdict", "stampede.topology._guard")
 """The modules a compiled build compiles, each after the ones it imports."""
 
 _log = logging.getLogger("stampede")

@@ -53,21 +53,27 @@ def test_an_extension_that_cannot_load_falls_back_to_the_pure_modules(tmp_path: 
     broken.write_bytes(b"not a shared object")
     code = (
         "import json, stampede.verdict as v, stampede.wire._envelope as e\n"
-        "import stampede._compiled as c\n"
+        "import stampede._compiled as c, stampede.topology._guard as g\n"
         "from stampede.wire import Envelope, new_token\n"
         "env = Envelope(5, new_token(), b'x')\n"
         "obs = v.Observation(b'g', (b'a',), (env.encode(),))\n"
         "assert v.judge(obs).envelope == env\n"
-        "print(json.dumps([e.__file__, v.__file__, c.status(), list(c.install().failed)]))"
+        "(r,) = g.requests_for([b'a'], [b'x'], [[0]], (), {'version': 5, 'token': 't'})\n"
+        "assert g.split_codes([r], [1], 's') == [[1]]\n"
+        "files = [e.__file__, v.__file__, g.__file__]\n"
+        "print(json.dumps([files, c.status(), list(c.install().failed)]))"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    envelope_file, verdict_file, status, failed = json.loads(done.stdout)
-    assert envelope_file == str(tmp_path / "stampede" / "wire" / "_envelope.py")
-    assert verdict_file == str(tmp_path / "stampede" / "verdict.py")
+    files, status, failed = json.loads(done.stdout)
+    assert files == [
+        str(tmp_path / "stampede" / "wire" / "_envelope.py"),
+        str(tmp_path / "stampede" / "verdict.py"),
+        str(tmp_path / "stampede" / "topology" / "_guard.py"),
+    ]
     assert status == dict.fromkeys(_compiled.MODULES, "pure")
     assert failed == ["stampede.wire._envelope"]
     assert "the compiled stampede.wire._envelope did not load" in done.stderr

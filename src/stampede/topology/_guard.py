@@ -78,6 +78,7 @@ __all__ = [
     "WRONGTYPE",
     "WriteRequest",
     "joined",
+    "requests_for",
     "split_codes",
     "without_keeping",
 ]
@@ -166,18 +167,36 @@ class WriteRequest:
     ) -> WriteRequest:
         """The request for `keys[p]`, `values[p]` at each position p, one stamp for all
         (`slots`: the keys' hash slots, or empty where the topology does not need them)."""
-        head = (
-            stamp["version"],
-            stamp["token"],
-            stamp.get("expire_at_ms") or 0,
-        )
-        tail = (stamp.get("limit", 0), stamp.get("keep_ms", KEEP_MS))
-        argv: list[object] = []
-        for p in positions:
-            argv += (*head, values[p], *tail)
-        return cls(
-            [keys[p] for p in positions], argv, [slots[p] for p in positions] if slots else []
-        )
+        return _request(keys, values, positions, slots, stamp)
+
+
+def requests_for(
+    keys: Sequence[bytes],
+    values: Sequence[bytes],
+    parts: Sequence[Sequence[int]],
+    slots: Sequence[int],
+    stamp: GuardStamp,
+) -> list[WriteRequest]:
+    """`WriteRequest.build` for each part's positions, in order, one stamp for all."""
+    return [_request(keys, values, positions, slots, stamp) for positions in parts]
+
+
+def _request(
+    keys: Sequence[bytes],
+    values: Sequence[bytes],
+    positions: Sequence[int],
+    slots: Sequence[int],
+    stamp: GuardStamp,
+) -> WriteRequest:
+    version, token = stamp["version"], stamp["token"]
+    at = stamp.get("expire_at_ms") or 0
+    limit, keep = stamp.get("limit", 0), stamp.get("keep_ms", KEEP_MS)
+    argv: list[object] = []
+    for p in positions:
+        argv.extend((version, token, at, values[p], limit, keep))
+    return WriteRequest(
+        [keys[p] for p in positions], argv, [slots[p] for p in positions] if slots else []
+    )
 
 
 def joined(requests: Sequence[WriteRequest]) -> tuple[list[bytes], list[object], list[int]]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from ..errors import ShardError
 from ._base import READ_WATCH, WriteOutcome
 from ._coalesce import Coalescer, Fanin
-from ._guard import WriteRequest
+from ._guard import requests_for
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp
@@ -71,9 +71,7 @@ async def write_parts(
     **stamp: Unpack[GuardStamp],
 ) -> WriteOutcome:
     """Guarded-write every key through its shard's coalescer; per-shard failures kept."""
-    requests = [
-        WriteRequest.build(keys, values, positions, slots, **stamp) for _, positions in parts
-    ]
+    requests = requests_for(keys, values, [positions for _, positions in parts], slots, stamp)
     results = await _scatter(parts, requests)
     outcome = WriteOutcome()
     for request, codes in zip(requests, results, strict=True):

@@ -1,0 +1,85 @@
+"""The guarded write's requests: their ARGV, a batch's joined call, the codes split back.
+
+Pure functions of `stampede.topology._guard`, compiled in a `STAMPEDE_COMPILE=1`
+build: `make test-compiled` runs these on the extension, `make test` on the `.py`.
+"""
+
+from __future__ import annotations
+
+from stampede.errors import ShardError, ShardResponseError, ShardUnavailable
+from stampede.topology._guard import (
+    ARGS_PER_KEY,
+    GUARD_SHA,
+    KEEP_MS,
+    WRITTEN,
+    WRONGTYPE,
+    WriteRequest,
+    joined,
+    requests_for,
+    split_codes,
+    without_keeping,
+)
+from stampede.typing import GuardStamp
+
+KEYS = [b"a", b"b", b"c", b"d"]
+VALUES = [b"va", b"vb", b"vc", b"vd"]
+STAMP: GuardStamp = {"version": 12, "token": "tok", "expire_at_ms": 99, "limit": 7, "keep_ms": 0}
+
+
+def test_a_request_holds_six_arguments_per_key_in_order() -> None:
+    request = WriteRequest.build(KEYS, VALUES, [2, 0], [5, 6, 7, 8], **STAMP)
+    assert type(request) is WriteRequest
+    assert request.keys == [b"c", b"a"]
+    assert request.slots == [7, 5]
+    assert len(request) == 2
+    assert request.argv == [12, "tok", 99, b"vc", 7, 0, 12, "tok", 99, b"va", 7, 0]
+    assert len(request.argv) == ARGS_PER_KEY * len(request)
+
+
+def test_a_bare_stamp_means_no_expiry_no_limit_and_the_default_keeping() -> None:
+    request = WriteRequest.build(KEYS, VALUES, [1], (), version=3, token="t", expire_at_ms=None)
+    assert request.argv == [3, "t", 0, b"vb", 0, KEEP_MS]
+    assert request.slots == []
+
+
+def test_requests_for_builds_one_request_per_part() -> None:
+    parts = [[0, 3], [1], [2]]
+    requests = requests_for(KEYS, VALUES, parts, (), STAMP)
+    singly = [WriteRequest.build(KEYS, VALUES, p, (), **STAMP) for p in parts]
+    assert [(r.keys, r.argv, r.slots) for r in requests] == [
+        (r.keys, r.argv, r.slots) for r in singly
+    ]
+
+
+def test_a_batch_joins_its_requests_and_splits_the_codes_back() -> None:
+    requests = requests_for(KEYS, VALUES, [[0, 3], [1], [2]], [1, 2, 3, 4], STAMP)
+    keys, argv, slots = joined(requests)
+    assert keys == [b"a", b"d", b"b", b"c"]
+    assert argv == [a for r in requests for a in r.argv]
+    assert slots == [1, 4, 2, 3]
+    lone = requests[:1]
+    assert joined(lone) == (lone[0].keys, lone[0].argv, lone[0].slots)
+    assert split_codes(requests, [1, 0, 2, -3], "s0") == [[1, 0], [2], [-3]]
+
+
+def test_a_failed_key_fails_its_request_and_wrongtype_names_the_key() -> None:
+    requests = requests_for(KEYS, VALUES, [[0, 3], [1], [2]], (), STAMP)
+    down = ShardUnavailable("gone", shard="s1")
+    out = split_codes(requests, [WRITTEN, WRONGTYPE, down, WRITTEN], "s1")
+    assert isinstance(out[0], ShardResponseError)
+    assert isinstance(out[0], ShardError)
+    assert out[0].shard == "s1"
+    assert "b'd'" in str(out[0]) and "WRONGTYPE" in str(out[0])
+    assert out[1] is down
+    assert out[2] == [WRITTEN]
+
+
+def test_without_keeping_zeroes_each_keys_keep_of_a_guard_call_only() -> None:
+    argv = [1, "t", 0, b"v", 0, 5000, 2, "u", 0, b"w", 0, 5000]
+    call = ("EVALSHA", GUARD_SHA, 2, b"k1", b"k2", *argv)
+    assert without_keeping(call) == (
+        "EVALSHA", GUARD_SHA, 2, b"k1", b"k2", 1, "t", 0, b"v", 0, 0, 2, "u", 0, b"w", 0, 0,
+    )  # fmt: skip
+    other = ("EVALSHA", "0" * 40, 1, b"k", *argv[:6])
+    assert without_keeping(other) is other
+    assert without_keeping(("GET", b"k")) == ("GET", b"k")
