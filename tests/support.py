@@ -8,7 +8,8 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import stampede
@@ -133,3 +134,20 @@ async def write_newer(st: Stampede, keys: Sequence[bytes], payload: bytes) -> tu
     assert out.ok
     await drop_kept(st.topology, keys)  # it died long ago: no whole write is kept
     return version, token
+
+
+@contextmanager
+def tasks_created() -> Iterator[list[object]]:
+    """Inside: the coroutine of every task the running loop creates, in a list."""
+    loop = asyncio.get_running_loop()
+    created: list[object] = []
+
+    def count(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Task[Any]:
+        created.append(coro)
+        return asyncio.Task(coro, loop=loop)
+
+    loop.set_task_factory(count)
+    try:
+        yield created
+    finally:
+        loop.set_task_factory(None)

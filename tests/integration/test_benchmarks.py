@@ -44,6 +44,12 @@ def _env() -> dict[str, str]:
 @pytest.mark.parametrize("module", sorted(RUNS))
 def test_a_benchmark_runs(module: str) -> None:
     args, expected = RUNS[module]
+    out = _run(module, args)
+    assert expected in out, out[-3000:]
+
+
+def _run(module: str, args: list[str]) -> str:
+    """`python -m module args` from the checkout; its stdout, once it exited 0."""
     result = subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
@@ -52,9 +58,8 @@ def test_a_benchmark_runs(module: str) -> None:
         timeout=240,
         check=False,
     )
-    out = result.stdout.decode(errors="replace")
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
-    assert expected in out, out[-3000:]
+    return result.stdout.decode(errors="replace")
 
 
 def test_the_ceiling_run_measures_every_target(tmp_path: Path) -> None:
@@ -66,16 +71,7 @@ def test_the_ceiling_run_measures_every_target(tmp_path: Path) -> None:
     out_json = tmp_path / "ceiling.json"
     args = ["--seconds", "0.05", "--slices", "1", "--only", "stampede"]
     args += ["--cost-groups", "40", "--cost-rounds", "2", "--json", str(out_json)]
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.ceiling", *args],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        timeout=240,
-        check=False,
-    )
-    out = result.stdout.decode(errors="replace")
-    assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
+    out = _run("benchmarks.ceiling", args)
     for row in ("stampede transaction", "stampede write (txn keys)", "MSET"):
         assert row in out, out[-3000:]
     assert "redis-py read" not in out, out[-3000:]

@@ -24,7 +24,7 @@ from stampede.topology._endpoint import parse_url
 from stampede.topology._lane import Lane, Sent
 from stampede.topology._resp import Connection, ConnectionLost, ReplyTimeout
 
-from ..support import spread_keys
+from ..support import spread_keys, tasks_created
 
 # -- the coalescer's quick path (pure asyncio) --------------------------------------
 
@@ -184,19 +184,9 @@ async def test_lone_reads_and_writes_over_several_shards_start_no_task(st: Stamp
     keys = spread_keys(st, "lone:spread")
     await st.write("lone:spread", dict.fromkeys(keys, b"warm"))  # connections open
     await st.read("lone:spread", keys)
-    loop = asyncio.get_running_loop()
-    created: list[object] = []
-
-    def count(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Task[Any]:
-        created.append(coro)
-        return asyncio.Task(coro, loop=loop)
-
-    loop.set_task_factory(count)
-    try:
+    with tasks_created() as created:
         receipt = await st.write("lone:spread", dict.fromkeys(keys, b"lone"))
         result = await st.read("lone:spread", keys)
-    finally:
-        loop.set_task_factory(None)
     assert created == []
     assert result.version == receipt.version
     assert result.values == dict.fromkeys(keys, b"lone")

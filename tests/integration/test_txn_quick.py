@@ -25,7 +25,7 @@ from stampede.testing import LocalPrimaries, RedisProxy
 from stampede.topology._base import each_script
 from stampede.topology._shards import Shards
 
-from ..support import open_stampede, spread_keys
+from ..support import open_stampede, spread_keys, tasks_created
 
 KEYS = ["quick:a", "quick:b", "quick:c"]  # three slots, one shard (one proxied primary)
 
@@ -75,18 +75,8 @@ async def test_a_transaction_over_shards_makes_its_rounds_without_a_task(
     async with open_stampede(topology_env[1], topology_env[0]) as st:
         keys = spread_keys(st, "quick:spread")
         await _commit(st, b"warm", keys)
-        loop = asyncio.get_running_loop()
-        created: list[object] = []
-
-        def count(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Task[Any]:
-            created.append(coro)
-            return asyncio.Task(coro, loop=loop)
-
-        loop.set_task_factory(count)
-        try:
+        with tasks_created() as created:
             receipt = await _commit(st, b"quick", keys)
-        finally:
-            loop.set_task_factory(None)
         assert created == []
         assert receipt.pending == () and not receipt.atomic
         got = await st.read_atomic(keys)

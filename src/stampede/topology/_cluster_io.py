@@ -227,14 +227,6 @@ def _split(requests: list[list[bytes]], values: list[Any]) -> list[Any]:
     return out
 
 
-def _clean(answer: Sent) -> list[Any] | None:
-    """The replies of a first attempt that got through with no error reply; else None."""
-    result = answer.result
-    if isinstance(result, BaseException) or any(isinstance(r, BaseException) for r in result):
-        return None
-    return list(result)
-
-
 class NodeReads:
     """The read batches of one cluster node (see the module)."""
 
@@ -250,7 +242,7 @@ class NodeReads:
         return self._io.router.lane_at(self._node).send_now(commands, then)
 
     def finish(self, requests: list[list[bytes]], answer: Sent) -> list[Any] | None:
-        replies = _clean(answer)
+        replies = answer.plain()
         if replies is None:
             return None
         if answer.commands[0][0] == "EVALSHA":
@@ -282,7 +274,7 @@ class NodeWrites:
         return self._io.router.lane_at(self._node).send_now([command], then)
 
     def finish(self, requests: list[WriteRequest], answer: Sent) -> list[Any] | None:
-        replies = _clean(answer)
+        replies = answer.plain()
         return None if replies is None else split_codes(requests, list(replies[0]), self._node)
 
     async def resume(self, requests: list[WriteRequest], answer: Sent) -> list[Any]:

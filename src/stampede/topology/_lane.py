@@ -80,6 +80,14 @@ class Sent:
         self.result = result
         self._then(self)
 
+    def plain(self) -> list[Any] | None:
+        """The replies, when the attempt got through with no error reply; else None."""
+        result = self.result
+        if isinstance(result, BaseException) or any(isinstance(r, BaseException) for r in result):
+            return None
+        replies: list[Any] = result
+        return replies
+
 
 class Lane:
     """Connections to one Redis server (see the module for the rules).

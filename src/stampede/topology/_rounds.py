@@ -84,13 +84,11 @@ async def _settle(answers: list[Sent | None], resume: Resume) -> list[Any]:
     for i, answer in enumerate(answers):
         if answer is None:
             continue
-        result = answer.result
-        if isinstance(result, BaseException) or any(
-            isinstance(reply, BaseException) for reply in result
-        ):
+        plain = answer.plain()
+        if plain is None:
             again.append(i)
         else:
-            out[i] = result
+            out[i] = plain
     if again:
         redone = await asyncio.gather(
             *(resume(i, answers[i]) for i in again), return_exceptions=True
