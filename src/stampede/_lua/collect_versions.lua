@@ -1,9 +1,9 @@
 --! fragment
 -- Collect a version hash `side`: drop versions marked replaced more than `grace`
 -- ago, mark prepared versions older than the current one (`curv`, `curt`) as
--- replaced, keep at most the 8 newest replaced versions, and keep the marks of
--- commit decisions (`c:`) for an hour: the 64 newest, cut back to them once there
--- are more than 80 (one sort every 16 commits of a hot key, not one per commit).
+-- replaced, keep at most the 8 newest replaced versions, and keep commit marks
+-- stored as fields of their own (`c:`, see txn_marks.lua) for an hour: the 64
+-- newest, cut back to them once there are more than 80.
   local fields = redis.call('HGETALL', side)
   local marked, kept, decided, prepared = {}, {}, {}, {}
   for j = 1, #fields, 2 do  -- by the name's first two bytes: no string made per field

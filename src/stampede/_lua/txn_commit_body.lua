@@ -7,6 +7,7 @@
 -- kept out (reply 0).
 --! include now
 --! include older
+--! include txn_marks
 local grace = tonumber(ARGV[1])
 local out = {}
 for i = 1, #KEYS / 2 do
@@ -73,7 +74,7 @@ for i = 1, #KEYS / 2 do
       redis.call('HSETNX', side, 'x:' .. s, now)
     end
     if state >= 0 then  -- the commit decision reached this key: the sweep's evidence
-      redis.call('HSET', side, 'c:' .. s, now)
+      mark_commit(side, v, t, now)
     end
     out[i] = state
   end
