@@ -34,29 +34,39 @@
       kept[#kept + 1] = st
     end
   end
-  -- oldest first: each stamp parsed once into a key that sorts as the stamp does
-  -- (the version right-aligned in 20 characters, then the token), sorted natively
-  local function oldest_first(stamps)
-    local order, by = {}, {}
-    for j, st in ipairs(stamps) do
-      local sv, sw = string.match(st, '^(%d+):([0-9A-Z]+)$')
-      local k = sv and (string.format('%20s', sv) .. sw) or '\1'
-      order[j] = k .. '|' .. j
-      by[order[j]] = st
+  -- cut(stamps, keep, drop): drop(stamp) for each but the `keep` newest, oldest
+  -- first. Stamps compare as (version length, then the stamp's bytes), which orders
+  -- them as the stamp does (versions have no leading zeros); what is not a stamp is
+  -- oldest (in the order given). The oldest is found by a scan each time (one or two
+  -- to cut, as a rule): no string is made, no sort.
+  local function cut(stamps, keep, drop)
+    local n = #stamps
+    if n <= keep then return end
+    local valid, colon = {}, {}
+    for j = 1, n do
+      valid[j] = string.find(stamps[j], '^%d+:[0-9A-Z]+$') ~= nil
+      colon[j] = string.find(stamps[j], ':', 1, true) or 0
     end
-    table.sort(order)
-    for j = 1, #order do order[j] = by[order[j]] end
-    return order
+    for _ = 1, n - keep do
+      local o = nil
+      for j = 1, n do
+        if stamps[j] then
+          if not o then
+            o = j
+          elseif valid[j] ~= valid[o] then
+            if not valid[j] then o = j end
+          elseif valid[j] and (colon[j] < colon[o]
+              or (colon[j] == colon[o] and stamps[j] < stamps[o])) then
+            o = j
+          end
+        end
+      end
+      drop(stamps[o])
+      stamps[o] = false
+    end
   end
   if #decided > 80 then  -- commit decisions kept for the sweep: cut back to the 64 newest
     for j = 1, #decided do decided[j] = string.sub(decided[j], 3) end
-    local old = oldest_first(decided)
-    for j = 1, #old - 64 do redis.call('HDEL', side, 'c:' .. old[j]) end
+    cut(decided, 64, function(st) redis.call('HDEL', side, 'c:' .. st) end)
   end
-  if #kept > 8 then
-    local old = oldest_first(kept)
-    for j = 1, #old - 8 do
-      local st = old[j]
-      redis.call('HDEL', side, 'd:' .. st, 'm:' .. st, 'x:' .. st)
-    end
-  end
+  cut(kept, 8, function(st) redis.call('HDEL', side, 'd:' .. st, 'm:' .. st, 'x:' .. st) end)

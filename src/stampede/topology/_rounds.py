@@ -27,8 +27,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from .._lua import IDEMPOTENT_SHAS
 from ._lane import Lane, Sent
-from ._retries import all_idempotent
+from ._retries import is_idempotent
 
 __all__ = ["Resume", "script_round"]
 
@@ -93,7 +94,7 @@ class _Round:
 
 def _submit(lane: Lane, commands: Sequence[Sequence[Any]], round_: _Round, index: int) -> None:
     """Write the pipeline now, or queue it for the turn's shared write (see the module)."""
-    if lane not in _flying or not all_idempotent(commands):
+    if lane not in _flying or not _resendable(commands):
         _send(lane, [(commands, round_, index)])
         return
     queue = _queued.get(lane)
@@ -101,6 +102,15 @@ def _submit(lane: Lane, commands: Sequence[Sequence[Any]], round_: _Round, index
         _queued[lane] = queue = []
         asyncio.get_running_loop().call_soon(_flush, lane)
     queue.append((commands, round_, index))
+
+
+def _resendable(commands: Sequence[Sequence[Any]]) -> bool:
+    """Every command may be sent again (`is_idempotent`; an EVALSHA of a script of
+    this process marked idempotent is known at once)."""
+    return all(
+        (len(c) > 1 and c[0] == "EVALSHA" and c[1] in IDEMPOTENT_SHAS) or is_idempotent(c)
+        for c in commands
+    )
 
 
 def _flush(lane: Lane) -> None:
