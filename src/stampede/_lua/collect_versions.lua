@@ -4,25 +4,37 @@
 -- replaced, keep at most the 8 newest replaced versions, and keep commit marks
 -- stored as fields of their own (`c:`, see txn_marks.lua) for an hour: the 64
 -- newest, cut back to them once there are more than 80.
-  local fields = redis.call('HGETALL', side)
-  local marked, kept, decided, prepared = {}, {}, {}, {}
-  for j = 1, #fields, 2 do  -- by the name's first two bytes: no string made per field
-    local name = fields[j]
+  -- The names only (HKEYS), then the values of the marks (x:, c:) alone: never the
+  -- envelopes (d:) nor the metadata (m:), which nothing here needs.
+  local names = redis.call('HKEYS', side)
+  local marked, kept, decided, prepared, timed = {}, {}, {}, {}, {}
+  for j = 1, #names do  -- by the name's first two bytes: no string made per field
+    local name = names[j]
     local head, colon = string.byte(name, 1, 2)
     if colon == 58 then
-      if head == 99 then  -- c:
-        if now - tonumber(fields[j + 1]) > 3600000 then redis.call('HDEL', side, name)
+      if head == 99 or head == 120 then  -- c:, x:
+        timed[#timed + 1] = name
+      elseif head == 109 then  -- m:
+        prepared[#prepared + 1] = name
+      end
+    end
+  end
+  for from = 1, #timed, 512 do
+    local upto = math.min(from + 511, #timed)
+    local values = redis.call('HMGET', side, unpack(timed, from, upto))
+    for j = from, upto do
+      local name, at = timed[j], tonumber(values[j - from + 1])
+      if string.byte(name, 1) == 99 then  -- c:
+        if now - at > 3600000 then redis.call('HDEL', side, name)
         else decided[#decided + 1] = name end
-      elseif head == 120 then  -- x:
+      else  -- x:
         local st = string.sub(name, 3)
         marked[st] = true
-        if now - tonumber(fields[j + 1]) > grace then
+        if now - at > grace then
           redis.call('HDEL', side, 'd:' .. st, 'm:' .. st, 'x:' .. st)
         else
           kept[#kept + 1] = st
         end
-      elseif head == 109 then  -- m:
-        prepared[#prepared + 1] = name
       end
     end
   end
