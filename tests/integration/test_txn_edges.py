@@ -687,6 +687,27 @@ async def test_a_commit_mark_of_the_old_form_is_still_the_sweeps_evidence(
     assert (stored.version, stored.token, stored.payload) == (version, token, b"new")
 
 
+async def test_a_commit_mark_moved_to_the_older_log_is_still_evidence(st: Stampede) -> None:
+    """F3 with b rewritten 20 times since: b's mark left the short log `c` for `C`
+    (at 16 marks they move), and the sweep still finds it there and completes a."""
+    a, b = spread_keys(st, "f3C", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+        tx.set(b, b"old")
+    version, token = await _pending_at_first(st, a, b, b"new")
+    for i in range(20):
+        async with st.transaction() as tx:
+            tx.set(b, b"%d" % i)
+    side = side_key(b.encode(), st.topology.slot_of)
+    young, old = await st.topology.execute(side, "HMGET", side, "c", "C")
+    record = commit_mark((version, token))
+    assert record in old and record not in (young or b"")
+    assert len(old) == 16 * 62 and len(young) == 6 * 62  # 22 marks: 16 moved, 6 newer
+    await sweep(st.topology)
+    stored = Envelope.decode(await raw_value(st, a) or b"")
+    assert (stored.version, stored.token, stored.payload) == (version, token, b"new")
+
+
 async def test_a_resent_commit_marks_its_key_once(st: Stampede) -> None:
     """The commit of one key sent three times (a lost reply is resent): one mark."""
     a, b = spread_keys(st, "marks1", 2)

@@ -44,11 +44,13 @@ for i = 1, #KEYS / 2 do
     end
   end
 --! include collect_versions
-  local log = redis.call('HGET', side, 'c')
-  if log then  -- commit marks older than an hour go (a key no longer written)
-    local left = trim_marks(log, now)
-    if left == '' then redis.call('HDEL', side, 'c')
-    elseif left ~= log then redis.call('HSET', side, 'c', left) end
+  for _, field in ipairs({'c', 'C'}) do  -- commit marks older than an hour go
+    local log = redis.call('HGET', side, field)
+    if log then
+      local left = trim_marks(log, now)
+      if left == '' then redis.call('HDEL', side, field)
+      elseif left ~= log then redis.call('HSET', side, field, left) end
+    end
   end
   local needed, inflight = false, false
   local left = redis.call('HGETALL', side)

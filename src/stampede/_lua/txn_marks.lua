@@ -1,13 +1,16 @@
 --! fragment
 -- Commit marks: the sweep's evidence that a transaction's commit reached a key
 -- (made current, already current, kept out, or past its expiry). A version hash
--- keeps them in one field `c`, a log of fixed-width records, oldest first:
+-- keeps them in two logs of fixed-width records, oldest first:
 --   ;<version, right-aligned in 20>:<token, 26 characters>=<unix ms, 13 digits>
--- A commit reads and rewrites that one field (not one field per mark, which every
--- read of the whole hash would have to carry); a mark stays an hour, at most 80 of
--- them, cut back to the 64 newest. A stamp that does not fit the record (or a mark
--- from before the log) is a field `c:<version>:<token>` of its own.
-local MARK = 62
+-- `c` the newest, fewer than 16; once it reaches 16, they join `C`, which is cut
+-- back to the 64 newest. A commit reads and rewrites the short log alone (not one
+-- field per mark, which every read of the hash's names would carry, nor a log of
+-- 80); so a key keeps 64 to 80 marks, the 64 newest among them, each at most an
+-- hour (older ones leave at the next commit here, or with the sweep). A stamp that
+-- does not fit the record (or a mark from before the logs) is a field
+-- `c:<version>:<token>` of its own.
+local MARK, YOUNG, KEPT = 62, 16, 64
 local function trim_marks(log, now)  -- the marks less than an hour old
   if #log % MARK ~= 0 then return '' end  -- not a log of marks: start again
   local from = 1
@@ -23,9 +26,15 @@ local function mark_commit(side, v, t, now)
     return
   end
   local head = ';' .. string.format('%20s', v) .. ':' .. t .. '='
-  local log = redis.call('HGET', side, 'c') or ''
-  if string.find(log, head, 1, true) then return end  -- resent: marked already
-  log = trim_marks(log, now) .. head .. string.format('%13d', now)
-  if #log > 80 * MARK then log = string.sub(log, -64 * MARK) end
-  redis.call('HSET', side, 'c', log)
+  local young = redis.call('HGET', side, 'c') or ''
+  if string.find(young, head, 1, true) then return end  -- resent: marked already
+  young = trim_marks(young, now) .. head .. string.format('%13d', now)
+  if #young < YOUNG * MARK then
+    redis.call('HSET', side, 'c', young)
+    return
+  end
+  local old = trim_marks(redis.call('HGET', side, 'C') or '', now) .. young
+  if #old > KEPT * MARK then old = string.sub(old, -KEPT * MARK) end
+  redis.call('HSET', side, 'C', old)
+  redis.call('HDEL', side, 'c')
 end

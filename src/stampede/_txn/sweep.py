@@ -167,7 +167,7 @@ async def _roll_forward(
 
 async def _decided(topology: Topology, siblings: Sequence[bytes], stamp: Stamp) -> bool:
     """Was the transaction `stamp` committed? Yes when a sibling holds it, or a
-    sibling's version hash marks that its commit reached it (`c`, kept an hour): a
+    sibling's version hash marks that its commit reached it (`c`, `C`, kept an hour): a
     commit starts only once every prepare was acknowledged, so it must complete
     everywhere, even where every sibling has moved on since."""
     if not siblings:
@@ -178,15 +178,15 @@ async def _decided(topology: Topology, siblings: Sequence[bytes], stamp: Stamp) 
     record, field = commit_mark(stamp), b"c:" + stamp_text(stamp)
     for sibling in siblings:
         side = side_key(sibling, topology.slot_of)
-        log, alone = await topology.execute(side, "HMGET", side, b"c", field)
-        if (log is not None and record in log) or alone is not None:
+        young, old, alone = await topology.execute(side, "HMGET", side, b"c", b"C", field)
+        if any(log is not None and record in log for log in (young, old)) or alone is not None:
             return True
     return False
 
 
 def commit_mark(stamp: Stamp) -> bytes:
-    """The head of `stamp`'s record in a version hash's log of commit marks (field
-    `c`, `txn_marks.lua`): `;<version, right-aligned in 20>:<token>=`."""
+    """The head of `stamp`'s record in a version hash's logs of commit marks (fields
+    `c` and `C`, `txn_marks.lua`): `;<version, right-aligned in 20>:<token>=`."""
     return b";%20d:%s=" % (stamp[0], stamp[1].encode("ascii"))
 
 
