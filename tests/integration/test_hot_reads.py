@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from stampede import TornReadError
+from stampede import Stampede, TornReadError
 
 from ..support import open_stampede, spread_keys
 
@@ -82,7 +82,7 @@ async def test_hot_group_reads_are_never_torn(topology_env: tuple[str, Any], lay
                 await proc.wait()
 
 
-async def _writing(st: Any, keys: list[str], writers: list[Any]) -> int | None:
+async def _writing(st: Stampede, keys: list[str], writers: list[Any]) -> int | None:
     """Once the group's version has changed three times (the writer processes are
     writing), the version read last."""
     seen = {(await st.read("hot", keys)).version}
