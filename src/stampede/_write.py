@@ -184,7 +184,8 @@ async def write_group(
     A payload of None writes a tombstone (the key is deleted, and stays deleted
     against older writes until `ttl`, the grace period, runs out). `version`
     fixes the version (the application's own) instead of drawing one; `keep_ms`
-    how long each replaced value is kept for group reads.
+    how long each replaced value is kept for group reads (a write that lands in one
+    call, one slot, keeps none: no read sees it in part).
     """
     at = expire_at(ttl)
     if version is None:
@@ -197,11 +198,13 @@ async def write_group(
     encoded = [head if p is None else head + b":" + p for p in payloads]
     first = topology.slot_of(keys[0])
     one_slot = all(topology.slot_of(k) == first for k in keys[1:])
+    ckey = commit_key(group)
+    atomic = one_slot and (mode is Mode.STAMP or topology.slot_of(ckey) == first)
     stamp: GuardStamp = {
         "version": version,
         "token": token,
         "expire_at_ms": at,
-        "keep_ms": keep_ms,
+        "keep_ms": 0 if atomic else keep_ms,  # one call: never seen in part
         "limit": limit,
     }
     if durability is not None:
@@ -218,13 +221,10 @@ async def write_group(
         return outcome
 
     if mode is Mode.STAMP:
-        atomic = one_slot
         outcome = await put(keys, encoded)
         _raise_for(group, outcome)
     else:
         record = head + b":" + encode_commit(keys)
-        ckey = commit_key(group)
-        atomic = one_slot and topology.slot_of(ckey) == first
         if atomic:
             outcome = await put([*keys, ckey], [*encoded, record])
             _raise_for(group, outcome)

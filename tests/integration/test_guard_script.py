@@ -119,3 +119,42 @@ async def test_floor_rises_only_where_a_version_hash_exists(st: Stampede) -> Non
     older = (70, new_token(), b"o")
     assert await _guard(st, [with_hash], _argv([older])) == [0]
     assert bytes(await st.topology.execute(vh, "HGET", vh, b"g")) == floor
+
+
+async def test_a_key_twice_among_more_than_eight(st: Stampede) -> None:
+    """Past eight keys the guard finds a repeated key with a table, not by pairs:
+    the same outcome as a short call (the newer write lands, the older is kept out,
+    and what the first write replaced is kept)."""
+    keys = [b"{gs6}:k%d" % i for i in range(9)]
+    twice = keys[4]
+    old = (1, new_token(), b"old")
+    assert await _guard(st, [twice], _argv([old])) == [1]
+    new, older = (9, new_token(), b"new"), (5, new_token(), b"older")
+    writes = [new] * 9 + [older, new]
+    codes = await _guard(st, [*keys, twice, twice], _argv(writes))
+    assert codes == [1] * 9 + [0, 2]
+    assert await _get(st, twice) == Envelope(*new).encode()
+    kept = b"{gs6}:k4:stampede:p"
+    assert await st.topology.execute(kept, "LRANGE", kept, 0, -1) == [Envelope(*old).encode()]
+
+
+async def test_a_key_without_braces_keeps_and_raises_its_floor(st: Stampede) -> None:
+    """A key with no braces: what it replaces goes to `{key}:stampede:p` and its
+    floor rises in `{key}:stampede:v:u`, alone in a call or twice in one."""
+    key = b"gs7-plain"
+    kept, vh = b"{gs7-plain}:stampede:p", b"{gs7-plain}:stampede:v:u"
+    await st.topology.execute(vh, "HSET", vh, b"k", key)
+    await st.topology.execute(vh, "PEXPIRE", vh, 60_000)
+    first, second = (3, new_token(), b"a"), (4, new_token(), b"b")
+    assert await _guard(st, [key], _argv([first])) == [1]
+    assert await _guard(st, [key], _argv([second])) == [1]
+    assert await st.topology.execute(kept, "LRANGE", kept, 0, -1) == [Envelope(*first).encode()]
+    assert bytes(await st.topology.execute(vh, "HGET", vh, b"g")) == b"4:" + second[1].encode()
+    third, fourth = (6, new_token(), b"c"), (5, new_token(), b"d")
+    assert await _guard(st, [key, key], _argv([third, fourth])) == [1, 0]
+    assert await _get(st, key) == Envelope(*third).encode()
+    assert bytes(await st.topology.execute(vh, "HGET", vh, b"g")) == b"6:" + third[1].encode()
+    assert await st.topology.execute(kept, "LRANGE", kept, 0, -1) == [
+        Envelope(*second).encode(),
+        Envelope(*first).encode(),
+    ]

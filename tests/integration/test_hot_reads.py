@@ -1,6 +1,8 @@
 """Hot, healthy groups: writers that never fail, default options, no repair. A read of
 a group whose newest write is in flight returns the newest whole write its keys kept,
-so no read ends torn (before kept versions, about 0.5% of such reads did)."""
+so no read ends torn (before kept versions, about 0.5% of such reads did). A group
+whose keys share one slot is written in one call, which no read sees in part: it
+keeps nothing, and is never torn either."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import os
 import sys
 from typing import Any
 
-from stampede import TornReadError
+import pytest
+
+from stampede import Stampede, TornReadError
 
 from ..support import open_stampede, spread_keys
 
@@ -30,13 +34,17 @@ asyncio.run(main())
 """
 
 
-async def test_hot_group_reads_are_never_torn(topology_env: tuple[str, Any]) -> None:
+@pytest.mark.parametrize("layout", ["spread", "one slot"])
+async def test_hot_group_reads_are_never_torn(topology_env: tuple[str, Any], layout: str) -> None:
     """2,000 reads of a group that two writer processes rewrite continuously: every
-    read is whole (one write's values), none raises TornReadError."""
+    read is whole (one write's values), none raises TornReadError. Spread over
+    shards, the group's writes keep what they replace; in one slot, they keep none."""
     kind, env = topology_env
     urls = env.url if kind == "cluster" else ",".join(env.urls)
     async with open_stampede(env, kind) as st:
-        keys = spread_keys(st, "hot", 4)
+        keys = (
+            spread_keys(st, "hot", 4) if layout == "spread" else [f"{{hot}}:{i}" for i in range(4)]
+        )
         await st.write("hot", dict.fromkeys(keys, b"start"))
         environ = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         writers = [
@@ -59,10 +67,27 @@ async def test_hot_group_reads_are_never_torn(topology_env: tuple[str, Any]) -> 
                         continue
                     assert got.consistent and len(set(got.values.values())) == 1
 
-            await asyncio.sleep(0.5)  # the writers are up and writing
+            before = await _writing(st, keys, writers)  # the writers are up and writing
             await asyncio.gather(*(reader() for _ in range(8)))
             assert torn == 0
+            assert (await st.read("hot", keys)).version != before  # and wrote meanwhile
+            kept = [
+                f"{k}:stampede:p" if layout == "one slot" else f"{{{k}}}:stampede:p" for k in keys
+            ]
+            held = [await st.topology.execute(k.encode(), "EXISTS", k.encode()) for k in kept]
+            assert held == ([0] * 4 if layout == "one slot" else [1] * 4)
         finally:
             for proc in writers:
                 proc.kill()
                 await proc.wait()
+
+
+async def _writing(st: Stampede, keys: list[str], writers: list[Any]) -> int | None:
+    """Once the group's version has changed three times (the writer processes are
+    writing), the version read last."""
+    seen = {(await st.read("hot", keys)).version}
+    while len(seen) < 4:
+        assert all(w.returncode is None for w in writers), "a writer process exited"
+        seen.add((await st.read("hot", keys)).version)
+        await asyncio.sleep(0.01)
+    return (await st.read("hot", keys)).version

@@ -70,6 +70,31 @@ async def test_same_slot_write_is_atomic(st: Stampede) -> None:
     assert (await st.read("user:{42}", keys, mode="commit")).token == receipt.token
 
 
+@pytest.mark.parametrize("mode", [Mode.STAMP, Mode.COMMIT])
+async def test_a_write_in_one_call_keeps_nothing(st: Stampede, mode: Mode) -> None:
+    """Keys (and in commit mode the record) in one slot: one script call, never seen
+    in part, so nothing is kept for readers. Keys over slots keep what they replace;
+    so do one-slot keys whose commit record lives in another slot."""
+
+    async def kept(keys: list[str]) -> list[int]:
+        lists = [
+            k.encode() + b":stampede:p" if "{" in k else b"{%s}:stampede:p" % k.encode()
+            for k in keys
+        ]
+        return [await st.topology.execute(k, "EXISTS", k) for k in lists]
+
+    together, spread = ["{ko}:a", "{ko}:b"], spread_keys(st, f"ko-{mode.value}", 2)
+    apart = ["{ka}:a", "{ka}:b"]  # group "ka-<mode>": its record is in another slot
+    for n in range(2):
+        assert (await st.write("{ko}", dict.fromkeys(together, b"%d" % n), mode=mode)).atomic
+        await st.write(f"ko-{mode.value}", dict.fromkeys(spread, b"%d" % n), mode=mode)
+        await st.write(f"ka-{mode.value}", dict.fromkeys(apart, b"%d" % n), mode=mode)
+    assert await kept(together) == [0, 0]
+    assert await kept(spread) == [1, 1]
+    assert await kept(apart) == ([1, 1] if mode is Mode.COMMIT else [0, 0])
+    assert (await st.read("{ko}", together, mode=mode)).values == dict.fromkeys(together, b"1")
+
+
 async def test_all_missing_group_is_not_found(st: Stampede) -> None:
     """A group with no keys at all reads as not found, consistent, every value None."""
     result = await st.read("ghost", ["ghost:a", "ghost:b"], mode="commit")

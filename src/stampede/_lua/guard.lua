@@ -24,8 +24,8 @@ for i = 1, n do
 end
 -- MGET answers nil for a key of another type as for a missing one: tell them apart
 -- (one EXISTS for all; one per key only when some nil key exists)
-wrong = {}
 if missing and redis.call('EXISTS', unpack(missing)) > 0 then
+  wrong = {}
   for i = 1, n do
     if not seen[i] and redis.call('EXISTS', KEYS[i]) == 1 then wrong[i] = true end
   end

@@ -1,9 +1,9 @@
 --! fragment
 -- The guard's decisions and writes, shared by guard.lua and guard_cross_slot.lua.
 -- Expects: `n` keys `K[1..n]`, key i's six ARGV from `off + (i - 1) * 6 + 1`,
--- `seen[i]` its value (false: none) and `wrong[i]` (it holds another type), and
--- `batched`: true when the keys may share one command (not keys of many slots).
---! include kept_key
+-- `seen[i]` its value (false: none) and `wrong` (nil, or wrong[i] true when key i
+-- holds another type), and `batched`: true when the keys may share one command
+-- (not keys of many slots).
 --! include older
 --! include version_hash
 --! include guard_keep
@@ -16,71 +16,136 @@ end
 -- a refused write is then left alone (-6), so a write is all or nothing here.
 -- (code 9, inside this script only: written over nothing or over a value that is
 -- no envelope, so nothing to keep; it replies 1)
-local states, refused = {}, nil
+local out, refused = {}, nil
 for i = 1, n do
   local b = off + (i - 1) * 6
   local state = -1
-  if not wrong[i] then
+  if not (wrong and wrong[i]) then
     local enveloped
     state, enveloped = judge(seen[i], ARGV[b + 1], ARGV[b + 2], ARGV[b + 5])
     if state == 1 and not enveloped then state = 9 end
   end
-  states[i] = state
+  out[i] = state
   if state < 0 then
     refused = refused or {}
     refused[ARGV[b + 1] .. ':' .. ARGV[b + 2]] = true
   end
 end
--- In order: a key twice in this call is compared against what the earlier write
--- left, so the older of the two never lands over the newer. Per key written (j:
--- its place in `order`): where the call's newest write there has its ARGV
--- (`last`), and the envelope that write replaces (`kept`).
-local out, place, order, last, kept = {}, {}, {}, {}, {}
-for i = 1, n do
-  local key = K[i]
-  local b = off + (i - 1) * 6
-  local v, t = ARGV[b + 1], ARGV[b + 2]
-  local state, cur = states[i], seen[i]
-  local j = place[key]
-  if j and not wrong[i] then
-    local enveloped
-    cur = ARGV[last[j] + 4]
-    state, enveloped = judge(cur, v, t, ARGV[b + 5])
-    if state == 1 and not enveloped then state = 9 end
+-- A key named twice in this call (two writes merged into one call): compared, in
+-- order, against what the earlier write left, so the older of the two never lands
+-- over the newer. Lua strings are interned: == on two keys is one pointer test.
+local twice = false
+if n > 8 then
+  local named = {}
+  for i = 1, n do
+    if named[K[i]] then twice = true break end
+    named[K[i]] = true
   end
-  if state >= 0 and refused and refused[v .. ':' .. t] then state = -6 end
-  if state == 1 or state == 9 then
-    if not j then
-      j = #order + 1
-      order[j] = key
-      place[key] = j
-    end
-    last[j], kept[j] = b, state == 1 and cur
-    state = 1
+elseif n > 1 then
+  for i = 2, n do
+    local key = K[i]
+    for h = 1, i - 1 do if K[h] == key then twice = true end end
   end
-  out[i] = state
 end
-local plain, hashes = {}, {}
-for j, key in ipairs(order) do
-  local b = last[j]
-  local at = ARGV[b + 3]
-  keep(key, kept[j], ARGV[b + 6], at)
-  if at ~= '0' then redis.call('SET', key, ARGV[b + 4], 'PXAT', at)
+-- side_names(key): the key's kept list and version hash, as kept_key.lua and
+-- version_hash.lua name them (nil, nil for a key with braces but no tag), from
+-- one look at its braces.
+local function side_names(key)
+  local open = string.find(key, '{', 1, true)
+  if open then
+    local close = string.find(key, '}', open + 1, true)
+    if close and close > open + 1 then
+      local base = key .. ':stampede:'
+      return base .. 'p', base .. 'v'
+    end
+    return nil, nil
+  end
+  if string.find(key, '}', 1, true) then return nil, nil end
+  local base = '{' .. key .. '}:stampede:'
+  return base .. 'p', base .. 'v:u'
+end
+-- put(key, b, cur): write key's value (its ARGV from offset b), keeping `cur`,
+-- the envelope it replaces (false: none); plain values wait for one MSET, and the
+-- version hash is noted for the one EXISTS below.
+local plain, np, hashes, nh = {}, 0, {}, 0
+local function put(key, b, cur)
+  local kk, vh = side_names(key)
+  local expires = ARGV[b + 3]
+  if kk then keep(kk, cur, ARGV[b + 6], expires) end
+  if expires ~= '0' then redis.call('SET', key, ARGV[b + 4], 'PXAT', expires)
   elseif batched then
-    plain[#plain + 1] = key
-    plain[#plain + 1] = ARGV[b + 4]
+    plain[np + 1], plain[np + 2] = key, ARGV[b + 4]
+    np = np + 2
   else
     redis.call('SET', key, ARGV[b + 4])
   end
-  local vh = batched and version_hash(key)
-  if vh then hashes[#hashes + 1] = vh end
+  if batched and vh then
+    nh = nh + 1
+    hashes[nh] = vh
+  end
 end
-for s = 1, #plain, 512 do redis.call('MSET', unpack(plain, s, math.min(#plain, s + 511))) end
+-- With no key twice (the usual call), each key written is put in place; else, in
+-- first-seen order, `at[w]` is the offset of the call's newest write of key w in
+-- ARGV and `was[w]` the envelope that write replaces.
+local keys, at, w = nil, nil, 0
+if not twice then
+  for i = 1, n do
+    local state = out[i]
+    local b = off + (i - 1) * 6
+    if state >= 0 and refused and refused[ARGV[b + 1] .. ':' .. ARGV[b + 2]] then
+      state = -6
+    end
+    if state == 1 or state == 9 then
+      put(K[i], b, state == 1 and seen[i])
+      state = 1
+    end
+    out[i] = state
+  end
+else
+  local place, was = {}, {}
+  keys, at = {}, {}
+  for i = 1, n do
+    local key = K[i]
+    local b = off + (i - 1) * 6
+    local v, t = ARGV[b + 1], ARGV[b + 2]
+    local state, cur = out[i], seen[i]
+    local j = place[key]
+    if j and not (wrong and wrong[i]) then
+      local enveloped
+      cur = ARGV[at[j] + 4]
+      state, enveloped = judge(cur, v, t, ARGV[b + 5])
+      if state == 1 and not enveloped then state = 9 end
+    end
+    if state >= 0 and refused and refused[v .. ':' .. t] then state = -6 end
+    if state == 1 or state == 9 then
+      if not j then
+        w = w + 1
+        j = w
+        keys[j] = key
+        place[key] = j
+      end
+      at[j], was[j] = b, state == 1 and cur
+      state = 1
+    end
+    out[i] = state
+  end
+  for j = 1, w do put(keys[j], at[j], was[j]) end
+end
+for s = 1, np, 512 do redis.call('MSET', unpack(plain, s, math.min(np, s + 511))) end
 -- (pcall: a hash in a slot that is migrating may not be local; raise_floor then
 -- looks at each, best effort as it does). Keys of many slots (not batched) may not
 -- share one EXISTS: each looks at its own hash.
-local found = not batched or (#hashes > 0 and redis.pcall('EXISTS', unpack(hashes)))
+local found = not batched or (nh > 0 and redis.pcall('EXISTS', unpack(hashes)))
 if found and (type(found) ~= 'number' or found > 0) then
-  for j, key in ipairs(order) do raise_floor(key, ARGV[last[j] + 1], ARGV[last[j] + 2]) end
+  if keys then
+    for j = 1, w do raise_floor(keys[j], ARGV[at[j] + 1], ARGV[at[j] + 2]) end
+  else
+    for i = 1, n do
+      if out[i] == 1 then
+        local b = off + (i - 1) * 6
+        raise_floor(K[i], ARGV[b + 1], ARGV[b + 2])
+      end
+    end
+  end
 end
 return out

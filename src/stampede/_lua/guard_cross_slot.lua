@@ -6,7 +6,7 @@
 -- of a key of another type, aborts the call before anything is written; the
 -- client then falls back to one guard.lua call per slot.
 local n = tonumber(ARGV[1])
-local off, K, batched, seen, wrong = 1 + n, {}, false, {}, {}
+local off, K, batched, seen, wrong = 1 + n, {}, false, {}, nil
 for i = 1, n do
   K[i] = ARGV[1 + i]
   seen[i] = redis.call('GET', K[i])
