@@ -13,7 +13,8 @@ from . import metrics, tracing
 from ._health import ping
 from ._read import read_group
 from ._txn import Transaction, read_atomic
-from ._write import UpdateFn, as_payload, check_version, plan_keys, update_group, write_group
+from ._update import UpdateFn, update_group
+from ._write import as_payload, check_version, plan_keys, write_group
 from .errors import (
     ConfigurationError,
     InvalidKeyError,

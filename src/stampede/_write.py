@@ -9,9 +9,7 @@ key was acknowledged.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Iterable, Mapping, Sequence
 
 from .errors import (
     ClockSkewError,
@@ -21,9 +19,7 @@ from .errors import (
     InvalidValueError,
     OrderingError,
     PartialWriteError,
-    RepliesLostError,
     ShardTimeout,
-    WriteConflict,
     WriteTimeout,
 )
 from .keys import to_bytes
@@ -31,13 +27,11 @@ from .options import Durability
 from .results import GuardCode, Receipt
 from .topology._base import WriteOutcome
 from .topology._guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
-from .topology._node_ops import watch_update
 from .typing import GuardStamp, Topology, VersionSource
 from .verdict import Mode
 from .versions import Counter, HybridClock
 from .wire import (
     CLOCK_FLOOR,
-    Envelope,
     VersionKind,
     commit_key,
     encode_commit,
@@ -53,15 +47,10 @@ __all__ = [
     "fresher_limit",
     "limit_for",
     "plan_keys",
+    "raise_for",
     "raise_refusals",
     "require_one_slot",
-    "update_group",
     "write_group",
-]
-
-K = TypeVar("K", bytes, str)
-UpdateFn = Callable[
-    [dict[K, bytes | None]], Mapping[K, bytes | str] | Awaitable[Mapping[K, bytes | str]]
 ]
 
 
@@ -220,19 +209,19 @@ async def write_group(
     if mode is Mode.STAMP:
         atomic = one_slot
         outcome = await put(keys, encoded)
-        _raise_for(group, outcome)
+        raise_for(group, outcome)
     else:
         record = head + b":" + encode_commit(keys)
         ckey = commit_key(group)
         atomic = one_slot and topology.slot_of(ckey) == first
         if atomic:
             outcome = await put([*keys, ckey], [*encoded, record])
-            _raise_for(group, outcome)
+            raise_for(group, outcome)
         else:
             outcome = await put(keys, encoded)
-            _raise_for(group, outcome)
+            raise_for(group, outcome)
             done = await put([ckey], [record])
-            _raise_for(group, done, landed=keys)
+            raise_for(group, done, landed=keys)
             for shard, acks in done.acks.items():  # the record's shard: both must hold
                 outcome.acks[shard] = min(acks, outcome.acks.get(shard, acks))
     superseded = tuple(k for k in keys if outcome.results.get(k) == KEPT)
@@ -274,7 +263,7 @@ _REFUSALS = {
 }
 
 
-def _raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ()) -> None:
+def raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ()) -> None:
     error = outcome.first_error()
     if error is not None:
         cls = WriteTimeout if isinstance(error, ShardTimeout) else PartialWriteError
@@ -306,95 +295,8 @@ def raise_refusals(group: bytes, codes: Mapping[bytes, int]) -> None:
             raise kind(group.decode("utf-8", "backslashreplace"), refused, why, detail)
 
 
-def _check_orderable(
-    group: bytes,
-    keys: Sequence[bytes],
-    stored: Sequence[Envelope | None],
-    version: int,
-    limit: int,
-) -> None:
-    """What the guard refuses, checked before an update plans its write."""
-    for code, test in (
-        (MIXED, lambda e: e.version and kind_of(e.version) is not kind_of(version)),
-        (FUTURE, lambda e: limit and e.version > limit),
-    ):
-        refused = [k for k, e in zip(keys, stored, strict=True) if e is not None and test(e)]
-        if refused:
-            outcome = WriteOutcome(results=dict.fromkeys(refused, code))
-            _raise_for(group, outcome)
-
-
 def require_one_slot(topology: Topology, keys: Sequence[bytes], operation: str) -> None:
     """`CrossSlotError` naming the keys and their slots unless they share one slot."""
     slots = {k: topology.slot_of(k) for k in keys}
     if len(set(slots.values())) > 1:
         raise CrossSlotError(slots, operation=operation)
-
-
-async def update_group(
-    topology: Topology,
-    group: bytes,
-    names: Sequence[K],
-    fn: UpdateFn[K],
-    *,
-    mode: Mode,
-    versions: VersionSource,
-    ttl: float | None,
-    max_attempts: int,
-) -> Receipt:
-    """Optimistic read-modify-write of a co-located group with WATCH / MULTI / EXEC.
-
-    `fn` gets the current payloads (None for a missing key) and returns the new
-    payload of every key. The new version is newer than both the version source's
-    and the stored one, so the guard of a later stamped write still orders it.
-
-    Exactly once: when the reply to EXEC is lost, the topology's operation marker
-    tells whether it applied (the receipt is returned and `fn` is not run again)
-    or can no longer apply (`fn` runs again on what is stored); when it cannot
-    tell, `OutcomeUnknownError`.
-    """
-    keys: list[bytes] = [to_bytes(n) for n in names]
-    watched: list[bytes] = [*keys, commit_key(group)] if mode is Mode.COMMIT else keys
-    require_one_slot(topology, watched, f"update() of group {group!r}")
-    receipt: Receipt | None = None
-
-    async def apply(current: list[bytes | None]) -> list[bytes] | None:
-        nonlocal receipt
-        stored = [
-            None if raw is None else Envelope.decode(raw, key=key)
-            for key, raw in zip(keys, current[: len(keys)], strict=True)
-        ]
-        newest = max((e.version for e in stored if e is not None), default=-1)
-        new = fn({n: (None if e is None else e.value) for n, e in zip(names, stored, strict=True)})
-        if inspect.isawaitable(new):
-            new = await new
-        missing = [n for n in names if n not in new]
-        if missing:
-            raise InvalidKeyError(
-                f"update function returned no value for {missing!r}; it must return the new "
-                "payload of every key it was given (nothing was written)"
-            )
-        fresh = await draw_version(versions, group, topology, expire_at(ttl))
-        _check_orderable(group, keys, stored, fresh, limit_for(versions, fresh))
-        version = max(fresh, newest + 1)
-        versions.observe(version)
-        token = new_token()
-        out = [
-            Envelope(version, token, as_payload(k, new[n])).encode()
-            for k, n in zip(keys, names, strict=True)
-        ]
-        if mode is Mode.COMMIT:
-            out.append(Envelope(version, token, encode_commit(keys)).encode())
-        receipt = Receipt(group, version, token, tuple(keys), mode, atomic=True)
-        return out
-
-    for _ in range(max_attempts):
-        try:
-            done = await watch_update(topology, watched, apply, expire_at_ms=expire_at(ttl))
-        except RepliesLostError:
-            done = True  # EXEC's reply was lost, but its operation marker says it applied
-        if done:
-            if receipt is None:  # pragma: no cover - apply always sets it or raises
-                raise RuntimeError("update finished without a receipt")
-            return receipt
-    raise WriteConflict(group.decode("utf-8", "backslashreplace"), max_attempts)
