@@ -14,7 +14,14 @@ from ._health import ping
 from ._read import read_group
 from ._txn import Transaction, read_atomic
 from ._update import UpdateFn, update_group
-from ._write import as_payload, check_version, plan_keys, write_group
+from ._write import (
+    check_version,
+    payloads_of,
+    plan_keys,
+    planned_keys,
+    traced_write,
+    write_group,
+)
 from .errors import (
     ConfigurationError,
     InvalidKeyError,
@@ -120,51 +127,44 @@ class Stampede:
         values raise before anything is sent.
         """
         gkey = _group(group)
-        if not isinstance(values, Mapping):
+        if type(values) is not dict and not isinstance(values, Mapping):
             raise InvalidValueError(
                 f"values of group {group!r} must be a mapping of key -> bytes, got "
                 f"{type(values).__name__}"
             )
         if not values:
             raise InvalidKeyError(f"write of group {group!r} has no values", key=group)
-        keys = plan_keys(gkey, values)
-        payloads: list[bytes | None] = [
-            as_payload(k, v) for k, v in zip(keys, values.values(), strict=True)
-        ]
-        mode_, versions_ = self._mode(mode), self._versions_for(versions)
-        ttl_ = self.options.ttl if ttl is None else ttl
-        fixed = None if version is None else check_version(version)
+        keys = planned_keys(gkey, values)
+        payloads = payloads_of(keys, values.values())
+        options = self.options
+        mode_ = options.mode if mode is None else self._mode(mode)
+        versions_ = self._versions if versions is None else resolve_versions(versions)
+        write = write_group(
+            self.topology,
+            gkey,
+            keys,
+            payloads,
+            mode=mode_,
+            versions=versions_,
+            ttl=options.ttl if ttl is None else ttl,
+            version=None if version is None else check_version(version),
+            keep_ms=self._keep_ms,
+            durability=options.durability if durability is None else durability,
+        )
         started = time.perf_counter()
-        outcome = "error"
         try:
-            with tracing.span(
-                "write", group=_text(gkey), keys=len(keys), mode=mode_.value
-            ) as traced:
-                receipt = await write_group(
-                    self.topology,
-                    gkey,
-                    keys,
-                    payloads,
-                    mode=mode_,
-                    versions=versions_,
-                    ttl=ttl_,
-                    version=fixed,
-                    keep_ms=self._keep_ms,
-                    durability=self.options.durability if durability is None else durability,
-                )
-                traced.set(
-                    version=receipt.version,
-                    token=receipt.token,
-                    atomic=receipt.atomic,
-                    superseded=len(receipt.superseded),
-                )
-            outcome = "ok"
-            return receipt
+            if tracing.recording():
+                receipt = await traced_write(write, gkey, len(keys), mode_)
+            else:
+                receipt = await write
         except PartialWriteError:
-            outcome = "partial"
+            metrics.write_latency(time.perf_counter() - started, "partial")
             raise
-        finally:
-            metrics.write_latency(time.perf_counter() - started, outcome)
+        except BaseException:
+            metrics.write_latency(time.perf_counter() - started, "error")
+            raise
+        metrics.write_latency(time.perf_counter() - started, "ok")
+        return receipt
 
     async def delete(
         self,

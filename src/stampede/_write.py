@@ -9,8 +9,10 @@ key was acknowledged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from typing import Any
 
+from . import tracing
 from .errors import (
     ClockSkewError,
     ConfigurationError,
@@ -46,10 +48,13 @@ __all__ = [
     "check_version",
     "fresher_limit",
     "limit_for",
+    "payloads_of",
     "plan_keys",
+    "planned_keys",
     "raise_for",
     "raise_refusals",
     "require_one_slot",
+    "traced_write",
     "write_group",
 ]
 
@@ -68,9 +73,19 @@ def as_payload(key: bytes, value: object) -> bytes:
     )
 
 
+def payloads_of(keys: Sequence[bytes], values: Iterable[object]) -> list[bytes | None]:
+    """`as_payload` of each value (of the key in the same place)."""
+    return [v if type(v) is bytes else as_payload(k, v) for k, v in zip(keys, values, strict=True)]
+
+
 def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
     """The keys of a write as bytes; `InvalidKeyError` before anything is sent if two
     names are one key (`"a"` and `b"a"`) or a key is named like stampede's own keys."""
+    return list(planned_keys(group, names))
+
+
+def planned_keys(group: bytes, names: Iterable[bytes | str]) -> tuple[bytes, ...]:
+    """`plan_keys` as a tuple, the one remembered for these names (not a copy)."""
     if isinstance(names, str | bytes):
         raise InvalidKeyError(
             f"the keys of group {group!r} must be a list of key names, not one "
@@ -83,7 +98,7 @@ def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
     except TypeError:  # an unhashable name: checked (and refused) below
         known = None
     if known is not None:
-        return list(known)
+        return known
     keys: list[bytes] = []
     seen: set[bytes] = set()
     for name in names:
@@ -106,8 +121,8 @@ def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
         keys.append(key)
     if len(_PLANNED) >= _PLANNED_MAX:
         _PLANNED.clear()
-    _PLANNED[names] = tuple(keys)
-    return keys
+    known = _PLANNED[names] = tuple(keys)
+    return known
 
 
 _PLANNED: dict[tuple[bytes | str, ...], tuple[bytes, ...]] = {}
@@ -175,17 +190,26 @@ async def write_group(
     fixes the version (the application's own) instead of drawing one; `keep_ms`
     how long each replaced value is kept for group reads.
     """
-    at = expire_at(ttl)
-    if version is None:
+    at = None if ttl is None else expire_at(ttl)
+    if version is not None:
+        limit = 0
+    elif type(versions) is HybridClock:  # its next_version, without a coroutine
+        version = versions.now()
+        limit = max(version, versions.horizon())  # `limit_for`: now() is a clock version
+    else:
         version = await draw_version(versions, group, topology, at)
         limit = limit_for(versions, version)
-    else:
-        limit = 0
     token = new_token()
     head = b"%d:%s" % (version, token.encode())
-    encoded = [head if p is None else head + b":" + p for p in payloads]
-    first = topology.slot_of(keys[0])
-    one_slot = all(topology.slot_of(k) == first for k in keys[1:])
+    lead = head + b":"
+    encoded = [head if p is None else lead + p for p in payloads]
+    slot_of = topology.slot_of
+    first = slot_of(keys[0])
+    one_slot = True
+    for key in keys[1:]:
+        if slot_of(key) != first:
+            one_slot = False
+            break
     stamp: GuardStamp = {
         "version": version,
         "token": token,
@@ -197,49 +221,82 @@ async def write_group(
         stamp["replicas"] = durability.replicas
         stamp["wait_ms"] = max(1, round(durability.timeout * 1000))
         stamp["aof"] = durability.aof
-
-    async def put(sent: Sequence[bytes], values: Sequence[bytes]) -> WriteOutcome:
-        outcome = await topology.write_guarded(sent, values, **stamp)
-        fresh = fresher_limit(versions, version, stamp["limit"], outcome.results.values())
-        if fresh:  # sent again (same stamp) under the fresh limit
-            stamp["limit"] = fresh
-            outcome = await topology.write_guarded(sent, values, **stamp)
-        return outcome
-
     if mode is Mode.STAMP:
         atomic = one_slot
-        outcome = await put(keys, encoded)
+        outcome = await _put(topology, versions, keys, encoded, stamp)
         raise_for(group, outcome)
     else:
-        record = head + b":" + encode_commit(keys)
+        record = lead + encode_commit(keys)
         ckey = commit_key(group)
-        atomic = one_slot and topology.slot_of(ckey) == first
+        atomic = one_slot and slot_of(ckey) == first
         if atomic:
-            outcome = await put([*keys, ckey], [*encoded, record])
+            outcome = await _put(topology, versions, [*keys, ckey], [*encoded, record], stamp)
             raise_for(group, outcome)
         else:
-            outcome = await put(keys, encoded)
+            outcome = await _put(topology, versions, keys, encoded, stamp)
             raise_for(group, outcome)
-            done = await put([ckey], [record])
+            done = await _put(topology, versions, [ckey], [record], stamp)
             raise_for(group, done, landed=keys)
-            for shard, acks in done.acks.items():  # the record's shard: both must hold
-                outcome.acks[shard] = min(acks, outcome.acks.get(shard, acks))
-    superseded = tuple(k for k in keys if outcome.results.get(k) == KEPT)
-    deleted = all(p is None for p in payloads)
-    counts = outcome.acks.values()
-    durable = None if durability is None else all(n >= durability.replicas for n in counts)
+            for shard, n in done.acks.items():  # the record's shard: both must hold
+                outcome.acks[shard] = min(n, outcome.acks.get(shard, n))
+    results = outcome.results
+    if KEPT in results.values():
+        superseded = tuple(k for k in keys if results.get(k) == KEPT)
+    else:
+        superseded = ()
+    acks = outcome.acks
+    if durability is None:
+        durable = None
+    else:
+        durable = all(n >= durability.replicas for n in acks.values())
     return Receipt(
         group,
         version,
         token,
-        tuple(keys),
+        keys if type(keys) is tuple else tuple(keys),
         mode,
         atomic,
         superseded,
-        deleted,
-        replicas=dict(outcome.acks),
+        payloads.count(None) == len(payloads),  # deleted: tombstones only
+        replicas=dict(acks) if acks else {},
         durable=durable,
     )
+
+
+async def traced_write(
+    write: Coroutine[Any, Any, Receipt], group: bytes, keys: int, mode: Mode
+) -> Receipt:
+    """`write` (a `write_group`) in its `stampede.write` span, when spans are recorded."""
+    with tracing.span(
+        "write", group=group.decode("utf-8", "backslashreplace"), keys=keys, mode=mode.value
+    ) as traced:
+        receipt = await write
+        traced.set(
+            version=receipt.version,
+            token=receipt.token,
+            atomic=receipt.atomic,
+            superseded=len(receipt.superseded),
+        )
+    return receipt
+
+
+async def _put(
+    topology: Topology,
+    versions: VersionSource,
+    keys: Sequence[bytes],
+    values: Sequence[bytes],
+    stamp: GuardStamp,
+) -> WriteOutcome:
+    """One guarded write of `keys`; sent again (same stamp) under a fresh limit when a
+    key refused it as `FUTURE` and the clock moved on since (`fresher_limit`)."""
+    outcome = await topology.write_guarded(keys, values, **stamp)
+    limit = stamp["limit"]
+    if limit and FUTURE in outcome.results.values():
+        fresh = fresher_limit(versions, stamp["version"], limit, outcome.results.values())
+        if fresh:
+            stamp["limit"] = fresh
+            outcome = await topology.write_guarded(keys, values, **stamp)
+    return outcome
 
 
 _REFUSALS = {
@@ -264,8 +321,9 @@ _REFUSALS = {
 
 
 def raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ()) -> None:
-    error = outcome.first_error()
-    if error is not None:
+    """Raise what a guarded write's outcome means, if it is not a success."""
+    if outcome.failed:
+        error = next(iter(outcome.failed.values()))
         cls = WriteTimeout if isinstance(error, ShardTimeout) else PartialWriteError
         raise cls(
             group.decode("utf-8", "backslashreplace"),
@@ -278,6 +336,8 @@ def raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ())
 
 def raise_refusals(group: bytes, codes: Mapping[bytes, int]) -> None:
     """Raise what the guard's refusal codes in `codes` (key -> code) mean, if any."""
+    if not codes or min(codes.values()) >= 0:  # written, already there, or kept
+        return  # (the common case, checked first: WITHHELD is below 0 too)
     codes = {k: c for k, c in codes.items() if c != GuardCode.WITHHELD}
     if not codes or min(codes.values()) >= 0:  # written, already there, or kept
         return

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-__all__ = ["Span", "refresh", "span"]
+__all__ = ["Span", "recording", "refresh", "span"]
 
 _trace: Any
 try:  # an optional dependency: the `otel` extra
@@ -81,6 +81,12 @@ def span(name: str, **attributes: str | int | float | bool | None) -> AbstractCo
     if not _recording():
         return _IDLE  # nothing records: no span, no context change
     return _recorded(name, attributes)
+
+
+def recording() -> bool:
+    """True when spans are recorded (`span` would start one): a caller may skip the
+    work of its attributes otherwise."""
+    return _recording()
 
 
 _configured = False
