@@ -178,7 +178,20 @@ def requests_for(
     stamp: GuardStamp,
 ) -> list[WriteRequest]:
     """`WriteRequest.build` for each part's positions, in order, one stamp for all."""
-    return [_request(keys, values, positions, slots, stamp) for positions in parts]
+    version, token = stamp["version"], stamp["token"]
+    at = stamp.get("expire_at_ms") or 0
+    limit, keep = stamp.get("limit", 0), stamp.get("keep_ms", KEEP_MS)
+    out: list[WriteRequest] = []
+    for positions in parts:
+        argv: list[object] = []
+        for p in positions:
+            argv += (version, token, at, values[p], limit, keep)
+        out.append(
+            WriteRequest(
+                [keys[p] for p in positions], argv, [slots[p] for p in positions] if slots else []
+            )
+        )
+    return out
 
 
 def _request(
@@ -219,6 +232,12 @@ def split_codes(requests: Sequence[WriteRequest], codes: list[Any], shard: str) 
     """
     out: list[Any] = []
     pos = 0
+    if WRONGTYPE not in codes and set(map(type, codes)) <= _INT:  # plain codes: slices
+        for request in requests:
+            n = len(request.keys)
+            out.append(codes[pos : pos + n])
+            pos += n
+        return out
     for request in requests:
         n = len(request.keys)
         mine = codes[pos : pos + n]
@@ -238,6 +257,10 @@ def split_codes(requests: Sequence[WriteRequest], codes: list[Any], shard: str) 
         else:
             out.append(mine)
     return out
+
+
+_INT = {int}
+"""The type of every code of a plain answer (`split_codes`)."""
 
 
 CAS = script("cas")

@@ -70,23 +70,22 @@ async def write_parts(
     slots: Sequence[int] = (),
     **stamp: Unpack[GuardStamp],
 ) -> WriteOutcome:
-    """Guarded-write every key through its shard's coalescer; per-shard failures kept."""
+    """Guarded-write every key through its shard's coalescer; per-shard failures kept.
+
+    Every part is queued at once and the answers come back with one wake-up (`Fanin`).
+    """
     requests = requests_for(keys, values, [positions for _, positions in parts], slots, stamp)
-    results = await _scatter(parts, requests)
-    outcome = WriteOutcome()
-    for request, codes in zip(requests, results, strict=True):
-        if isinstance(codes, ShardError):
-            outcome.failed.update(dict.fromkeys(request.keys, codes))
-        elif isinstance(codes, BaseException):
-            raise codes
-        else:
-            outcome.results.update(zip(request.keys, codes, strict=True))
-    return outcome
-
-
-async def _scatter(parts: list[Part], requests: Sequence[Any]) -> list[Any]:
-    """Each part's result or exception, all parts at once, with one wake-up (`Fanin`)."""
     fanin = Fanin(len(parts))
-    for index, ((coalescer, _), request) in enumerate(zip(parts, requests, strict=True)):
-        coalescer.add(request, fanin, index)
-    return await fanin.future
+    for index, part in enumerate(parts):
+        part[0].add(requests[index], fanin, index)
+    results = await fanin.future
+    outcome = WriteOutcome()
+    done = outcome.results
+    for request, codes in zip(requests, results, strict=True):
+        if not isinstance(codes, BaseException):
+            done.update(zip(request.keys, codes, strict=True))
+        elif isinstance(codes, ShardError):
+            outcome.failed.update(dict.fromkeys(request.keys, codes))
+        else:
+            raise codes
+    return outcome

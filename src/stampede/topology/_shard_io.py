@@ -21,7 +21,7 @@ from ._guard import GUARD, WriteRequest, joined, split_codes
 from ._lane import Lane, Sent
 from ._node_ops import evalsha
 
-__all__ = ["Call", "ShardReads", "ShardWrites"]
+__all__ = ["Call", "ShardReads", "ShardWrites", "guard_call"]
 
 Call = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 """Awaits a call to the shard with its transport errors mapped (`Shards._call`)."""
@@ -82,6 +82,20 @@ class ShardReads:
         return _split(requests, await self._call(call))
 
 
+def guard_call(requests: list[WriteRequest]) -> tuple[Any, ...]:
+    """The one EVALSHA of a batch of guarded writes: the command `run` sends first (its
+    requests' keys, then their ARGV, in order), built in one list."""
+    command: list[Any] = ["EVALSHA", GUARD.sha, 0]
+    count = 0
+    for request in requests:
+        command += request.keys
+        count += len(request.keys)
+    command[2] = count
+    for request in requests:
+        command += request.argv
+    return tuple(command)
+
+
 class ShardWrites:
     """One guarded-script call for every write of a batch on one shard (see the module)."""
 
@@ -93,8 +107,7 @@ class ShardWrites:
         self._name = name
 
     def start(self, requests: list[WriteRequest], then: Callable[[Sent], None]) -> bool:
-        keys, argv, _ = joined(requests)
-        return self._lane.send_now([("EVALSHA", GUARD.sha, len(keys), *keys, *argv)], then)
+        return self._lane.send_now([guard_call(requests)], then)
 
     def finish(self, requests: list[WriteRequest], answer: Sent) -> list[Any] | None:
         codes = _plain(answer)
