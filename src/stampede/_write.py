@@ -203,13 +203,6 @@ async def write_group(
     head = b"%d:%s" % (version, token.encode())
     lead = head + b":"
     encoded = [head if p is None else lead + p for p in payloads]
-    slot_of = topology.slot_of
-    first = slot_of(keys[0])
-    one_slot = True
-    for key in keys[1:]:
-        if slot_of(key) != first:
-            one_slot = False
-            break
     stamp: GuardStamp = {
         "version": version,
         "token": token,
@@ -221,24 +214,21 @@ async def write_group(
         stamp["replicas"] = durability.replicas
         stamp["wait_ms"] = max(1, round(durability.timeout * 1000))
         stamp["aof"] = durability.aof
+    put = topology.write_guarded
     if mode is Mode.STAMP:
-        atomic = one_slot
-        outcome = await _put(topology, versions, keys, encoded, stamp)
+        slot_of = topology.slot_of
+        first = slot_of(keys[0])
+        atomic = True  # one slot: one server-side step
+        for key in keys[1:]:
+            if slot_of(key) != first:
+                atomic = False
+                break
+        outcome = await put(keys, encoded, **stamp)
+        if limit and _fresh_limit(versions, stamp, outcome):  # sent again, same stamp
+            outcome = await put(keys, encoded, **stamp)
         raise_for(group, outcome)
     else:
-        record = lead + encode_commit(keys)
-        ckey = commit_key(group)
-        atomic = one_slot and slot_of(ckey) == first
-        if atomic:
-            outcome = await _put(topology, versions, [*keys, ckey], [*encoded, record], stamp)
-            raise_for(group, outcome)
-        else:
-            outcome = await _put(topology, versions, keys, encoded, stamp)
-            raise_for(group, outcome)
-            done = await _put(topology, versions, [ckey], [record], stamp)
-            raise_for(group, done, landed=keys)
-            for shard, n in done.acks.items():  # the record's shard: both must hold
-                outcome.acks[shard] = min(n, outcome.acks.get(shard, n))
+        outcome, atomic = await _committed(topology, versions, group, keys, encoded, lead, stamp)
     results = outcome.results
     if KEPT in results.values():
         superseded = tuple(k for k in keys if results.get(k) == KEPT)
@@ -280,23 +270,49 @@ async def traced_write(
     return receipt
 
 
-async def _put(
+async def _committed(
     topology: Topology,
     versions: VersionSource,
+    group: bytes,
     keys: Sequence[bytes],
-    values: Sequence[bytes],
+    encoded: list[bytes],
+    lead: bytes,
     stamp: GuardStamp,
-) -> WriteOutcome:
-    """One guarded write of `keys`; sent again (same stamp) under a fresh limit when a
-    key refused it as `FUTURE` and the clock moved on since (`fresher_limit`)."""
-    outcome = await topology.write_guarded(keys, values, **stamp)
-    limit = stamp["limit"]
-    if limit and FUTURE in outcome.results.values():
-        fresh = fresher_limit(versions, stamp["version"], limit, outcome.results.values())
-        if fresh:
-            stamp["limit"] = fresh
-            outcome = await topology.write_guarded(keys, values, **stamp)
-    return outcome
+) -> tuple[WriteOutcome, bool]:
+    """A commit-mode write: its keys and record in one call when they share one slot
+    (atomic), else the keys first and the record once every key was acknowledged."""
+    record = lead + encode_commit(keys)
+    ckey = commit_key(group)
+    slot = topology.slot_of(ckey)
+    atomic = all(topology.slot_of(k) == slot for k in keys)
+    sends = [([*keys, ckey], [*encoded, record])] if atomic else [(keys, encoded)]
+    if not atomic:
+        sends.append(([ckey], [record]))
+    outcomes: list[WriteOutcome] = []
+    for sent, values in sends:
+        done = await topology.write_guarded(sent, values, **stamp)
+        if stamp["limit"] and _fresh_limit(versions, stamp, done):  # sent again, same stamp
+            done = await topology.write_guarded(sent, values, **stamp)
+        raise_for(group, done, landed=keys if outcomes else ())
+        outcomes.append(done)
+    outcome = outcomes[0]
+    for done in outcomes[1:]:
+        for shard, n in done.acks.items():  # the record's shard: both must hold
+            outcome.acks[shard] = min(n, outcome.acks.get(shard, n))
+    return outcome, atomic
+
+
+def _fresh_limit(versions: VersionSource, stamp: GuardStamp, outcome: WriteOutcome) -> bool:
+    """True, with the fresh limit in `stamp`, when a key refused the write as `FUTURE`
+    and the clock moved on since its limit was set (`fresher_limit`): the write is
+    sent again, same stamp, under it."""
+    codes = outcome.results.values()
+    if FUTURE not in codes:
+        return False
+    fresh = fresher_limit(versions, stamp["version"], stamp["limit"], codes)
+    if fresh:
+        stamp["limit"] = fresh
+    return bool(fresh)
 
 
 _REFUSALS = {
