@@ -62,6 +62,7 @@ class Stampede:
         self.topology = topology
         self.options = options or Options()
         self._versions = self.options.version_source()
+        self._keep: tuple[Options | None, int] = (None, 0)
 
     @property
     def versions(self) -> VersionSource:
@@ -135,17 +136,15 @@ class Stampede:
         if not values:
             raise InvalidKeyError(f"write of group {group!r} has no values", key=group)
         keys = planned_keys(gkey, values)
-        payloads = payloads_of(keys, values.values())
         options = self.options
         mode_ = options.mode if mode is None else self._mode(mode)
-        versions_ = self._versions if versions is None else resolve_versions(versions)
         write = write_group(
             self.topology,
             gkey,
             keys,
-            payloads,
+            payloads_of(keys, values.values()),
             mode=mode_,
-            versions=versions_,
+            versions=self._versions if versions is None else resolve_versions(versions),
             ttl=options.ttl if ttl is None else ttl,
             version=None if version is None else check_version(version),
             keep_ms=self._keep_ms,
@@ -157,11 +156,9 @@ class Stampede:
                 receipt = await traced_write(write, gkey, len(keys), mode_)
             else:
                 receipt = await write
-        except PartialWriteError:
-            metrics.write_latency(time.perf_counter() - started, "partial")
-            raise
-        except BaseException:
-            metrics.write_latency(time.perf_counter() - started, "error")
+        except BaseException as exc:
+            outcome = "partial" if isinstance(exc, PartialWriteError) else "error"
+            metrics.write_latency(time.perf_counter() - started, outcome)
             raise
         metrics.write_latency(time.perf_counter() - started, "ok")
         return receipt
@@ -204,7 +201,9 @@ class Stampede:
     @property
     def _keep_ms(self) -> int:
         """How long a write keeps each value it replaces (`version_grace`), in ms."""
-        return max(1, round(self.options.version_grace * 1000))
+        if self._keep[0] is not self.options:  # worked out once per `options`
+            self._keep = (self.options, max(1, round(self.options.version_grace * 1000)))
+        return self._keep[1]
 
     def _mode(self, mode: ModeName | None) -> Mode:
         if mode is None:

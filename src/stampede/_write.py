@@ -194,8 +194,7 @@ async def write_group(
     if version is not None:
         limit = 0
     elif type(versions) is HybridClock:  # its next_version, without a coroutine
-        version = versions.now()
-        limit = max(version, versions.horizon())  # `limit_for`: now() is a clock version
+        version, limit = versions.stamp()
     else:
         version = await draw_version(versions, group, topology, at)
         limit = limit_for(versions, version)
@@ -224,9 +223,12 @@ async def write_group(
                 atomic = False
                 break
         outcome = await put(keys, encoded, **stamp)
-        if limit and _fresh_limit(versions, stamp, outcome):  # sent again, same stamp
-            outcome = await put(keys, encoded, **stamp)
-        raise_for(group, outcome)
+        codes = outcome.results.values()
+        if limit and FUTURE in codes and _fresh_limit(versions, stamp, outcome):
+            outcome = await put(keys, encoded, **stamp)  # sent again, same stamp
+            codes = outcome.results.values()
+        if outcome.failed or (codes and min(codes) < 0):  # else written, or kept out
+            raise_for(group, outcome)
     else:
         outcome, atomic = await _committed(topology, versions, group, keys, encoded, lead, stamp)
     results = outcome.results

@@ -83,12 +83,6 @@ def span(name: str, **attributes: str | int | float | bool | None) -> AbstractCo
     return _recorded(name, attributes)
 
 
-def recording() -> bool:
-    """True when spans are recorded (`span` would start one): a caller may skip the
-    work of its attributes otherwise."""
-    return _recording()
-
-
 _configured = False
 _checked_at = -1.0
 _RECHECK = 1.0
@@ -114,6 +108,11 @@ def _recording() -> bool:
     _checked_at = now
     _configured = not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
     return _configured
+
+
+recording = _recording
+"""True when spans are recorded (`span` would start one): a caller may skip the
+work of its attributes otherwise."""
 
 
 def refresh() -> None:

@@ -1,0 +1,163 @@
+"""The write path's shortcuts give the answers of the long way round.
+
+`write_group` draws a `HybridClock`'s version without a coroutine (`stamp()`), and
+checks a plain success before `raise_for`; any other version source (a subclass of
+`HybridClock` included) goes through `draw_version` and `limit_for`. Each test runs
+one scenario through both and compares what the writer and the store end up with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Unpack
+
+import pytest
+
+from stampede import (
+    ClockSkewError,
+    Counter,
+    HybridClock,
+    Mode,
+    Options,
+    OrderingError,
+    Stampede,
+)
+from stampede.testing.faults import DelegatingTopology
+from stampede.testing.memory import MemoryTopology
+from stampede.topology._base import WriteOutcome
+from stampede.typing import GuardStamp
+from stampede.wire import Envelope
+
+SECOND = 1_000_000_000
+NOW = 1_760_000_000 * SECOND
+
+
+class SlowClock(HybridClock):
+    """The same clock, as a subclass: `write_group` takes the long way round for it."""
+
+
+class Ticking(DelegatingTopology):
+    """Moves the wall clock on by `step` ns before each guarded write."""
+
+    def __init__(self, inner: MemoryTopology, wall: list[int], step: int) -> None:
+        super().__init__(inner)
+        self.wall, self.step, self.calls = wall, step, 0
+
+    async def write_guarded(
+        self, keys: Any, values: Any, **stamp: Unpack[GuardStamp]
+    ) -> WriteOutcome:
+        self.calls += 1
+        self.wall[0] += self.step
+        return await self.inner.write_guarded(keys, values, **stamp)
+
+
+def _reading(wall: list[int]) -> Callable[[], int]:
+    return lambda: wall[0]
+
+
+Scenario = Callable[[Stampede, list[int]], Awaitable[list[Any]]]
+
+
+async def _both(scenario: Scenario, step: int = 0) -> list[list[Any]]:
+    """What `scenario` saw with the fast clock and with the slow one, tokens masked."""
+    seen = []
+    for cls in (HybridClock, SlowClock):
+        wall = [NOW]
+        topology = Ticking(MemoryTopology(), wall, step)
+        clock = cls(clock=_reading(wall))
+        async with Stampede(topology, options=Options(versions=clock)) as st:
+            seen.append([*await scenario(st, wall), topology.calls])
+    return seen
+
+
+def _receipt(receipt: Any) -> tuple[Any, ...]:
+    return (
+        receipt.version,
+        receipt.keys,
+        receipt.mode,
+        receipt.atomic,
+        receipt.superseded,
+        receipt.deleted,
+        dict(receipt.replicas),
+        receipt.durable,
+    )
+
+
+async def _stored(st: Stampede, keys: list[str]) -> list[Any]:
+    out = []
+    for key in keys:
+        raw = await st.topology.execute(key.encode(), "GET", key)
+        envelope = None if raw is None else Envelope.decode(raw)
+        out.append(None if envelope is None else (envelope.version, envelope.value))
+    return out
+
+
+KEYS = ["user:{7}:a", "user:{7}:b", "user:8:c", "user:9:d"]
+
+
+async def test_plain_writes_deletes_and_commit_mode_match() -> None:
+    async def scenario(st: Stampede, wall: list[int]) -> list[Any]:
+        out: list[Any] = [_receipt(await st.write("user:7", dict.fromkeys(KEYS, b"v1")))]
+        wall[0] += 5
+        out.append(_receipt(await st.write("user:7", dict.fromkeys(KEYS[:2], "v2"))))
+        out.append(_receipt(await st.write("g", {KEYS[0]: b"one"})))  # one slot: atomic
+        out.append(_receipt(await st.write("user:7", dict.fromkeys(KEYS, b"c"), mode="commit")))
+        out.append(_receipt(await st.delete("user:7", KEYS[2:])))
+        out.append(await _stored(st, KEYS))
+        return out
+
+    fast, slow = await _both(scenario)
+    assert fast == slow
+    assert fast[2][3] is True and fast[0][3] is False  # atomic where one slot
+
+
+async def test_superseded_keys_match() -> None:
+    """A write older than what is stored is kept out, the same way on both paths."""
+
+    async def scenario(st: Stampede, wall: list[int]) -> list[Any]:
+        newer = await st.write("user:7", dict.fromkeys(KEYS[:2], b"new"))
+        older = await st.write(
+            "user:7", dict.fromkeys(KEYS, b"old"), versions=SlowClock(clock=lambda: NOW - 9)
+        )
+        return [_receipt(newer), _receipt(older), await _stored(st, KEYS)]
+
+    fast, slow = await _both(scenario)
+    assert fast == slow
+    assert fast[1][4] == tuple(k.encode() for k in KEYS[:2])  # superseded there
+
+
+@pytest.mark.parametrize("mode", [Mode.STAMP, Mode.COMMIT])
+async def test_refusals_match(mode: Mode) -> None:
+    """A stored clock version too far ahead, and one of the other kind: the same errors."""
+
+    async def scenario(st: Stampede, wall: list[int]) -> list[Any]:
+        ahead = HybridClock(clock=lambda: NOW + 60 * SECOND)
+        await st.write("user:7", dict.fromkeys(KEYS, b"ahead"), versions=ahead, mode=mode)
+        out: list[Any] = []
+        for error, versions in ((ClockSkewError, None), (OrderingError, Counter())):
+            with pytest.raises(error) as info:
+                await st.write("user:7", dict.fromkeys(KEYS, b"x"), versions=versions, mode=mode)
+            out.append((type(info.value), getattr(info.value, "why", None)))
+        return [*out, await _stored(st, KEYS)]
+
+    fast, slow = await _both(scenario)
+    assert fast == slow
+
+
+@pytest.mark.parametrize("mode", [Mode.STAMP, Mode.COMMIT])
+async def test_a_write_held_up_past_its_limit_is_sent_again_the_same(mode: Mode) -> None:
+    """A stored version just past the write's limit, and the clock moves on meanwhile:
+    both paths send the write again (same stamp) under the fresh limit."""
+    past = 5 * SECOND + SECOND // 2  # beyond now + max_offset (5 s), within a tick
+
+    async def scenario(st: Stampede, wall: list[int]) -> list[Any]:
+        there = HybridClock(clock=lambda: NOW + past)
+        await st.write("user:7", dict.fromkeys(KEYS, b"there"), versions=there, mode=mode)
+        wall[0] = NOW
+        receipt = await st.write("user:7", dict.fromkeys(KEYS, b"mine"), mode=mode)
+        return [_receipt(receipt), await _stored(st, KEYS)]
+
+    fast, slow = await _both(scenario, step=SECOND)
+    assert fast == slow
+    assert {value for _, value in fast[1]} == {b"there"}  # kept out: the newer one stays
+    assert fast[2] > (2 if mode is Mode.STAMP else 4)  # it was sent again
