@@ -161,3 +161,27 @@ async def test_a_write_held_up_past_its_limit_is_sent_again_the_same(mode: Mode)
     assert fast == slow
     assert {value for _, value in fast[1]} == {b"there"}  # kept out: the newer one stays
     assert fast[2] > (2 if mode is Mode.STAMP else 4)  # it was sent again
+
+
+def test_write_plan_is_remembered_per_key_tuple(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`write_plan` partitions a key tuple once (a list every time), and starts over
+    when it holds `PLANS_MAX` tuples; a remembered plan is the one worked out."""
+    from stampede.topology import _plan
+
+    calls: list[Any] = []
+
+    def partition(keys: Any) -> dict[int, list[int]]:
+        calls.append(keys)
+        return {0: [0, 2], 1: [1]}
+
+    plans: dict[tuple[bytes, ...], list[Any]] = {}
+    coalescers: list[Any] = ["c0", "c1"]
+    keys = (b"a", b"b", b"c")
+    first = _plan.write_plan(plans, keys, partition, coalescers)
+    assert first == [(coalescers[0], [0, 2]), (coalescers[1], [1])]
+    assert _plan.write_plan(plans, keys, partition, coalescers) is first
+    assert _plan.write_plan(plans, list(keys), partition, coalescers) == first
+    assert len(calls) == 2 and list(plans) == [keys]
+    monkeypatch.setattr(_plan, "PLANS_MAX", 1)
+    _plan.write_plan(plans, (b"x",), partition, coalescers)
+    assert list(plans) == [(b"x",)]

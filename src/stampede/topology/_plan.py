@@ -7,7 +7,7 @@ node; these two functions do the rest the same way for both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import ShardError
@@ -18,9 +18,11 @@ from ._guard import requests_for
 if TYPE_CHECKING:
     from ..typing import GuardStamp
 
-__all__ = ["Part", "fetch_parts", "write_parts"]
+__all__ = ["PLANS_MAX", "Part", "fetch_parts", "write_parts", "write_plan"]
 
 Part = tuple[Coalescer[Any, Any], list[int]]
+PLANS_MAX = 1 << 16
+"""The most key tuples a topology keeps the write parts of (`write_plan`)."""
 
 
 async def fetch_parts(
@@ -60,6 +62,26 @@ async def fetch_parts(
         for pos, value in zip(positions, values, strict=True):
             out[pos] = value
     return out
+
+
+def write_plan(
+    plans: dict[tuple[bytes, ...], list[Part]],
+    keys: Sequence[bytes],
+    partition: Callable[[Sequence[bytes]], dict[int, list[int]]],
+    coalescers: Sequence[Coalescer[Any, Any]],
+) -> list[Part]:
+    """The parts of a write of `keys`: shard index -> positions (`partition`), each with
+    its shard's coalescer. Remembered in `plans` by key tuple (a group's keys are
+    written again and again) where a key lives never changes (fixed shards);
+    the lists are read only (`write_parts` keeps them as they are)."""
+    parts = plans.get(keys) if type(keys) is tuple else None
+    if parts is None:
+        parts = [(coalescers[s], positions) for s, positions in partition(keys).items()]
+        if type(keys) is tuple:
+            if len(plans) >= PLANS_MAX:
+                plans.clear()
+            plans[keys] = parts
+    return parts
 
 
 async def write_parts(

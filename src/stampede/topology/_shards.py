@@ -50,7 +50,7 @@ from ._node_ops import (
     run_script,
     transaction,
 )
-from ._plan import fetch_parts, write_parts
+from ._plan import Part, fetch_parts, write_parts, write_plan
 from ._retries import Markers, is_idempotent
 from ._rounds import script_round
 from ._shard_io import ShardReads, ShardWrites
@@ -112,6 +112,7 @@ class Shards(FixedShards):
             )
         self._policy = policy
         self._places: dict[bytes, tuple[int, int]] = {}
+        self._write_plans: dict[tuple[bytes, ...], list[Part]] = {}  # see `write_plan`
         self._lanes = [
             Lane(
                 endpoint,
@@ -291,7 +292,7 @@ class Shards(FixedShards):
             return durable_write(
                 keys, values, stamp, self._partition(keys), self._names, self._send_durable
             )
-        parts = [(self._writers[s], pos) for s, pos in self._partition(keys).items()]
+        parts = write_plan(self._write_plans, keys, self._partition, self._writers)
         return write_parts(keys, values, parts, **stamp)
 
     async def _send_durable(self, shard: int, commands: list[tuple[Any, ...]]) -> list[Any]:
