@@ -230,14 +230,18 @@ def split_codes(requests: Sequence[WriteRequest], codes: list[Any], shard: str) 
     (a cluster node that could not be reached for one slot); a WRONGTYPE key
     fails its request with a `ShardResponseError` naming it.
     """
-    out: list[Any] = []
-    pos = 0
     if WRONGTYPE not in codes and set(map(type, codes)) <= _INT:  # plain codes: slices
+        if len(requests) == 1:
+            return [codes]
+        out: list[Any] = []
+        pos = 0
         for request in requests:
             n = len(request.keys)
             out.append(codes[pos : pos + n])
             pos += n
         return out
+    out = []
+    pos = 0
     for request in requests:
         n = len(request.keys)
         mine = codes[pos : pos + n]

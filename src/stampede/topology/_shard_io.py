@@ -110,8 +110,14 @@ class ShardWrites:
         return self._lane.send_now([guard_call(requests)], then)
 
     def finish(self, requests: list[WriteRequest], answer: Sent) -> list[Any] | None:
-        codes = _plain(answer)
-        return None if codes is _NOT_PLAIN else split_codes(requests, codes, self._name)
+        result = answer.result
+        if type(result) is list and len(result) == 1 and type(result[0]) is list:
+            codes = result[0]  # the script's array: a plain answer (what `_plain` finds)
+        else:
+            codes = _plain(answer)
+            if codes is _NOT_PLAIN:
+                return None
+        return split_codes(requests, codes, self._name)
 
     async def resume(self, requests: list[WriteRequest], answer: Sent) -> list[Any]:
         return await self.run(requests, answer)
