@@ -75,7 +75,13 @@ def as_payload(key: bytes, value: object) -> bytes:
 
 def payloads_of(keys: Sequence[bytes], values: Iterable[object]) -> list[bytes | None]:
     """`as_payload` of each value (of the key in the same place)."""
-    return [v if type(v) is bytes else as_payload(k, v) for k, v in zip(keys, values, strict=True)]
+    payloads: list[Any] = list(values)
+    if len(payloads) != len(keys):
+        raise ValueError("payloads_of() needs one value per key")
+    for i, value in enumerate(payloads):
+        if type(value) is not bytes:
+            payloads[i] = as_payload(keys[i], value)
+    return payloads
 
 
 def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
@@ -201,7 +207,10 @@ async def write_group(
     token = new_token()
     head = b"%d:%s" % (version, token.encode())
     lead = head + b":"
-    encoded = [head if p is None else lead + p for p in payloads]
+    if None in payloads:  # tombstones: `<version>:<token>`
+        encoded = [head if p is None else lead + p for p in payloads]
+    else:
+        encoded = list(map(lead.__add__, payloads))  # type: ignore[arg-type]
     stamp: GuardStamp = {
         "version": version,
         "token": token,

@@ -188,7 +188,9 @@ def requests_for(
             argv += (version, token, at, values[p], limit, keep)
         out.append(
             WriteRequest(
-                [keys[p] for p in positions], argv, [slots[p] for p in positions] if slots else []
+                list(map(keys.__getitem__, positions)),
+                argv,
+                list(map(slots.__getitem__, positions)) if slots else [],
             )
         )
     return out
