@@ -26,7 +26,7 @@ from .errors import (
 )
 from .keys import to_bytes
 from .options import Durability
-from .results import GuardCode, Receipt
+from .results import GuardCode, Receipt, new_receipt
 from .topology._base import WriteOutcome
 from .topology._guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
 from .typing import GuardStamp, Topology, VersionSource
@@ -250,7 +250,7 @@ async def write_group(
         durable = None
     else:
         durable = all(n >= durability.replicas for n in acks.values())
-    return Receipt(
+    return new_receipt(
         group,
         version,
         token,
@@ -259,8 +259,8 @@ async def write_group(
         atomic,
         superseded,
         payloads.count(None) == len(payloads),  # deleted: tombstones only
-        replicas=dict(acks) if acks else {},
-        durable=durable,
+        dict(acks) if acks else {},
+        durable,
     )
 
 

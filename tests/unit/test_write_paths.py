@@ -185,3 +185,23 @@ def test_write_plan_is_remembered_per_key_tuple(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(_plan, "PLANS_MAX", 1)
     _plan.write_plan(plans, (b"x",), partition, coalescers)
     assert list(plans) == [(b"x",)]
+
+
+def test_new_receipt_is_the_receipt_the_constructor_makes() -> None:
+    """`new_receipt` (the write path's) sets every field of `Receipt`, in its order."""
+    import dataclasses
+
+    from stampede import Receipt
+    from stampede.results import _FIELDS, new_receipt
+
+    assert _FIELDS == tuple(f.name for f in dataclasses.fields(Receipt))
+    made = new_receipt(b"g", 7, "T", (b"a",), Mode.COMMIT, True, (b"a",), False, {"s0": 1}, True)
+    assert made == Receipt(
+        b"g", 7, "T", (b"a",), Mode.COMMIT, True, (b"a",), False, {"s0": 1}, True
+    )
+    assert type(made) is Receipt and made.stamp == "7:T"
+    assert repr(made) == repr(
+        Receipt(b"g", 7, "T", (b"a",), Mode.COMMIT, True, (b"a",), False, {"s0": 1}, True)
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.version = 8  # type: ignore[misc]
