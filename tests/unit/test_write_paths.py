@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Unpack
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stampede import (
     ClockSkewError,
@@ -205,3 +207,57 @@ def test_new_receipt_is_the_receipt_the_constructor_makes() -> None:
     )
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.version = 8  # type: ignore[misc]
+
+
+@given(
+    st.lists(st.integers(1, 3), min_size=1, max_size=4),
+    st.data(),
+    st.integers(0, 2**63 - 1),
+    st.sampled_from([None, 0, 1, 1_800_000_000_000]),
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 10**7),
+)
+def test_a_batch_is_sent_as_the_bytes_hiredis_makes(
+    sizes: list[int], data: st.DataObject, version: int, at: int | None, limit: int, keep: int
+) -> None:
+    """`guard_call` joins the requests' own RESP (`WriteRequest.resp`) into the batch's
+    bytes: byte for byte what `hiredis.pack_command` makes of the same command."""
+    import hiredis
+
+    from stampede.topology._encode import Packed, pack
+    from stampede.topology._guard import requests_for
+    from stampede.topology._shard_io import guard_call
+    from stampede.wire import new_token
+
+    parts, n = [], 0
+    for size in sizes:
+        parts.append(list(range(n, n + size)))
+        n += size
+    keys = data.draw(st.lists(st.binary(max_size=20), min_size=n, max_size=n))
+    values = data.draw(st.lists(st.binary(max_size=300), min_size=n, max_size=n))
+    stamp: GuardStamp = {"version": version, "token": new_token(), "expire_at_ms": at}
+    stamp.update({"limit": limit, "keep_ms": keep})
+    requests = requests_for(keys, values, parts, (), stamp)
+    call = guard_call(requests)
+    assert type(call) is Packed
+    assert pack([call]) == hiredis.pack_command(tuple(call))
+    assert tuple(call)[:3] == ("EVALSHA", call[1], n)
+
+
+def test_a_request_without_plain_types_is_packed_by_hiredis() -> None:
+    """A value that is not bytes (or a stamp of other types) leaves the request without
+    RESP of its own: the batch is a plain tuple, packed as before."""
+    from stampede.topology._encode import Packed
+    from stampede.topology._guard import requests_for
+    from stampede.topology._shard_io import guard_call
+
+    stamp: GuardStamp = {"version": 5, "token": "T", "limit": 0, "keep_ms": 1}
+    plain = requests_for([b"a"], [b"x"], [[0]], (), stamp)
+    odd = requests_for([b"b"], [bytearray(b"y")], [[0]], (), stamp)  # type: ignore[list-item]
+    assert plain[0].resp is not None and odd[0].resp is None
+    assert type(guard_call(plain + odd)) is tuple
+    assert type(guard_call(plain)) is Packed
+    assert (
+        type(guard_call(requests_for([b"a"], [b"x"], [[0]], (), {**stamp, "version": True})))
+        is tuple
+    )

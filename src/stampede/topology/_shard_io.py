@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ._encode import Packed
 from ._guard import GUARD, WriteRequest, joined, split_codes
 from ._lane import Lane, Sent
 from ._node_ops import evalsha
@@ -84,16 +85,35 @@ class ShardReads:
 
 def guard_call(requests: list[WriteRequest]) -> tuple[Any, ...]:
     """The one EVALSHA of a batch of guarded writes: the command `run` sends first (its
-    requests' keys, then their ARGV, in order), built in one list."""
+    requests' keys, then their ARGV, in order), built in one list; with its RESP bytes
+    joined from the requests' own (`Packed`) when every request has them."""
     command: list[Any] = ["EVALSHA", GUARD.sha, 0]
     count = 0
+    made: list[tuple[bytes, bytes]] = []
     for request in requests:
         command += request.keys
         count += len(request.keys)
+        if request.resp is not None:
+            made.append(request.resp)
     command[2] = count
     for request in requests:
         command += request.argv
-    return tuple(command)
+    if len(made) != len(requests):
+        return tuple(command)
+    n = b"%d" % count
+    call = Packed(command)
+    call.resp = b"".join(
+        [
+            b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+            % (len(command), len(_SHA), _SHA, len(n), n),
+            *[names for names, _ in made],
+            *[args for _, args in made],
+        ]
+    )
+    return call
+
+
+_SHA = GUARD.sha.encode()
 
 
 class ShardWrites:
