@@ -245,19 +245,19 @@ def test_a_batch_is_sent_as_the_bytes_hiredis_makes(
 
 
 def test_a_request_without_plain_types_is_packed_by_hiredis() -> None:
-    """A value that is not bytes (or a stamp of other types) leaves the request without
-    RESP of its own: the batch is a plain tuple, packed as before."""
+    """A request without RESP of its own (one made by `WriteRequest(...)`, or with a
+    stamp of other types) makes its batch a plain tuple, packed by hiredis as before,
+    alone or with others; the tuple is the same command either way."""
     from stampede.topology._encode import Packed
-    from stampede.topology._guard import requests_for
+    from stampede.topology._guard import WriteRequest, requests_for
     from stampede.topology._shard_io import guard_call
 
     stamp: GuardStamp = {"version": 5, "token": "T", "limit": 0, "keep_ms": 1}
     plain = requests_for([b"a"], [b"x"], [[0]], (), stamp)
-    odd = requests_for([b"b"], [bytearray(b"y")], [[0]], (), stamp)  # type: ignore[list-item]
+    odd = [WriteRequest([b"b"], [5, "T", 0, b"y", 0, 1], [])]
     assert plain[0].resp is not None and odd[0].resp is None
-    assert type(guard_call(plain + odd)) is tuple
     assert type(guard_call(plain)) is Packed
-    assert (
-        type(guard_call(requests_for([b"a"], [b"x"], [[0]], (), {**stamp, "version": True})))
-        is tuple
-    )
+    assert type(guard_call(odd)) is tuple
+    mixed = guard_call(plain + odd)
+    assert type(mixed) is tuple
+    assert mixed == tuple(guard_call(plain + requests_for([b"b"], [b"y"], [[0]], (), stamp)))
