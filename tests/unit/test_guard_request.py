@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stampede.errors import ShardError, ShardResponseError, ShardUnavailable
@@ -107,6 +107,7 @@ def _split_slowly(requests: list[WriteRequest], codes: list[Any], shard: str) ->
     return out
 
 
+@settings(deadline=None)  # no timing: the machine may be busy
 @given(
     st.lists(st.integers(1, 3), min_size=1, max_size=4),
     st.data(),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stampede.topology._reply_errors import MovedError, NoScriptError, ReplyError
@@ -43,6 +43,7 @@ replies = st.recursive(
 )
 
 
+@settings(deadline=None)  # no timing: the machine may be busy
 @given(replies)
 def test_kinds_in_matches_the_loop(reply: list[Any]) -> None:
     import copy

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Unpack
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stampede import (
@@ -209,6 +209,7 @@ def test_new_receipt_is_the_receipt_the_constructor_makes() -> None:
         made.version = 8  # type: ignore[misc]
 
 
+@settings(deadline=None)  # no timing: the machine may be busy
 @given(
     st.lists(st.integers(1, 3), min_size=1, max_size=4),
     st.data(),

@@ -91,20 +91,17 @@ def new_token() -> str:
 
 
 def _draw() -> str:
-    """A fresh batch of random token tails in `_tails`; one of them, not kept there."""
+    """A fresh batch of random token tails in `_tails`; one of them, not kept there.
+
+    Each character is one random byte's low five bits (256 is a multiple of 32, so
+    each of the 32 characters is as likely): 80 random bits a tail, 64 tails from
+    one `os.urandom` call and one `bytes.translate`.
+    """
     global _tails
-    data = os.urandom(10 * _DRAWN)
-    p = _PAIRS
-    tails: list[str] = []
-    for at in range(0, 10 * _DRAWN, 10):
-        r = int.from_bytes(data[at : at + 10])
-        tails.append(
-            p[r >> 70] + p[r >> 60 & 1023] + p[r >> 50 & 1023] + p[r >> 40 & 1023]
-            + p[r >> 30 & 1023] + p[r >> 20 & 1023] + p[r >> 10 & 1023] + p[r & 1023]
-        )  # fmt: skip
-    first = tails.pop()
+    chars = os.urandom(16 * _DRAWN).translate(_FIVE_BITS).decode("ascii")
+    tails = [chars[at : at + 16] for at in range(16, 16 * _DRAWN, 16)]
     _tails = iter(tails)
-    return first
+    return chars[:16]
 
 
 def _forget_tails() -> None:
@@ -113,6 +110,8 @@ def _forget_tails() -> None:
     _tails = iter(())
 
 
+_FIVE_BITS: Final = bytes(ord(_CROCKFORD[b & 31]) for b in range(256))
+"""A byte -> the Crockford character of its low five bits (`bytes.translate`)."""
 _DRAWN: Final = 64
 """Token tails (80 random bits each, 16 characters) drawn per `os.urandom` call."""
 _tails: Iterator[str] = iter(())
