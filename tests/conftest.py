@@ -6,10 +6,16 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from stampede import Stampede
 
 from .support import open_stampede
+
+# No property test may fail for taking long: `make test` runs on busy machines too
+# (hypothesis's default 200 ms deadline per example failed one under load).
+settings.register_profile("stampede", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("stampede")
 
 
 @pytest.fixture(params=["shards", "cluster"])

@@ -13,7 +13,15 @@ from . import metrics, tracing
 from ._health import ping
 from ._read import read_group
 from ._txn import Transaction, read_atomic
-from ._write import UpdateFn, as_payload, check_version, plan_keys, update_group, write_group
+from ._update import UpdateFn, update_group
+from ._write import (
+    check_version,
+    payloads_of,
+    plan_keys,
+    planned_keys,
+    traced_write,
+    write_group,
+)
 from .errors import (
     ConfigurationError,
     InvalidKeyError,
@@ -54,6 +62,7 @@ class Stampede:
         self.topology = topology
         self.options = options or Options()
         self._versions = self.options.version_source()
+        self._keep: tuple[Options | None, int] = (None, 0)
 
     @property
     def versions(self) -> VersionSource:
@@ -119,51 +128,40 @@ class Stampede:
         values raise before anything is sent.
         """
         gkey = _group(group)
-        if not isinstance(values, Mapping):
+        if type(values) is not dict and not isinstance(values, Mapping):
             raise InvalidValueError(
                 f"values of group {group!r} must be a mapping of key -> bytes, got "
                 f"{type(values).__name__}"
             )
         if not values:
             raise InvalidKeyError(f"write of group {group!r} has no values", key=group)
-        keys = plan_keys(gkey, values)
-        payloads: list[bytes | None] = [
-            as_payload(k, v) for k, v in zip(keys, values.values(), strict=True)
-        ]
-        mode_, versions_ = self._mode(mode), self._versions_for(versions)
-        ttl_ = self.options.ttl if ttl is None else ttl
-        fixed = None if version is None else check_version(version)
+        keys = planned_keys(gkey, values)
+        options = self.options
+        mode_ = options.mode if mode is None else self._mode(mode)
+        write = write_group(
+            self.topology,
+            gkey,
+            keys,
+            payloads_of(keys, values.values()),
+            mode=mode_,
+            versions=self._versions if versions is None else resolve_versions(versions),
+            ttl=options.ttl if ttl is None else ttl,
+            version=None if version is None else check_version(version),
+            keep_ms=self._keep_ms,
+            durability=options.durability if durability is None else durability,
+        )
         started = time.perf_counter()
-        outcome = "error"
         try:
-            with tracing.span(
-                "write", group=_text(gkey), keys=len(keys), mode=mode_.value
-            ) as traced:
-                receipt = await write_group(
-                    self.topology,
-                    gkey,
-                    keys,
-                    payloads,
-                    mode=mode_,
-                    versions=versions_,
-                    ttl=ttl_,
-                    version=fixed,
-                    keep_ms=self._keep_ms,
-                    durability=self.options.durability if durability is None else durability,
-                )
-                traced.set(
-                    version=receipt.version,
-                    token=receipt.token,
-                    atomic=receipt.atomic,
-                    superseded=len(receipt.superseded),
-                )
-            outcome = "ok"
-            return receipt
-        except PartialWriteError:
-            outcome = "partial"
-            raise
-        finally:
+            if tracing.recording():
+                receipt = await traced_write(write, gkey, len(keys), mode_)
+            else:
+                receipt = await write
+        except BaseException as exc:
+            outcome = "partial" if isinstance(exc, PartialWriteError) else "error"
             metrics.write_latency(time.perf_counter() - started, outcome)
+            raise
+        metrics.write_latency(time.perf_counter() - started, "ok")
+        return receipt
 
     async def delete(
         self,
@@ -203,7 +201,9 @@ class Stampede:
     @property
     def _keep_ms(self) -> int:
         """How long a write keeps each value it replaces (`version_grace`), in ms."""
-        return max(1, round(self.options.version_grace * 1000))
+        if self._keep[0] is not self.options:  # worked out once per `options`
+            self._keep = (self.options, max(1, round(self.options.version_grace * 1000)))
+        return self._keep[1]
 
     def _mode(self, mode: ModeName | None) -> Mode:
         if mode is None:

@@ -9,10 +9,10 @@ key was acknowledged.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from typing import Any
 
+from . import tracing
 from .errors import (
     ClockSkewError,
     ConfigurationError,
@@ -21,23 +21,19 @@ from .errors import (
     InvalidValueError,
     OrderingError,
     PartialWriteError,
-    RepliesLostError,
     ShardTimeout,
-    WriteConflict,
     WriteTimeout,
 )
 from .keys import to_bytes
 from .options import Durability
-from .results import GuardCode, Receipt
+from .results import GuardCode, Receipt, new_receipt
 from .topology._base import WriteOutcome
 from .topology._guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
-from .topology._node_ops import watch_update
 from .typing import GuardStamp, Topology, VersionSource
 from .verdict import Mode
 from .versions import Counter, HybridClock
 from .wire import (
     CLOCK_FLOOR,
-    Envelope,
     VersionKind,
     commit_key,
     encode_commit,
@@ -52,16 +48,14 @@ __all__ = [
     "check_version",
     "fresher_limit",
     "limit_for",
+    "payloads_of",
     "plan_keys",
+    "planned_keys",
+    "raise_for",
     "raise_refusals",
     "require_one_slot",
-    "update_group",
+    "traced_write",
     "write_group",
-]
-
-K = TypeVar("K", bytes, str)
-UpdateFn = Callable[
-    [dict[K, bytes | None]], Mapping[K, bytes | str] | Awaitable[Mapping[K, bytes | str]]
 ]
 
 
@@ -79,9 +73,25 @@ def as_payload(key: bytes, value: object) -> bytes:
     )
 
 
+def payloads_of(keys: Sequence[bytes], values: Iterable[object]) -> list[bytes | None]:
+    """`as_payload` of each value (of the key in the same place)."""
+    payloads: list[Any] = list(values)
+    if len(payloads) != len(keys):
+        raise ValueError("payloads_of() needs one value per key")
+    for i, value in enumerate(payloads):
+        if type(value) is not bytes:
+            payloads[i] = as_payload(keys[i], value)
+    return payloads
+
+
 def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
     """The keys of a write as bytes; `InvalidKeyError` before anything is sent if two
     names are one key (`"a"` and `b"a"`) or a key is named like stampede's own keys."""
+    return list(planned_keys(group, names))
+
+
+def planned_keys(group: bytes, names: Iterable[bytes | str]) -> tuple[bytes, ...]:
+    """`plan_keys` as a tuple, the one remembered for these names (not a copy)."""
     if isinstance(names, str | bytes):
         raise InvalidKeyError(
             f"the keys of group {group!r} must be a list of key names, not one "
@@ -94,7 +104,7 @@ def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
     except TypeError:  # an unhashable name: checked (and refused) below
         known = None
     if known is not None:
-        return list(known)
+        return known
     keys: list[bytes] = []
     seen: set[bytes] = set()
     for name in names:
@@ -117,8 +127,8 @@ def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:
         keys.append(key)
     if len(_PLANNED) >= _PLANNED_MAX:
         _PLANNED.clear()
-    _PLANNED[names] = tuple(keys)
-    return keys
+    known = _PLANNED[names] = tuple(keys)
+    return known
 
 
 _PLANNED: dict[tuple[bytes | str, ...], tuple[bytes, ...]] = {}
@@ -187,70 +197,139 @@ async def write_group(
     how long each replaced value is kept for group reads (a write that lands in one
     call, one slot, keeps none: no read sees it in part).
     """
-    at = expire_at(ttl)
-    if version is None:
+    at = None if ttl is None else expire_at(ttl)
+    if version is not None:
+        limit = 0
+    elif type(versions) is HybridClock:  # its next_version, without a coroutine
+        version, limit = versions.stamp()
+    else:
         version = await draw_version(versions, group, topology, at)
         limit = limit_for(versions, version)
-    else:
-        limit = 0
     token = new_token()
     head = b"%d:%s" % (version, token.encode())
-    encoded = [head if p is None else head + b":" + p for p in payloads]
-    first = topology.slot_of(keys[0])
-    one_slot = all(topology.slot_of(k) == first for k in keys[1:])
-    ckey = commit_key(group)
-    atomic = one_slot and (mode is Mode.STAMP or topology.slot_of(ckey) == first)
+    lead = head + b":"
+    if None in payloads:  # tombstones: `<version>:<token>`
+        encoded = [head if p is None else lead + p for p in payloads]
+    else:
+        encoded = list(map(lead.__add__, payloads))  # type: ignore[arg-type]
     stamp: GuardStamp = {
         "version": version,
         "token": token,
         "expire_at_ms": at,
-        "keep_ms": 0 if atomic else keep_ms,  # one call: never seen in part
+        "keep_ms": keep_ms,
         "limit": limit,
     }
     if durability is not None:
         stamp["replicas"] = durability.replicas
         stamp["wait_ms"] = max(1, round(durability.timeout * 1000))
         stamp["aof"] = durability.aof
-
-    async def put(sent: Sequence[bytes], values: Sequence[bytes]) -> WriteOutcome:
-        outcome = await topology.write_guarded(sent, values, **stamp)
-        fresh = fresher_limit(versions, version, stamp["limit"], outcome.results.values())
-        if fresh:  # sent again (same stamp) under the fresh limit
-            stamp["limit"] = fresh
-            outcome = await topology.write_guarded(sent, values, **stamp)
-        return outcome
-
+    put = topology.write_guarded
     if mode is Mode.STAMP:
-        outcome = await put(keys, encoded)
-        _raise_for(group, outcome)
+        atomic = _one_slot(topology, keys)  # one slot: one server-side step
+        if atomic:  # one call: never seen in part, so nothing kept for readers
+            stamp["keep_ms"] = 0
+        outcome = await put(keys, encoded, **stamp)
+        codes = outcome.results.values()
+        if limit and FUTURE in codes and _fresh_limit(versions, stamp, outcome):
+            outcome = await put(keys, encoded, **stamp)  # sent again, same stamp
+            codes = outcome.results.values()
+        if outcome.failed or (codes and min(codes) < 0):  # else written, or kept out
+            raise_for(group, outcome)
     else:
-        record = head + b":" + encode_commit(keys)
-        if atomic:
-            outcome = await put([*keys, ckey], [*encoded, record])
-            _raise_for(group, outcome)
-        else:
-            outcome = await put(keys, encoded)
-            _raise_for(group, outcome)
-            done = await put([ckey], [record])
-            _raise_for(group, done, landed=keys)
-            for shard, acks in done.acks.items():  # the record's shard: both must hold
-                outcome.acks[shard] = min(acks, outcome.acks.get(shard, acks))
-    superseded = tuple(k for k in keys if outcome.results.get(k) == KEPT)
-    deleted = all(p is None for p in payloads)
-    counts = outcome.acks.values()
-    durable = None if durability is None else all(n >= durability.replicas for n in counts)
-    return Receipt(
+        outcome, atomic = await _committed(topology, versions, group, keys, encoded, lead, stamp)
+    results = outcome.results
+    if KEPT in results.values():
+        superseded = tuple(k for k in keys if results.get(k) == KEPT)
+    else:
+        superseded = ()
+    acks = outcome.acks
+    if durability is None:
+        durable = None
+    else:
+        durable = all(n >= durability.replicas for n in acks.values())
+    return new_receipt(
         group,
         version,
         token,
-        tuple(keys),
+        keys if type(keys) is tuple else tuple(keys),
         mode,
         atomic,
         superseded,
-        deleted,
-        replicas=dict(outcome.acks),
-        durable=durable,
+        payloads.count(None) == len(payloads),  # deleted: tombstones only
+        dict(acks) if acks else {},
+        durable,
     )
+
+
+async def traced_write(
+    write: Coroutine[Any, Any, Receipt], group: bytes, keys: int, mode: Mode
+) -> Receipt:
+    """`write` (a `write_group`) in its `stampede.write` span, when spans are recorded."""
+    with tracing.span(
+        "write", group=group.decode("utf-8", "backslashreplace"), keys=keys, mode=mode.value
+    ) as traced:
+        receipt = await write
+        traced.set(
+            version=receipt.version,
+            token=receipt.token,
+            atomic=receipt.atomic,
+            superseded=len(receipt.superseded),
+        )
+    return receipt
+
+
+async def _committed(
+    topology: Topology,
+    versions: VersionSource,
+    group: bytes,
+    keys: Sequence[bytes],
+    encoded: list[bytes],
+    lead: bytes,
+    stamp: GuardStamp,
+) -> tuple[WriteOutcome, bool]:
+    """A commit-mode write: its keys and record in one call when they share one slot
+    (atomic), else the keys first and the record once every key was acknowledged."""
+    record = lead + encode_commit(keys)
+    ckey = commit_key(group)
+    slot = topology.slot_of(ckey)
+    atomic = all(topology.slot_of(k) == slot for k in keys)
+    if atomic:  # one call: never seen in part, so nothing kept for readers
+        stamp["keep_ms"] = 0
+    sends = [([*keys, ckey], [*encoded, record])] if atomic else [(keys, encoded)]
+    if not atomic:
+        sends.append(([ckey], [record]))
+    outcomes: list[WriteOutcome] = []
+    for sent, values in sends:
+        done = await topology.write_guarded(sent, values, **stamp)
+        if stamp["limit"] and _fresh_limit(versions, stamp, done):  # sent again, same stamp
+            done = await topology.write_guarded(sent, values, **stamp)
+        raise_for(group, done, landed=keys if outcomes else ())
+        outcomes.append(done)
+    outcome = outcomes[0]
+    for done in outcomes[1:]:
+        for shard, n in done.acks.items():  # the record's shard: both must hold
+            outcome.acks[shard] = min(n, outcome.acks.get(shard, n))
+    return outcome, atomic
+
+
+def _one_slot(topology: Topology, keys: Sequence[bytes]) -> bool:
+    """Do all of `keys` live in one slot?"""
+    slot_of = topology.slot_of
+    first = slot_of(keys[0])
+    return all(slot_of(key) == first for key in keys[1:])
+
+
+def _fresh_limit(versions: VersionSource, stamp: GuardStamp, outcome: WriteOutcome) -> bool:
+    """True, with the fresh limit in `stamp`, when a key refused the write as `FUTURE`
+    and the clock moved on since its limit was set (`fresher_limit`): the write is
+    sent again, same stamp, under it."""
+    codes = outcome.results.values()
+    if FUTURE not in codes:
+        return False
+    fresh = fresher_limit(versions, stamp["version"], stamp["limit"], codes)
+    if fresh:
+        stamp["limit"] = fresh
+    return bool(fresh)
 
 
 _REFUSALS = {
@@ -274,9 +353,10 @@ _REFUSALS = {
 }
 
 
-def _raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ()) -> None:
-    error = outcome.first_error()
-    if error is not None:
+def raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ()) -> None:
+    """Raise what a guarded write's outcome means, if it is not a success."""
+    if outcome.failed:
+        error = next(iter(outcome.failed.values()))
         cls = WriteTimeout if isinstance(error, ShardTimeout) else PartialWriteError
         raise cls(
             group.decode("utf-8", "backslashreplace"),
@@ -289,6 +369,8 @@ def _raise_for(group: bytes, outcome: WriteOutcome, landed: Sequence[bytes] = ()
 
 def raise_refusals(group: bytes, codes: Mapping[bytes, int]) -> None:
     """Raise what the guard's refusal codes in `codes` (key -> code) mean, if any."""
+    if not codes or min(codes.values()) >= 0:  # written, already there, or kept
+        return  # (the common case, checked first: WITHHELD is below 0 too)
     codes = {k: c for k, c in codes.items() if c != GuardCode.WITHHELD}
     if not codes or min(codes.values()) >= 0:  # written, already there, or kept
         return
@@ -306,95 +388,8 @@ def raise_refusals(group: bytes, codes: Mapping[bytes, int]) -> None:
             raise kind(group.decode("utf-8", "backslashreplace"), refused, why, detail)
 
 
-def _check_orderable(
-    group: bytes,
-    keys: Sequence[bytes],
-    stored: Sequence[Envelope | None],
-    version: int,
-    limit: int,
-) -> None:
-    """What the guard refuses, checked before an update plans its write."""
-    for code, test in (
-        (MIXED, lambda e: e.version and kind_of(e.version) is not kind_of(version)),
-        (FUTURE, lambda e: limit and e.version > limit),
-    ):
-        refused = [k for k, e in zip(keys, stored, strict=True) if e is not None and test(e)]
-        if refused:
-            outcome = WriteOutcome(results=dict.fromkeys(refused, code))
-            _raise_for(group, outcome)
-
-
 def require_one_slot(topology: Topology, keys: Sequence[bytes], operation: str) -> None:
     """`CrossSlotError` naming the keys and their slots unless they share one slot."""
     slots = {k: topology.slot_of(k) for k in keys}
     if len(set(slots.values())) > 1:
         raise CrossSlotError(slots, operation=operation)
-
-
-async def update_group(
-    topology: Topology,
-    group: bytes,
-    names: Sequence[K],
-    fn: UpdateFn[K],
-    *,
-    mode: Mode,
-    versions: VersionSource,
-    ttl: float | None,
-    max_attempts: int,
-) -> Receipt:
-    """Optimistic read-modify-write of a co-located group with WATCH / MULTI / EXEC.
-
-    `fn` gets the current payloads (None for a missing key) and returns the new
-    payload of every key. The new version is newer than both the version source's
-    and the stored one, so the guard of a later stamped write still orders it.
-
-    Exactly once: when the reply to EXEC is lost, the topology's operation marker
-    tells whether it applied (the receipt is returned and `fn` is not run again)
-    or can no longer apply (`fn` runs again on what is stored); when it cannot
-    tell, `OutcomeUnknownError`.
-    """
-    keys: list[bytes] = [to_bytes(n) for n in names]
-    watched: list[bytes] = [*keys, commit_key(group)] if mode is Mode.COMMIT else keys
-    require_one_slot(topology, watched, f"update() of group {group!r}")
-    receipt: Receipt | None = None
-
-    async def apply(current: list[bytes | None]) -> list[bytes] | None:
-        nonlocal receipt
-        stored = [
-            None if raw is None else Envelope.decode(raw, key=key)
-            for key, raw in zip(keys, current[: len(keys)], strict=True)
-        ]
-        newest = max((e.version for e in stored if e is not None), default=-1)
-        new = fn({n: (None if e is None else e.value) for n, e in zip(names, stored, strict=True)})
-        if inspect.isawaitable(new):
-            new = await new
-        missing = [n for n in names if n not in new]
-        if missing:
-            raise InvalidKeyError(
-                f"update function returned no value for {missing!r}; it must return the new "
-                "payload of every key it was given (nothing was written)"
-            )
-        fresh = await draw_version(versions, group, topology, expire_at(ttl))
-        _check_orderable(group, keys, stored, fresh, limit_for(versions, fresh))
-        version = max(fresh, newest + 1)
-        versions.observe(version)
-        token = new_token()
-        out = [
-            Envelope(version, token, as_payload(k, new[n])).encode()
-            for k, n in zip(keys, names, strict=True)
-        ]
-        if mode is Mode.COMMIT:
-            out.append(Envelope(version, token, encode_commit(keys)).encode())
-        receipt = Receipt(group, version, token, tuple(keys), mode, atomic=True)
-        return out
-
-    for _ in range(max_attempts):
-        try:
-            done = await watch_update(topology, watched, apply, expire_at_ms=expire_at(ttl))
-        except RepliesLostError:
-            done = True  # EXEC's reply was lost, but its operation marker says it applied
-        if done:
-            if receipt is None:  # pragma: no cover - apply always sets it or raises
-                raise RuntimeError("update finished without a receipt")
-            return receipt
-    raise WriteConflict(group.decode("utf-8", "backslashreplace"), max_attempts)

@@ -51,6 +51,44 @@ class Receipt:
         return f"{self.version}:{self.token}"
 
 
+def new_receipt(
+    group: bytes,
+    version: int,
+    token: str,
+    keys: tuple[bytes, ...],
+    mode: Mode,
+    atomic: bool,
+    superseded: tuple[bytes, ...],
+    deleted: bool,
+    replicas: Mapping[str, int],
+    durable: bool | None,
+) -> Receipt:
+    """`Receipt(...)` with every field given, set through its slots: the dataclass's
+    frozen `__init__` pays an `object.__setattr__` per field, and a write makes one
+    receipt per call. The same object either way (a test compares them)."""
+    receipt: Receipt = _new(Receipt)
+    _group(receipt, group)
+    _version(receipt, version)
+    _token(receipt, token)
+    _keys(receipt, keys)
+    _mode(receipt, mode)
+    _atomic(receipt, atomic)
+    _superseded(receipt, superseded)
+    _deleted(receipt, deleted)
+    _replicas(receipt, replicas)
+    _durable(receipt, durable)
+    return receipt
+
+
+_new = object.__new__
+_FIELDS: tuple[str, ...] = ("group", "version", "token", "keys", "mode", "atomic")
+_FIELDS += ("superseded", "deleted", "replicas", "durable")
+(_group, _version, _token, _keys, _mode, _atomic, _superseded, _deleted, _replicas, _durable) = (
+    getattr(Receipt, name).__set__ for name in _FIELDS
+)
+"""Each field's slot setter, in `Receipt`'s order (`new_receipt`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReadResult(Generic[K]):
     """One group read.

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-__all__ = ["Span", "refresh", "span"]
+__all__ = ["Span", "recording", "refresh", "span"]
 
 _trace: Any
 try:  # an optional dependency: the `otel` extra
@@ -108,6 +108,11 @@ def _recording() -> bool:
     _checked_at = now
     _configured = not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
     return _configured
+
+
+recording = _recording
+"""True when spans are recorded (`span` would start one): a caller may skip the
+work of its attributes otherwise."""
 
 
 def refresh() -> None:

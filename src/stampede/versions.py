@@ -117,7 +117,9 @@ class HybridClock:
 
     def now(self) -> int:
         """The next version: physical time when it moved on, else the last one plus one."""
-        physical = self.physical()
+        return self._next(self.physical())
+
+    def _next(self, physical: int) -> int:
         last = self._last
         version = physical if physical > last else last + 1
         if not CLOCK_FLOOR <= version <= MAX_VERSION:
@@ -130,6 +132,14 @@ class HybridClock:
 
     async def next_version(self, group: bytes, topology: Topology) -> int:
         return self.now()
+
+    def stamp(self) -> tuple[int, int]:
+        """`now()` and the limit a write of that version sends, `max(version, horizon())`,
+        from one reading of the clock."""
+        physical = self.physical()
+        version = self._next(physical)
+        horizon = physical + self.max_offset_ns
+        return version, version if version > horizon else horizon
 
     def horizon(self) -> int:
         """The newest clock version this clock accepts as real: now plus `max_offset`."""

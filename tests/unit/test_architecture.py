@@ -56,6 +56,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             r"_health",
             r"_kept",
             r"_write",
+            r"_update",
             r"_read",
             r"atomic",
             r"eventlog",
@@ -224,3 +225,11 @@ def test_public_modules_declare_all(module: str) -> None:
     assert names is not None, f"{module} has no __all__"
     missing = [n for n in names if not hasattr(imported, n)]
     assert missing == [], f"{module}.__all__ names what it does not define: {missing}"
+
+
+def test_property_tests_have_no_time_limit() -> None:
+    """A property test's verdict must not depend on the machine's speed: the suite's
+    hypothesis profile sets no deadline per example."""
+    from hypothesis import settings
+
+    assert settings.default.deadline is None

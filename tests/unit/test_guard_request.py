@@ -6,6 +6,11 @@ build: `make test-compiled` runs these on the extension, `make test` on the `.py
 
 from __future__ import annotations
 
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from stampede.errors import ShardError, ShardResponseError, ShardUnavailable
 from stampede.topology._guard import (
     ARGS_PER_KEY,
@@ -83,3 +88,47 @@ def test_without_keeping_zeroes_each_keys_keep_of_a_guard_call_only() -> None:
     other = ("EVALSHA", "0" * 40, 1, b"k", *argv[:6])
     assert without_keeping(other) is other
     assert without_keeping(("GET", b"k")) == ("GET", b"k")
+
+
+def _split_slowly(requests: list[WriteRequest], codes: list[Any], shard: str) -> list[Any]:
+    """`split_codes` the long way round: each request's slice looked at on its own."""
+    out: list[Any] = []
+    pos = 0
+    for request in requests:
+        mine = codes[pos : pos + len(request.keys)]
+        pos += len(request.keys)
+        error = next((c for c in mine if isinstance(c, BaseException)), None)
+        if error is not None:
+            out.append(error)
+        elif WRONGTYPE in mine:
+            out.append(("wrongtype", request.keys[mine.index(WRONGTYPE)]))
+        else:
+            out.append(mine)
+    return out
+
+
+@settings(deadline=None)  # no timing: the machine may be busy
+@given(
+    st.lists(st.integers(1, 3), min_size=1, max_size=4),
+    st.data(),
+)
+def test_split_codes_matches_the_long_way_round(sizes: list[int], data: st.DataObject) -> None:
+    """Plain codes take the shortcut (slices; a lone request's codes as they are); any
+    error or WRONGTYPE the long way: the same answers either way."""
+    parts, at = [], 0
+    for n in sizes:
+        parts.append(list(range(at, at + n)))
+        at += n
+    keys = [b"k%d" % i for i in range(at)]
+    requests = requests_for(keys, keys, parts, (), STAMP)
+    down = ShardUnavailable("gone", shard="s")
+    code = st.one_of(st.sampled_from([1, 2, 0, -2, -3, -4, -6, WRONGTYPE]), st.just(down))
+    codes = data.draw(st.lists(code, min_size=at, max_size=at))
+    got = split_codes(requests, list(codes), "s")
+    expected = _split_slowly(requests, list(codes), "s")
+    assert len(got) == len(expected)
+    for mine, theirs in zip(got, expected, strict=True):
+        if isinstance(theirs, tuple):
+            assert isinstance(mine, ShardResponseError) and repr(theirs[1]) in str(mine)
+        else:
+            assert mine == theirs or mine is theirs

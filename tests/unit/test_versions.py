@@ -86,6 +86,24 @@ def test_bad_max_offset_and_insane_clock_are_configuration_errors() -> None:
         HybridClock(clock=lambda: 5).now()
 
 
+def test_stamp_is_now_and_its_limit() -> None:
+    """`stamp()` (the write path's) is `now()` and `max(version, horizon())`, from one
+    reading: same versions as `now()`, the same refusal of an insane clock."""
+    wall = [NOW]
+    a, b = HybridClock(clock=lambda: wall[0]), HybridClock(clock=lambda: wall[0])
+    for step in (0, 0, 5, -SECOND, 0, 2 * SECOND):
+        wall[0] += step
+        version, limit = a.stamp()
+        assert version == b.now()
+        assert limit == max(version, b.horizon())
+    a.observe(wall[0] + 3 * SECOND)  # a version ahead (within max_offset) moves it on
+    version, limit = a.stamp()
+    assert version == wall[0] + 3 * SECOND + 1
+    assert limit == wall[0] + a.max_offset_ns
+    with pytest.raises(ConfigurationError, match="clock source"):
+        HybridClock(clock=lambda: 5).stamp()
+
+
 def test_default_clock_is_the_wall_clock() -> None:
     """Without a clock argument, versions follow time.time_ns()."""
     before = time.time_ns()

@@ -146,12 +146,21 @@ class WriteRequest:
     splits a batch per slot when a node refuses the cross-slot script).
     """
 
-    __slots__ = ("argv", "keys", "slots")
+    __slots__ = ("argv", "keys", "resp", "slots")
 
-    def __init__(self, keys: list[bytes], argv: list[object], slots: list[int]) -> None:
+    def __init__(
+        self,
+        keys: list[bytes],
+        argv: list[object],
+        slots: list[int],
+        resp: tuple[bytes, bytes] | None = None,
+    ) -> None:
         self.keys = keys
         self.argv = argv
         self.slots = slots
+        self.resp = resp
+        """The RESP bulk strings of `keys` and of `argv`, when `requests_for` made them
+        (a batch's call is then sent as those bytes: `_shard_io.guard_call`)."""
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -178,7 +187,64 @@ def requests_for(
     stamp: GuardStamp,
 ) -> list[WriteRequest]:
     """`WriteRequest.build` for each part's positions, in order, one stamp for all."""
-    return [_request(keys, values, positions, slots, stamp) for positions in parts]
+    version, token = stamp["version"], stamp["token"]
+    at = stamp.get("expire_at_ms") or 0
+    limit, keep = stamp.get("limit", 0), stamp.get("keep_ms", KEEP_MS)
+    head, tail = _stamp_resp(version, token, at, limit, keep)
+    out: list[WriteRequest] = []
+    for positions in parts:
+        argv: list[object] = []
+        for p in positions:
+            argv += (version, token, at, values[p], limit, keep)
+        out.append(
+            WriteRequest(
+                list(map(keys.__getitem__, positions)),
+                argv,
+                list(map(slots.__getitem__, positions)) if slots else [],
+                _resp(keys, values, positions, head, tail) if head else None,
+            )
+        )
+    return out
+
+
+def _stamp_resp(
+    version: object, token: object, at: object, limit: object, keep: object
+) -> tuple[bytes, bytes]:
+    """The RESP bulk strings of a key's ARGV before its value (version, token, expire-at)
+    and after it (limit, keep), the same for every key of a write; empty when a value
+    is not of the plain types made here (its requests are packed by hiredis)."""
+    if not (
+        type(version) is int
+        and type(token) is str
+        and type(at) is int
+        and type(limit) is int
+        and type(keep) is int
+    ):
+        return b"", b""
+    v, t, a = b"%d" % version, token.encode(), b"%d" % at
+    lim, k = b"%d" % limit, b"%d" % keep
+    head = b"$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(v), v, len(t), t, len(a), a)
+    return head, b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(lim), lim, len(k), k)
+
+
+def _resp(
+    keys: Sequence[bytes],
+    values: Sequence[bytes],
+    positions: Sequence[int],
+    head: bytes,
+    tail: bytes,
+) -> tuple[bytes, bytes] | None:
+    """The RESP of a request's keys and of its ARGV (`WriteRequest.resp`); None when a
+    key or a value is not bytes."""
+    names: list[bytes] = []
+    args: list[bytes] = []
+    for p in positions:
+        key, value = keys[p], values[p]
+        if type(key) is not bytes or type(value) is not bytes:
+            return None
+        names.append(b"$%d\r\n%s\r\n" % (len(key), key))
+        args.append(b"%s$%d\r\n%s\r\n%s" % (head, len(value), value, tail))
+    return b"".join(names), b"".join(args)
 
 
 def _request(
@@ -217,7 +283,17 @@ def split_codes(requests: Sequence[WriteRequest], codes: list[Any], shard: str) 
     (a cluster node that could not be reached for one slot); a WRONGTYPE key
     fails its request with a `ShardResponseError` naming it.
     """
-    out: list[Any] = []
+    if WRONGTYPE not in codes and set(map(type, codes)) <= _INT:  # plain codes: slices
+        if len(requests) == 1:
+            return [codes]
+        out: list[Any] = []
+        pos = 0
+        for request in requests:
+            n = len(request.keys)
+            out.append(codes[pos : pos + n])
+            pos += n
+        return out
+    out = []
     pos = 0
     for request in requests:
         n = len(request.keys)
@@ -238,6 +314,10 @@ def split_codes(requests: Sequence[WriteRequest], codes: list[Any], shard: str) 
         else:
             out.append(mine)
     return out
+
+
+_INT = {int}
+"""The type of every code of a plain answer (`split_codes`)."""
 
 
 CAS = script("cas")

@@ -7,7 +7,7 @@ node; these two functions do the rest the same way for both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import ShardError
@@ -18,9 +18,11 @@ from ._guard import requests_for
 if TYPE_CHECKING:
     from ..typing import GuardStamp
 
-__all__ = ["Part", "fetch_parts", "write_parts"]
+__all__ = ["PLANS_MAX", "Part", "fetch_parts", "write_parts", "write_plan"]
 
 Part = tuple[Coalescer[Any, Any], list[int]]
+PLANS_MAX = 1 << 16
+"""The most key tuples a topology keeps the write parts of (`write_plan`)."""
 
 
 async def fetch_parts(
@@ -62,6 +64,26 @@ async def fetch_parts(
     return out
 
 
+def write_plan(
+    plans: dict[tuple[bytes, ...], list[Part]],
+    keys: Sequence[bytes],
+    partition: Callable[[Sequence[bytes]], dict[int, list[int]]],
+    coalescers: Sequence[Coalescer[Any, Any]],
+) -> list[Part]:
+    """The parts of a write of `keys`: shard index -> positions (`partition`), each with
+    its shard's coalescer. Remembered in `plans` by key tuple (a group's keys are
+    written again and again) where a key lives never changes (fixed shards);
+    the lists are read only (`write_parts` keeps them as they are)."""
+    parts = plans.get(keys) if type(keys) is tuple else None
+    if parts is None:
+        parts = [(coalescers[s], positions) for s, positions in partition(keys).items()]
+        if type(keys) is tuple:
+            if len(plans) >= PLANS_MAX:
+                plans.clear()
+            plans[keys] = parts
+    return parts
+
+
 async def write_parts(
     keys: Sequence[bytes],
     values: Sequence[bytes],
@@ -70,23 +92,22 @@ async def write_parts(
     slots: Sequence[int] = (),
     **stamp: Unpack[GuardStamp],
 ) -> WriteOutcome:
-    """Guarded-write every key through its shard's coalescer; per-shard failures kept."""
+    """Guarded-write every key through its shard's coalescer; per-shard failures kept.
+
+    Every part is queued at once and the answers come back with one wake-up (`Fanin`).
+    """
     requests = requests_for(keys, values, [positions for _, positions in parts], slots, stamp)
-    results = await _scatter(parts, requests)
-    outcome = WriteOutcome()
-    for request, codes in zip(requests, results, strict=True):
-        if isinstance(codes, ShardError):
-            outcome.failed.update(dict.fromkeys(request.keys, codes))
-        elif isinstance(codes, BaseException):
-            raise codes
-        else:
-            outcome.results.update(zip(request.keys, codes, strict=True))
-    return outcome
-
-
-async def _scatter(parts: list[Part], requests: Sequence[Any]) -> list[Any]:
-    """Each part's result or exception, all parts at once, with one wake-up (`Fanin`)."""
     fanin = Fanin(len(parts))
-    for index, ((coalescer, _), request) in enumerate(zip(parts, requests, strict=True)):
-        coalescer.add(request, fanin, index)
-    return await fanin.future
+    for index, part in enumerate(parts):
+        part[0].add(requests[index], fanin, index)
+    results = await fanin.future
+    outcome = WriteOutcome()
+    done = outcome.results
+    for request, codes in zip(requests, results, strict=True):
+        if not isinstance(codes, BaseException):
+            done.update(zip(request.keys, codes, strict=True))
+        elif isinstance(codes, ShardError):
+            outcome.failed.update(dict.fromkeys(request.keys, codes))
+        else:
+            raise codes
+    return outcome

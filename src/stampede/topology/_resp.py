@@ -370,9 +370,15 @@ class Connection(asyncio.Protocol):
 
 def _kinds_in(reply: list[Any]) -> list[Any]:
     """An array reply with its nested error replies given their kinds (EXEC, scripts)."""
+    if _PLAIN.issuperset(map(type, reply)):  # no error, no array in it: one C-level scan
+        return reply
     for i, item in enumerate(reply):
         if isinstance(item, ReplyError):
             reply[i] = _kind_of(item)
         elif isinstance(item, list):
             _kinds_in(item)
     return reply
+
+
+_PLAIN = frozenset({int, bytes, type(None)})
+"""The types of an array reply's items that `_kinds_in` leaves as they are."""

@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ._encode import Packed
 from ._guard import GUARD, WriteRequest, joined, split_codes
 from ._lane import Lane, Sent
 from ._node_ops import evalsha
 
-__all__ = ["Call", "ShardReads", "ShardWrites"]
+__all__ = ["Call", "ShardReads", "ShardWrites", "guard_call"]
 
 Call = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 """Awaits a call to the shard with its transport errors mapped (`Shards._call`)."""
@@ -82,6 +83,39 @@ class ShardReads:
         return _split(requests, await self._call(call))
 
 
+def guard_call(requests: list[WriteRequest]) -> tuple[Any, ...]:
+    """The one EVALSHA of a batch of guarded writes: the command `run` sends first (its
+    requests' keys, then their ARGV, in order), built in one list; with its RESP bytes
+    joined from the requests' own (`Packed`) when every request has them."""
+    command: list[Any] = ["EVALSHA", GUARD.sha, 0]
+    count = 0
+    made: list[tuple[bytes, bytes]] = []
+    for request in requests:
+        command += request.keys
+        count += len(request.keys)
+        if request.resp is not None:
+            made.append(request.resp)
+    command[2] = count
+    for request in requests:
+        command += request.argv
+    if len(made) != len(requests):
+        return tuple(command)
+    n = b"%d" % count
+    call = Packed(command)
+    call.resp = b"".join(
+        [
+            b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+            % (len(command), len(_SHA), _SHA, len(n), n),
+            *[names for names, _ in made],
+            *[args for _, args in made],
+        ]
+    )
+    return call
+
+
+_SHA = GUARD.sha.encode()
+
+
 class ShardWrites:
     """One guarded-script call for every write of a batch on one shard (see the module)."""
 
@@ -93,12 +127,17 @@ class ShardWrites:
         self._name = name
 
     def start(self, requests: list[WriteRequest], then: Callable[[Sent], None]) -> bool:
-        keys, argv, _ = joined(requests)
-        return self._lane.send_now([("EVALSHA", GUARD.sha, len(keys), *keys, *argv)], then)
+        return self._lane.send_now([guard_call(requests)], then)
 
     def finish(self, requests: list[WriteRequest], answer: Sent) -> list[Any] | None:
-        codes = _plain(answer)
-        return None if codes is _NOT_PLAIN else split_codes(requests, codes, self._name)
+        result = answer.result
+        if type(result) is list and len(result) == 1 and type(result[0]) is list:
+            codes = result[0]  # the script's array: a plain answer (what `_plain` finds)
+        else:
+            codes = _plain(answer)
+            if codes is _NOT_PLAIN:
+                return None
+        return split_codes(requests, codes, self._name)
 
     async def resume(self, requests: list[WriteRequest], answer: Sent) -> list[Any]:
         return await self.run(requests, answer)

@@ -10,7 +10,7 @@ to every shard at once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
@@ -38,7 +38,7 @@ from ._checks import (
     same_servers,
 )
 from ._coalesce import Coalescer
-from ._durable import asks_durability, durable_write, script_with_wait
+from ._durable import durable_write, script_with_wait
 from ._endpoint import Endpoint, parse_url
 from ._guard import WriteRequest
 from ._lane import Lane, Sent
@@ -50,7 +50,7 @@ from ._node_ops import (
     run_script,
     transaction,
 )
-from ._plan import fetch_parts, write_parts
+from ._plan import Part, fetch_parts, write_parts, write_plan
 from ._retries import Markers, is_idempotent
 from ._rounds import script_round
 from ._shard_io import ShardReads, ShardWrites
@@ -112,6 +112,7 @@ class Shards(FixedShards):
             )
         self._policy = policy
         self._places: dict[bytes, tuple[int, int]] = {}
+        self._write_plans: dict[tuple[bytes, ...], list[Part]] = {}  # see `write_plan`
         self._lanes = [
             Lane(
                 endpoint,
@@ -283,15 +284,16 @@ class Shards(FixedShards):
         parts = [(self._readers[s], pos) for s, pos in plan]
         return await fetch_parts(keys, parts, [self._names[s] for s, _ in plan])
 
-    async def write_guarded(
+    def write_guarded(
         self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]
-    ) -> WriteOutcome:
-        if asks_durability(stamp):
-            return await durable_write(
+    ) -> Coroutine[Any, Any, WriteOutcome]:
+        # A plain function returning the write's coroutine: one frame less per write.
+        if stamp.get("replicas") or stamp.get("aof"):  # `asks_durability`
+            return durable_write(
                 keys, values, stamp, self._partition(keys), self._names, self._send_durable
             )
-        parts = [(self._writers[s], pos) for s, pos in self._partition(keys).items()]
-        return await write_parts(keys, values, parts, **stamp)
+        parts = write_plan(self._write_plans, keys, self._partition, self._writers)
+        return write_parts(keys, values, parts, **stamp)
 
     async def _send_durable(self, shard: int, commands: list[tuple[Any, ...]]) -> list[Any]:
         lane = self._lanes[shard]
