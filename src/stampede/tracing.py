@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-__all__ = ["Span", "refresh", "span"]
+__all__ = ["IDLE", "Span", "recording", "refresh", "span"]
 
 _trace: Any
 try:  # an optional dependency: the `otel` extra
@@ -74,6 +74,14 @@ class _Idle:
 
 _IDLE_SPAN = Span()
 _IDLE = _Idle()
+IDLE: AbstractContextManager[Span] = _IDLE
+"""What `span` returns when nothing records spans (entered: a no-op `Span`)."""
+
+
+def recording() -> bool:
+    """True when spans are recorded (a tracer provider is configured): an operation
+    may skip `span` and the work of naming its attributes when this is False."""
+    return _recording()
 
 
 def span(name: str, **attributes: str | int | float | bool | None) -> AbstractContextManager[Span]:

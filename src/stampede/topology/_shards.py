@@ -10,7 +10,7 @@ to every shard at once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
@@ -50,7 +50,7 @@ from ._node_ops import (
     run_script,
     transaction,
 )
-from ._plan import fetch_parts, write_parts
+from ._plan import FetchPlans, Part, write_parts
 from ._retries import Markers, is_idempotent
 from ._rounds import script_round
 from ._shard_io import ShardReads, ShardWrites
@@ -112,6 +112,7 @@ class Shards(FixedShards):
             )
         self._policy = policy
         self._places: dict[bytes, tuple[int, int]] = {}
+        self._fetches = FetchPlans(self._fetch_plan)
         self._lanes = [
             Lane(
                 endpoint,
@@ -278,10 +279,13 @@ class Shards(FixedShards):
             parts.setdefault(index(key), []).append(pos)
         return parts
 
-    async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        plan = self._partition(keys).items()
-        parts = [(self._readers[s], pos) for s, pos in plan]
-        return await fetch_parts(keys, parts, [self._names[s] for s, _ in plan])
+    def fetch(self, keys: Sequence[bytes]) -> Coroutine[Any, Any, list[bytes | None]]:
+        return self._fetches.fetch(keys)  # `fetch_parts`, with the plans of tuples kept
+
+    def _fetch_plan(self, keys: Sequence[bytes]) -> tuple[list[Part], list[str]]:
+        by_shard = self._partition(keys)
+        parts = [(self._readers[s], positions) for s, positions in by_shard.items()]
+        return parts, [self._names[s] for s in by_shard]
 
     async def write_guarded(
         self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]
