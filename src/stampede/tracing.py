@@ -78,15 +78,9 @@ IDLE: AbstractContextManager[Span] = _IDLE
 """What `span` returns when nothing records spans (entered: a no-op `Span`)."""
 
 
-def recording() -> bool:
-    """True when spans are recorded (a tracer provider is configured): an operation
-    may skip `span` and the work of naming its attributes when this is False."""
-    return _recording()
-
-
 def span(name: str, **attributes: str | int | float | bool | None) -> AbstractContextManager[Span]:
     """A span named `stampede.<name>` around an operation (see the module table)."""
-    if not _recording():
+    if not recording():
         return _IDLE  # nothing records: no span, no context change
     return _recorded(name, attributes)
 
@@ -97,8 +91,9 @@ _RECHECK = 1.0
 """Seconds between two looks for a tracer provider while none is configured."""
 
 
-def _recording() -> bool:
-    """True once an OpenTelemetry tracer provider is configured.
+def recording() -> bool:
+    """True once an OpenTelemetry tracer provider is configured (an operation may skip
+    `span`, and naming its attributes, while it is False).
 
     OpenTelemetry allows one provider per process, set once: when one is seen it
     stays. While none is, the check (an environment lookup inside OpenTelemetry)
