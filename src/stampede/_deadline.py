@@ -101,6 +101,5 @@ def start(seconds: float) -> Deadline:
         if known is None:
             known = _PER_LOOP[loop] = _Buckets(loop)
         last = _last = (weakref.ref(loop), known)
-    buckets = last[1]
-    buckets.add(deadline, loop.time() + seconds)
+    last[1].add(deadline, loop.time() + seconds)
     return deadline
