@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import difflib
 import time
-from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any, Literal, Self, TypedDict, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Literal, Self, TypedDict, TypeVar
 
 from . import _deadline as deadlines
 from . import metrics, tracing
@@ -234,7 +234,7 @@ class Stampede:
         default strategy) and otherwise raises `TornReadError` with what was seen.
         """
         gkey = _group(group)
-        planned = plan_keys(gkey, keys)
+        planned = tuple(plan_keys(gkey, keys))
         if not keys:
             raise InvalidKeyError(f"read of group {group!r} names no keys", key=group)
         if retry is not None and not isinstance(retry, RetryPolicy):
@@ -244,8 +244,9 @@ class Stampede:
             )
         if repair is not None:
             check_strategy(repair, "repair")
-        policy = retry or self.options.retry
-        mode_ = self._mode(mode)
+        options = self.options
+        policy = retry or options.retry
+        mode_ = options.mode if mode is None else self._mode(mode)
         read = read_group(
             self.topology,
             gkey,
@@ -253,16 +254,33 @@ class Stampede:
             planned,
             mode=mode_,
             retry=policy,
-            repair=repair if repair is not None else self.options.repair,
+            repair=repair if repair is not None else options.repair,
             versions=self._versions,
-            ttl=self.options.ttl,
-            grace=self.options.tombstone_grace,
+            ttl=options.ttl,
+            grace=options.tombstone_grace,
         )
-        with tracing.span("read", group=_text(gkey), keys=len(planned), mode=mode_.value) as traced:
-            if policy.deadline is None:
+        deadline = policy.deadline
+        span = (  # no attributes to name when nothing records spans
+            tracing.span("read", group=_text(gkey), keys=len(planned), mode=mode_.value)
+            if tracing.recording()
+            else tracing.IDLE
+        )
+        with span as traced:
+            if deadline is None:
                 result = await read
-            else:
-                result = await self._bounded(read, gkey, planned, policy.deadline)
+            else:  # within `deadline`, socket waits included (a bucketed timer, no task)
+                watch = ReadWatch()
+                token = READ_WATCH.set(watch)
+                timer = deadlines.start(deadline)
+                try:
+                    result = await read
+                except asyncio.CancelledError:
+                    if not timer.expired_by_us():
+                        raise
+                    raise self._timeout(gkey, planned, deadline, watch) from None
+                finally:
+                    timer.done()
+                    READ_WATCH.reset(token)
             if traced.recording:
                 traced.set(
                     status=result.status.value,
@@ -273,30 +291,14 @@ class Stampede:
                 )
         return result
 
-    async def _bounded(
-        self,
-        read: Coroutine[Any, Any, ReadResult[K]],
-        group: bytes,
-        keys: Sequence[bytes],
-        deadline: float,
-    ) -> ReadResult[K]:
-        """Run `read` within `deadline` seconds, socket waits included; `ReadTimeout`
-        naming the shards still owing an answer when it passes."""
-        watch = ReadWatch()
-        token = READ_WATCH.set(watch)
-        timer = deadlines.start(deadline)
-        try:
-            return await read
-        except asyncio.CancelledError:
-            if not timer.expired_by_us():
-                raise
-            late = watch.waiting or sorted({self.topology.shard_of(k) for k in keys})
-            raise ReadTimeout(
-                group.decode("utf-8", "backslashreplace"), shard=", ".join(late), deadline=deadline
-            ) from None
-        finally:
-            timer.done()
-            READ_WATCH.reset(token)
+    def _timeout(
+        self, group: bytes, keys: Sequence[bytes], deadline: float, watch: ReadWatch
+    ) -> ReadTimeout:
+        """`ReadTimeout` naming the shards a late read waited on (else all of its keys')."""
+        late = watch.waiting or sorted({self.topology.shard_of(k) for k in keys})
+        return ReadTimeout(
+            group.decode("utf-8", "backslashreplace"), shard=", ".join(late), deadline=deadline
+        )
 
     async def update(
         self,

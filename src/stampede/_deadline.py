@@ -83,17 +83,23 @@ class _Buckets:
 _PER_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Buckets] = (
     weakref.WeakKeyDictionary()
 )
+_last: tuple[weakref.ref[asyncio.AbstractEventLoop], _Buckets] | None = None
+"""The loop `start` served last and its buckets: most programs run one loop."""
 
 
 def start(seconds: float) -> Deadline:
     """A deadline `seconds` from now for the current task (see the module)."""
+    global _last
     loop = asyncio.get_running_loop()
     task = asyncio.current_task(loop)
     if task is None:
         raise RuntimeError("a deadline needs a running task")
     deadline = Deadline(task)
-    buckets = _PER_LOOP.get(loop)
-    if buckets is None:
-        buckets = _PER_LOOP[loop] = _Buckets(loop)
-    buckets.add(deadline, loop.time() + seconds)
+    last = _last
+    if last is None or last[0]() is not loop:
+        known = _PER_LOOP.get(loop)
+        if known is None:
+            known = _PER_LOOP[loop] = _Buckets(loop)
+        last = _last = (weakref.ref(loop), known)
+    last[1].add(deadline, loop.time() + seconds)
     return deadline

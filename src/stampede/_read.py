@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from . import _pipeline as pipeline
 from . import metrics
@@ -147,21 +147,17 @@ def result_of_repair(
 
 
 def result_of(
-    names: Sequence[K], obs: Observation, verdict: Verdict, attempts: int, **extra: Any
+    names: Sequence[K], obs: Observation, verdict: Verdict, attempts: int
 ) -> ReadResult[K]:
     """A `ReadResult` from an observation: payloads under the caller's key names."""
     values: dict[K, bytes | None] = {}
     for name, env, raw in zip(names, obs.envelopes, obs.raw, strict=True):
-        values[name] = env.value if env is not None else raw
+        values[name] = raw if env is None else None if env.tombstone else env.payload
     env = verdict.envelope
-    return ReadResult(
-        group=obs.group,
-        status=verdict.status,
-        values=values,
-        version=None if env is None else env.version,
-        token=None if env is None else env.token,
-        attempts=attempts,
-        reason=verdict.reason,
-        observation=obs,
-        **extra,
+    if env is None:
+        version, token = None, None
+    else:
+        version, token = env.version, env.token
+    return ReadResult.judged(
+        obs.group, verdict.status, values, version, token, attempts, verdict.reason, obs
     )

@@ -122,6 +122,43 @@ class ReadResult(Generic[K]):
     def __getitem__(self, key: K) -> bytes | None:
         return self.values[key]
 
+    @classmethod
+    def judged(
+        cls,
+        group: bytes,
+        status: Status,
+        values: Mapping[K, bytes | None],
+        version: int | None,
+        token: str | None,
+        attempts: int,
+        reason: Reason | None,
+        observation: Observation,
+    ) -> ReadResult[K]:
+        """`ReadResult(group, status, values, version, token, attempts, reason,
+        observation=observation)`, without the dataclass's __init__ (every read makes
+        one): the same fields, set through the slots."""
+        result: ReadResult[K] = _new_result(cls)
+        _set_group(result, group)
+        _set_status(result, status)
+        _set_values(result, values)
+        _set_version(result, version)
+        _set_token(result, token)
+        _set_attempts(result, attempts)
+        _set_reason(result, reason)
+        _set_repaired(result, False)
+        _set_queued(result, False)
+        _set_observation(result, observation)
+        _set_repair(result, None)
+        return result
+
+
+# Each field's slot setter: a frozen dataclass refuses `result.status = ...`, these do not.
+_new_result = ReadResult.__new__
+(
+    _set_group, _set_status, _set_values, _set_version, _set_token, _set_attempts, _set_reason,
+    _set_repaired, _set_queued, _set_observation, _set_repair,
+) = (vars(ReadResult)[name].__set__ for name in ReadResult.__slots__)  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class TransactionReceipt:

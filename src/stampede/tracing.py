@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-__all__ = ["Span", "recording", "refresh", "span"]
+__all__ = ["IDLE", "Span", "recording", "refresh", "span"]
 
 _trace: Any
 try:  # an optional dependency: the `otel` extra
@@ -74,11 +74,13 @@ class _Idle:
 
 _IDLE_SPAN = Span()
 _IDLE = _Idle()
+IDLE: AbstractContextManager[Span] = _IDLE
+"""What `span` returns when nothing records spans (entered: a no-op `Span`)."""
 
 
 def span(name: str, **attributes: str | int | float | bool | None) -> AbstractContextManager[Span]:
     """A span named `stampede.<name>` around an operation (see the module table)."""
-    if not _recording():
+    if not recording():
         return _IDLE  # nothing records: no span, no context change
     return _recorded(name, attributes)
 
@@ -89,8 +91,9 @@ _RECHECK = 1.0
 """Seconds between two looks for a tracer provider while none is configured."""
 
 
-def _recording() -> bool:
-    """True once an OpenTelemetry tracer provider is configured.
+def recording() -> bool:
+    """True once an OpenTelemetry tracer provider is configured (an operation may skip
+    `span`, and naming its attributes, while it is False).
 
     OpenTelemetry allows one provider per process, set once: when one is seen it
     stays. While none is, the check (an environment lookup inside OpenTelemetry)
@@ -108,11 +111,6 @@ def _recording() -> bool:
     _checked_at = now
     _configured = not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
     return _configured
-
-
-recording = _recording
-"""True when spans are recorded (`span` would start one): a caller may skip the
-work of its attributes otherwise."""
 
 
 def refresh() -> None:

@@ -22,6 +22,7 @@ from typing import Final
 
 from .errors import MalformedEnvelope
 from .wire import CommitRecord, Envelope, decode_commit
+from .wire._envelope import decode_all
 
 __all__ = ["Mode", "Observation", "Reason", "Status", "Verdict", "judge"]
 
@@ -68,7 +69,7 @@ class Observation:
         envelopes: list[Envelope | None] = []
         errors: dict[bytes, MalformedEnvelope] = {}
         try:  # the common case: every value decodes (or is missing)
-            envelopes = [None if raw is None else decode(raw) for raw in self.raw]
+            envelopes = decode_all(self.raw)
         except MalformedEnvelope:
             envelopes = []
             for key, raw in zip(self.keys, self.raw, strict=True):
@@ -144,6 +145,37 @@ _NOT_FOUND: Final = Verdict(Status.NOT_FOUND)
 
 def judge(obs: Observation) -> Verdict:
     """The verdict for one observation (see the module table)."""
+    # The common case first: every key holds the live value of one write (in commit
+    # mode, the record's checks follow); anything else takes the long way below.
+    envelopes = obs.envelopes
+    first = envelopes[0] if envelopes else None
+    if first is not None and not first.tombstone:
+        token, version = first.token, first.version
+        for env in envelopes:
+            if env is None or env.version != version or env.token != token:
+                return _judged(obs)
+        if obs.mode is Mode.STAMP:
+            return _consistent(first)
+    return _judged(obs)
+
+
+def _consistent(env: Envelope) -> Verdict:
+    """`Verdict(Status.CONSISTENT, None, env)`, made without the dataclass's __init__."""
+    verdict = _new_verdict(Verdict)
+    _set_status(verdict, Status.CONSISTENT)
+    _set_reason(verdict, None)
+    _set_envelope(verdict, env)
+    return verdict
+
+
+_new_verdict: Final = Verdict.__new__
+_set_status: Final = vars(Verdict)["status"].__set__
+_set_reason: Final = vars(Verdict)["reason"].__set__
+_set_envelope: Final = vars(Verdict)["envelope"].__set__
+
+
+def _judged(obs: Observation) -> Verdict:
+    """`judge`, every case."""
     if obs.errors:
         return Verdict(Status.TORN, Reason.UNSTAMPED)
     envelopes = obs.envelopes

@@ -232,4 +232,4 @@ def test_property_tests_have_no_time_limit() -> None:
     hypothesis profile sets no deadline per example."""
     from hypothesis import settings
 
-    assert settings.default.deadline is None
+    assert settings().deadline is None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -36,7 +36,7 @@ from ._endpoint import parse_url
 from ._guard import GUARD, WriteRequest, split_codes
 from ._lane import Sent
 from ._node_ops import Body, Command, eval_fallback, marker_id, optimistic_once, transaction
-from ._plan import fetch_parts, write_parts
+from ._plan import fetch_parts, requests_of, write_parts
 from ._resp import AskError, MovedError, TryAgainError
 from ._retries import Markers
 from ._rounds import script_round
@@ -182,10 +182,10 @@ class Cluster:
             )
         return pair
 
-    async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
+    def fetch(self, keys: Sequence[bytes]) -> Coroutine[Any, Any, list[bytes | None]]:
         plan = self._router.by_slots([keyslot(k) for k in keys])
         parts = [(self._coalescers(n)[0], pos) for n, pos in plan.items()]
-        return await fetch_parts(keys, parts, list(plan))
+        return fetch_parts(keys, parts, list(plan), requests_of(keys, parts))
 
     async def write_guarded(
         self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]

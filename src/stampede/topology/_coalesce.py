@@ -192,7 +192,7 @@ class Coalescer(Generic[Req, Res]):
     def add(self, request: Req, sink: Sink, index: int) -> None:
         """Queue `request`; its result goes to `sink.deliver(index, result)`."""
         size = self._size(request)
-        if self.idle:
+        if not (self._tasks or self._queue or self._inline or self._lone):  # idle, inline
             # Idle: nothing in flight that later requests of this turn could wait
             # behind, so this one goes at once rather than one loop turn later.
             self._start([(request, sink, index)])

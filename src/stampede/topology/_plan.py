@@ -7,7 +7,7 @@ node; these two functions do the rest the same way for both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import ShardError
@@ -18,7 +18,15 @@ from ._guard import requests_for
 if TYPE_CHECKING:
     from ..typing import GuardStamp
 
-__all__ = ["PLANS_MAX", "Part", "fetch_parts", "write_parts", "write_plan"]
+__all__ = [
+    "PLANS_MAX",
+    "FetchPlans",
+    "Part",
+    "fetch_parts",
+    "requests_of",
+    "write_parts",
+    "write_plan",
+]
 
 Part = tuple[Coalescer[Any, Any], list[int]]
 PLANS_MAX = 1 << 16
@@ -26,20 +34,25 @@ PLANS_MAX = 1 << 16
 
 
 async def fetch_parts(
-    keys: Sequence[bytes], parts: list[Part], names: Sequence[str]
+    keys: Sequence[bytes],
+    parts: list[Part],
+    names: Sequence[str],
+    requests: Sequence[list[bytes]],
 ) -> list[bytes | None]:
     """GET every key through its shard's coalescer; the first failing shard raises.
 
+    `requests` holds each part's keys (`keys` at its positions; a plan used again
+    may hand over the same lists again: nothing here or in a coalescer changes them).
     The read's `ReadWatch` (in `READ_WATCH`), if any, knows the shards (`names`,
     in `parts` order) while their answers are out.
     """
     watch = READ_WATCH.get()
     if len(parts) == 1:  # one shard: the caller's own task makes the round trip
         if watch is None:
-            return list(await parts[0][0].call(list(keys)))
+            return list(await parts[0][0].call(requests[0]))
         watch.waiting_on(names)
         try:
-            values = await parts[0][0].call(list(keys))
+            values = await parts[0][0].call(requests[0])
         except asyncio.CancelledError:
             raise  # the read gave up: the shard stays named
         except BaseException:
@@ -48,8 +61,8 @@ async def fetch_parts(
         watch.answered()
         return list(values)
     fanin = Fanin(len(parts))
-    for index, (coalescer, positions) in enumerate(parts):
-        coalescer.add([keys[p] for p in positions], fanin, index)
+    for index, ((coalescer, _), request) in enumerate(zip(parts, requests, strict=True)):
+        coalescer.add(request, fanin, index)
     if watch is not None:
         watch.waiting_on(names, fanin)
     results = await fanin.future
@@ -82,6 +95,41 @@ def write_plan(
                 plans.clear()
             plans[keys] = parts
     return parts
+
+
+def requests_of(keys: Sequence[bytes], parts: list[Part]) -> list[list[bytes]]:
+    """Each part's keys, for `fetch_parts`."""
+    return [[keys[p] for p in positions] for _, positions in parts]
+
+
+_FetchPlan = tuple[list[Part], list[str], list[list[bytes]]]
+
+
+class FetchPlans:
+    """`fetch_parts` for a topology whose routing never changes (`Shards`): the plan
+    of a tuple of keys (its parts, their shard names and each part's keys) is made
+    once by `plan(keys)` and kept, up to `limit` tuples (then it starts again)."""
+
+    __slots__ = ("_limit", "_plan", "_plans")
+
+    def __init__(
+        self, plan: Callable[[Sequence[bytes]], tuple[list[Part], list[str]]], limit: int = 4096
+    ) -> None:
+        self._plan = plan
+        self._plans: dict[tuple[bytes, ...], _FetchPlan] = {}
+        self._limit = limit
+
+    def fetch(self, keys: Sequence[bytes]) -> Coroutine[Any, Any, list[bytes | None]]:
+        """`fetch_parts(keys, ...)` by the plan of `keys`."""
+        plan = self._plans.get(keys) if type(keys) is tuple else None
+        if plan is None:
+            parts, names = self._plan(keys)
+            plan = (parts, names, requests_of(keys, parts))
+            if type(keys) is tuple:
+                if len(self._plans) >= self._limit:
+                    self._plans.clear()
+                self._plans[keys] = plan
+        return fetch_parts(keys, *plan)
 
 
 async def write_parts(

@@ -20,12 +20,7 @@ from .._lua import Script
 from ..errors import ConfigurationError, SetupError, ShardError
 from ..keys import HashPolicy, SlotMap, keyslot
 from ..options import ConnectOptions
-from ._base import (
-    TRANSPORT_ERRORS,
-    FixedShards,
-    WriteOutcome,
-    guarded,
-)
+from ._base import TRANSPORT_ERRORS, FixedShards, WriteOutcome, guarded
 from ._checks import (
     IDENTITY_KEY,
     Identity,
@@ -50,7 +45,7 @@ from ._node_ops import (
     run_script,
     transaction,
 )
-from ._plan import Part, fetch_parts, write_parts, write_plan
+from ._plan import FetchPlans, Part, write_parts, write_plan
 from ._retries import Markers, is_idempotent
 from ._rounds import script_round
 from ._shard_io import ShardReads, ShardWrites
@@ -113,6 +108,7 @@ class Shards(FixedShards):
         self._policy = policy
         self._places: dict[bytes, tuple[int, int]] = {}
         self._write_plans: dict[tuple[bytes, ...], list[Part]] = {}  # see `write_plan`
+        self._fetches = FetchPlans(self._fetch_plan)
         self._lanes = [
             Lane(
                 endpoint,
@@ -279,10 +275,13 @@ class Shards(FixedShards):
             parts.setdefault(index(key), []).append(pos)
         return parts
 
-    async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        plan = self._partition(keys).items()
-        parts = [(self._readers[s], pos) for s, pos in plan]
-        return await fetch_parts(keys, parts, [self._names[s] for s, _ in plan])
+    def fetch(self, keys: Sequence[bytes]) -> Coroutine[Any, Any, list[bytes | None]]:
+        return self._fetches.fetch(keys)  # `fetch_parts`, with the plans of tuples kept
+
+    def _fetch_plan(self, keys: Sequence[bytes]) -> tuple[list[Part], list[str]]:
+        by_shard = self._partition(keys)
+        parts = [(self._readers[s], positions) for s, positions in by_shard.items()]
+        return parts, [self._names[s] for s in by_shard]
 
     def write_guarded(
         self, keys: Sequence[bytes], values: Sequence[bytes], **stamp: Unpack[GuardStamp]

@@ -22,7 +22,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
@@ -35,6 +35,7 @@ __all__ = [
     "TOKEN_LENGTH",
     "Envelope",
     "VersionKind",
+    "decode_all",
     "is_token",
     "kind_of",
     "new_token",
@@ -208,28 +209,7 @@ class Envelope:
     @classmethod
     def decode(cls, raw: bytes, *, key: bytes | str | None = None) -> Envelope:
         """Parse stored bytes; `MalformedEnvelope` (naming `key`) for any other shape."""
-        if type(raw) is not bytes:
-            if not isinstance(raw, bytes):
-                raise MalformedEnvelope(f"expected bytes, got {type(raw).__name__}", key=key)
-            raw = bytes(raw)
-        match = _ENVELOPE(raw)
-        if match is None:
-            raise MalformedEnvelope(_diagnose(raw), key=key)
-        digits, token, colon = match.groups()
-        version = int(digits)
-        if version > MAX_VERSION:
-            raise MalformedEnvelope("version is 2**63 or more", key=key)
-        # The fields are valid by the match: set them without __post_init__'s checks.
-        env = _new(cls)
-        _set_version(env, version)
-        _set_token(env, token.decode("ascii"))
-        if colon:
-            _set_payload(env, raw[match.end() :])
-            _set_tombstone(env, False)
-        else:
-            _set_payload(env, b"")
-            _set_tombstone(env, True)
-        return env
+        return _parse(cls, raw, key)[0]
 
 
 # object.__new__ (a compiled build's own: object.__new__ refuses a compiled class).
@@ -239,6 +219,69 @@ _set_version: Final = vars(Envelope)["version"].__set__
 _set_token: Final = vars(Envelope)["token"].__set__
 _set_payload: Final = vars(Envelope)["payload"].__set__
 _set_tombstone: Final = vars(Envelope)["tombstone"].__set__
+
+
+def _parse(cls: type[Envelope], raw: bytes, key: bytes | str | None) -> tuple[Envelope, int]:
+    """`Envelope.decode`, and how long the `<version>:<token>` stamp at its start is."""
+    if type(raw) is not bytes:
+        if not isinstance(raw, bytes):
+            raise MalformedEnvelope(f"expected bytes, got {type(raw).__name__}", key=key)
+        raw = bytes(raw)
+    match = _ENVELOPE(raw)
+    if match is None:
+        raise MalformedEnvelope(_diagnose(raw), key=key)
+    digits, token, colon = match.groups()
+    version = int(digits)
+    if version > MAX_VERSION:
+        raise MalformedEnvelope("version is 2**63 or more", key=key)
+    # The fields are valid by the match: set them without __post_init__'s checks.
+    env = _new(cls)
+    _set_version(env, version)
+    _set_token(env, token.decode("ascii"))
+    if colon:
+        _set_payload(env, raw[match.end() :])
+        _set_tombstone(env, False)
+    else:
+        _set_payload(env, b"")
+        _set_tombstone(env, True)
+    return env, match.end(2)
+
+
+def decode_all(raws: Sequence[bytes | None]) -> list[Envelope | None]:
+    """Each value as `Envelope.decode` gives it (None, a missing key, stays None);
+    `MalformedEnvelope` (naming no key) at the first value that is not an envelope.
+
+    The values of one group mostly carry one write's stamp: a value that starts with
+    the stamp of the one decoded before it (and then a colon, or nothing: a
+    tombstone) is that stamp's envelope without parsing it again.
+    """
+    out: list[Envelope | None] = []
+    stamp = b""
+    size = 0
+    version = 0
+    token = ""
+    for raw in raws:
+        if raw is None:
+            out.append(None)
+            continue
+        if size and type(raw) is bytes and raw.startswith(stamp):
+            tombstone = len(raw) == size
+            if tombstone or raw[size] == _COLON:
+                env = _new(Envelope)
+                _set_version(env, version)
+                _set_token(env, token)
+                _set_payload(env, b"" if tombstone else raw[size + 1 :])
+                _set_tombstone(env, tombstone)
+                out.append(env)
+                continue
+        env, size = _parse(Envelope, raw, None)
+        stamp = bytes(raw[:size])
+        version, token = env.version, env.token
+        out.append(env)
+    return out
+
+
+_COLON: Final = ord(":")
 
 
 def _diagnose(raw: bytes) -> str:
