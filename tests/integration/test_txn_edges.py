@@ -26,7 +26,7 @@ from stampede import (
 from stampede._kept import newest_whole
 from stampede._lua import Script
 from stampede._txn.scripts import COMMIT, COMMIT_ONE, PREPARE, ROUND2
-from stampede._txn.sweep import commit_mark, sweep
+from stampede._txn.sweep import sweep
 from stampede._txn.write import Transaction, run_units
 from stampede.errors import ConfigurationError, ShardUnavailable
 from stampede.repair import NewestWins
@@ -656,91 +656,6 @@ async def test_a_pending_key_is_completed_after_every_sibling_moved_on(st: Stamp
     await sweep(st.topology)
     stored = Envelope.decode(await raw_value(st, a) or b"")
     assert (stored.version, stored.token, stored.payload) == (version, token, b"new")
-
-
-async def _marks(st: Stampede, key: str) -> tuple[bytes, bytes]:
-    """The version hash of `key` and its log of commit marks (field `c`)."""
-    side = side_key(key.encode(), st.topology.slot_of)
-    return side, await st.topology.execute(side, "HGET", side, "c") or b""
-
-
-async def test_a_commit_mark_of_the_old_form_is_still_the_sweeps_evidence(
-    st: Stampede,
-) -> None:
-    """F3 again, with b's mark written as a field of its own (`c:<version>:<token>`, how
-    marks were kept before the log): the sweep still reads it and completes a."""
-    a, b = spread_keys(st, "f3old", 2)
-    async with st.transaction() as tx:
-        tx.set(a, b"old")
-        tx.set(b, b"old")
-    version, token = await _pending_at_first(st, a, b, b"new")
-    async with st.transaction() as tx:
-        tx.set(b, b"newer")
-    side, log = await _marks(st, b)
-    record = commit_mark((version, token))
-    at = log.index(record)
-    rest = log[:at] + log[at + 62 :]
-    stamp = b"%d:%s" % (version, token.encode())
-    await st.topology.execute(side, "HSET", side, "c", rest, b"c:" + stamp, log[at + 49 : at + 62])
-    await sweep(st.topology)
-    stored = Envelope.decode(await raw_value(st, a) or b"")
-    assert (stored.version, stored.token, stored.payload) == (version, token, b"new")
-
-
-async def test_a_commit_mark_moved_to_the_older_log_is_still_evidence(st: Stampede) -> None:
-    """F3 with b rewritten 20 times since: b's mark left the short log `c` for `C`
-    (at 16 marks they move), and the sweep still finds it there and completes a."""
-    a, b = spread_keys(st, "f3C", 2)
-    async with st.transaction() as tx:
-        tx.set(a, b"old")
-        tx.set(b, b"old")
-    version, token = await _pending_at_first(st, a, b, b"new")
-    for i in range(20):
-        async with st.transaction() as tx:
-            tx.set(b, b"%d" % i)
-    side = side_key(b.encode(), st.topology.slot_of)
-    young, old = await st.topology.execute(side, "HMGET", side, "c", "C")
-    record = commit_mark((version, token))
-    assert record in old and record not in (young or b"")
-    assert len(old) == 16 * 62 and len(young) == 6 * 62  # 22 marks: 16 moved, 6 newer
-    await sweep(st.topology)
-    stored = Envelope.decode(await raw_value(st, a) or b"")
-    assert (stored.version, stored.token, stored.payload) == (version, token, b"new")
-
-
-async def test_a_resent_commit_marks_its_key_once(st: Stampede) -> None:
-    """The commit of one key sent three times (a lost reply is resent): one mark."""
-    a, b = spread_keys(st, "marks1", 2)
-    version, token = await _pending_at_first(st, a, b, b"v")
-    raw, side = b.encode(), side_key(b.encode(), st.topology.slot_of)
-    commit = [(version, token, 0, 0, b"", b"")]
-    for _ in range(2):
-        assert await run_units(st.topology, COMMIT, [raw], [side], commit, head=[5000]) == [2]
-    _, log = await _marks(st, b)
-    assert log.count(commit_mark((version, token))) == 1 and len(log) % 62 == 0
-
-
-async def test_commit_marks_older_than_an_hour_are_dropped(st: Stampede) -> None:
-    """A mark an hour old leaves the log at the key's next commit, and by the sweep
-    at a key no longer written (then the log goes, empty)."""
-    a, b = spread_keys(st, "marks2", 2)
-    async with st.transaction() as tx:
-        tx.set(a, b"1")
-        tx.set(b, b"1")
-    stale = b";%20d:%s=%13d" % (7, b"A" * 26, int(time.time() * 1000) - 3_700_000)
-    for key in (a, b):
-        side, log = await _marks(st, key)
-        assert len(log) == 62
-        await st.topology.execute(side, "HSET", side, "c", stale + log)
-    async with st.transaction() as tx:
-        tx.set(a, b"2")
-    side, log = await _marks(st, a)
-    assert stale not in log and len(log) == 2 * 62
-    side, log = await _marks(st, b)
-    await st.topology.execute(side, "HSET", side, "c", stale)
-    await sweep(st.topology)
-    assert await st.topology.execute(side, "HEXISTS", side, "c") == 0
-    assert (await st.read_atomic([a, b])).values == {a: b"2", b: b"1"}
 
 
 async def test_a_version_superseded_here_is_never_completed_later(st: Stampede) -> None:

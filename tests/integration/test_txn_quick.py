@@ -23,7 +23,6 @@ from stampede.errors import ShardResponseError, ShardUnavailable
 from stampede.options import ConnectOptions
 from stampede.testing import LocalPrimaries, RedisProxy
 from stampede.topology._base import each_script
-from stampede.topology._lane import Lane
 from stampede.topology._shards import Shards
 
 from ..support import open_stampede, spread_keys, tasks_created
@@ -187,79 +186,3 @@ async def test_a_round_without_a_connection_at_hand_goes_the_task_way(
 async def test_a_round_of_no_calls_is_empty(st: Stampede) -> None:
     """Nothing to send: an empty answer at once (no answer to wait for)."""
     assert await asyncio.wait_for(st.topology.scripts(COMMIT, []), 1.0) == []
-
-
-# -- rounds of one loop turn share one write per server ---------------------------------
-
-
-def _writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Inside: per `Lane.send_now` write, how many commands it carried."""
-    written: list[int] = []
-    send_now = Lane.send_now
-
-    def counted(self: Lane, commands: Any, then: Any) -> bool:
-        written.append(len(commands))
-        return send_now(self, commands, then)
-
-    monkeypatch.setattr(Lane, "send_now", counted)
-    return written
-
-
-async def _concurrently(st: Stampede, count: int, value: bytes) -> list[Any]:
-    """`count` transactions started in one loop turn, each on three keys of its own."""
-    return await asyncio.gather(
-        *(_commit(st, value + b"%d" % n, [f"{k}:{n}" for k in KEYS]) for n in range(count))
-    )
-
-
-async def test_concurrent_rounds_share_one_write(
-    proxied: tuple[Stampede, RedisProxy], path: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Eight transactions of one loop turn on one server: the first prepare goes at
-    once, the seven others in one write at the end of the turn; each gets its own
-    replies (the task path, which shares nothing, gives the same receipts)."""
-    st, _ = proxied
-    written = _writes(monkeypatch)
-    receipts = await _concurrently(st, 8, b"shared")
-    rounds = list(written)
-    assert all(r.pending == () and not r.atomic for r in receipts)
-    for n in range(8):
-        keys = [f"{k}:{n}" for k in KEYS]
-        assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"shared%d" % n)
-    if path == "quick":
-        assert rounds[:2] == [1, 7]  # prepares: one alone, then seven together
-        assert sum(rounds) == 16 and len(rounds) < 16  # 8 prepares, 8 commits
-
-
-async def test_a_lost_shared_write_resends_each_part_once(
-    proxied: tuple[Stampede, RedisProxy],
-) -> None:
-    """The reply to a shared write of prepares is lost: every part of it is resent
-    once on its own (each is idempotent), and every transaction commits."""
-    st, proxy = proxied
-    await _concurrently(st, 4, b"warm")  # the keys exist, connections are open
-    before = proxy.count(_calls(PREPARE.sha))
-    rule = proxy.drop_reply(lambda cmd: _calls(PREPARE.sha)(cmd) and b"lost2" in cmd[-2])
-    receipts = await _concurrently(st, 4, b"lost")
-    assert rule.hits == 1
-    assert all(r.pending == () for r in receipts)
-    assert proxy.count(_calls(PREPARE.sha)) - before > 4  # the lost ones, twice
-    for n in range(4):
-        keys = [f"{k}:{n}" for k in KEYS]
-        assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"lost%d" % n)
-
-
-async def test_a_script_that_is_not_idempotent_never_shares_a_write(
-    proxied: tuple[Stampede, RedisProxy], path: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Calls of a script that may not be resent go alone, each in its own write, even
-    while others are in flight: a lost shared write would leave them unknown."""
-    st, _ = proxied
-    bump = Script("return redis.call('INCR', KEYS[1])", name="bump")
-    key = b"quick:{alone}"
-    await st.topology.scripts(bump, [([key], [])])  # loaded
-    written = _writes(monkeypatch)
-    got = await asyncio.gather(*(st.topology.scripts(bump, [([key], [])]) for _ in range(4)))
-    assert sorted(r[0] for r in got) == [2, 3, 4, 5]
-    if path == "quick":
-        assert written == [1, 1, 1, 1]

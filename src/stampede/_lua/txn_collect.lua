@@ -6,14 +6,13 @@
 --     and a version at or below the floor `g` (superseded by a group write) are
 --     marked replaced;
 --   * what a commit would collect is collected (replaced more than `grace` ago,
---     beyond the 8 newest), and commit marks older than an hour;
+--     beyond the 8 newest);
 --   * a hash left with nothing a reader needs (no kept or prepared version, no
 --     metadata of the key's current value) is deleted; one whose data key expires
 --     lives no longer than that instant plus `grace`.
 -- Replies the number of hashes deleted.
 --! include now
 --! include older
---! include txn_marks
 local grace, hold = tonumber(ARGV[1]), tonumber(ARGV[2])
 local deleted = 0
 for i = 1, #KEYS / 2 do
@@ -44,14 +43,6 @@ for i = 1, #KEYS / 2 do
     end
   end
 --! include collect_versions
-  for _, field in ipairs({'c', 'C'}) do  -- commit marks older than an hour go
-    local log = redis.call('HGET', side, field)
-    if log then
-      local left = trim_marks(log, now)
-      if left == '' then redis.call('HDEL', side, field)
-      elseif left ~= log then redis.call('HSET', side, field, left) end
-    end
-  end
   local needed, inflight = false, false
   local left = redis.call('HGETALL', side)
   local kept = {}

@@ -7,7 +7,6 @@
 -- kept out (reply 0).
 --! include now
 --! include older
---! include txn_marks
 local grace = tonumber(ARGV[1])
 local out = {}
 for i = 1, #KEYS / 2 do
@@ -74,7 +73,7 @@ for i = 1, #KEYS / 2 do
       redis.call('HSETNX', side, 'x:' .. s, now)
     end
     if state >= 0 then  -- the commit decision reached this key: the sweep's evidence
-      mark_commit(side, v, t, now)
+      redis.call('HSET', side, 'c:' .. s, now)
     end
     out[i] = state
   end

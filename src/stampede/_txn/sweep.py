@@ -29,7 +29,7 @@ from ..wire._txn import Stamp, decode_meta, parse_stamp, side_key, stamp_text
 from .scripts import COLLECT, COMMIT
 from .write import PREPARE_HOLD_MS
 
-__all__ = ["UNDECIDED_MS", "Pending", "commit_mark", "complete_pending", "sweep"]
+__all__ = ["UNDECIDED_MS", "Pending", "complete_pending", "sweep"]
 
 _PATTERNS = (b"*:stampede:v", b"*:stampede:v:u", b"stampede:v:{*")
 _RECORDS = b"*" + COMMIT_SUFFIX
@@ -167,7 +167,7 @@ async def _roll_forward(
 
 async def _decided(topology: Topology, siblings: Sequence[bytes], stamp: Stamp) -> bool:
     """Was the transaction `stamp` committed? Yes when a sibling holds it, or a
-    sibling's version hash marks that its commit reached it (`c`, `C`, kept an hour): a
+    sibling's version hash marks that its commit reached it (`c:`, kept an hour): a
     commit starts only once every prepare was acknowledged, so it must complete
     everywhere, even where every sibling has moved on since."""
     if not siblings:
@@ -175,19 +175,12 @@ async def _decided(topology: Topology, siblings: Sequence[bytes], stamp: Stamp) 
     held = await topology.fetch(siblings)
     if any(_stamp_of(k, raw) == stamp for k, raw in zip(siblings, held, strict=True)):
         return True
-    record, field = commit_mark(stamp), b"c:" + stamp_text(stamp)
+    mark = b"c:" + stamp_text(stamp)
     for sibling in siblings:
         side = side_key(sibling, topology.slot_of)
-        young, old, alone = await topology.execute(side, "HMGET", side, b"c", b"C", field)
-        if any(log is not None and record in log for log in (young, old)) or alone is not None:
+        if await topology.execute(side, "HEXISTS", side, mark):
             return True
     return False
-
-
-def commit_mark(stamp: Stamp) -> bytes:
-    """The head of `stamp`'s record in a version hash's logs of commit marks (fields
-    `c` and `C`, `txn_marks.lua`): `;<version, right-aligned in 20>:<token>=`."""
-    return b";%20d:%s=" % (stamp[0], stamp[1].encode("ascii"))
 
 
 async def _recent(topology: Topology, side: bytes, meta: bytes) -> bool:
