@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .verdict import Mode, Observation, Reason, Status
 
@@ -80,13 +80,17 @@ def new_receipt(
     return receipt
 
 
+def _slot_setters(cls: type) -> tuple[Any, ...]:
+    """Each field's slot setter, in the order of `cls.__slots__` (a slotted dataclass's
+    fields): a frozen dataclass refuses `obj.field = ...`, these do not."""
+    slots: tuple[str, ...] = vars(cls)["__slots__"]
+    return tuple(vars(cls)[name].__set__ for name in slots)
+
+
 _new = object.__new__
-_FIELDS: tuple[str, ...] = ("group", "version", "token", "keys", "mode", "atomic")
-_FIELDS += ("superseded", "deleted", "replicas", "durable")
 (_group, _version, _token, _keys, _mode, _atomic, _superseded, _deleted, _replicas, _durable) = (
-    getattr(Receipt, name).__set__ for name in _FIELDS
+    _slot_setters(Receipt)
 )
-"""Each field's slot setter, in `Receipt`'s order (`new_receipt`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +156,11 @@ class ReadResult(Generic[K]):
         return result
 
 
-# Each field's slot setter: a frozen dataclass refuses `result.status = ...`, these do not.
 _new_result = ReadResult.__new__
 (
     _set_group, _set_status, _set_values, _set_version, _set_token, _set_attempts, _set_reason,
     _set_repaired, _set_queued, _set_observation, _set_repair,
-) = (vars(ReadResult)[name].__set__ for name in ReadResult.__slots__)  # fmt: skip
+) = _slot_setters(ReadResult)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

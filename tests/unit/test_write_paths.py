@@ -194,9 +194,10 @@ def test_new_receipt_is_the_receipt_the_constructor_makes() -> None:
     import dataclasses
 
     from stampede import Receipt
-    from stampede.results import _FIELDS, new_receipt
+    from stampede.results import new_receipt
 
-    assert _FIELDS == tuple(f.name for f in dataclasses.fields(Receipt))
+    # the setters follow `__slots__`: the fields' order
+    assert Receipt.__slots__ == tuple(f.name for f in dataclasses.fields(Receipt))
     made = new_receipt(b"g", 7, "T", (b"a",), Mode.COMMIT, True, (b"a",), False, {"s0": 1}, True)
     assert made == Receipt(
         b"g", 7, "T", (b"a",), Mode.COMMIT, True, (b"a",), False, {"s0": 1}, True
