@@ -9,6 +9,7 @@ key was acknowledged.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -237,16 +238,10 @@ async def write_group(
             raise_for(group, outcome)
     else:
         outcome, atomic = await _committed(topology, versions, group, keys, encoded, lead, stamp)
-    results = outcome.results
-    if KEPT in results.values():
-        superseded = tuple(k for k in keys if results.get(k) == KEPT)
-    else:
-        superseded = ()
-    acks = outcome.acks
-    if durability is None:
-        durable = None
-    else:
-        durable = all(n >= durability.replicas for n in acks.values())
+    results, acks = outcome.results, outcome.acks
+    kept = KEPT in results.values()
+    superseded = tuple(k for k in keys if results.get(k) == KEPT) if kept else ()
+    durable = None if durability is None else all(n >= durability.replicas for n in acks.values())
     return new_receipt(
         group,
         version,
@@ -313,10 +308,20 @@ async def _committed(
 
 
 def _one_slot(topology: Topology, keys: Sequence[bytes]) -> bool:
-    """Do all of `keys` live in one slot?"""
-    slot_of = topology.slot_of
-    first = slot_of(keys[0])
-    return all(slot_of(key) == first for key in keys[1:])
+    """Do all of `keys` live in one slot? Remembered per key tuple, with its topology."""
+    known = _SLOTS.get(keys) if type(keys) is tuple else None
+    if known is not None and known[0]() is topology:
+        return known[1]
+    first = topology.slot_of(keys[0])
+    one = all(topology.slot_of(key) == first for key in keys[1:])
+    if type(keys) is tuple and hasattr(topology, "__weakref__"):
+        if len(_SLOTS) >= _PLANNED_MAX:
+            _SLOTS.clear()
+        _SLOTS[keys] = (weakref.ref(topology), one)
+    return one
+
+
+_SLOTS: dict[tuple[bytes, ...], tuple[weakref.ref[Topology], bool]] = {}
 
 
 def _fresh_limit(versions: VersionSource, stamp: GuardStamp, outcome: WriteOutcome) -> bool:

@@ -167,7 +167,8 @@ async def test_a_write_held_up_past_its_limit_is_sent_again_the_same(mode: Mode)
 
 def test_write_plan_is_remembered_per_key_tuple(monkeypatch: pytest.MonkeyPatch) -> None:
     """`write_plan` partitions a key tuple once (a list every time), and starts over
-    when it holds `PLANS_MAX` tuples; a remembered plan is the one worked out."""
+    when it holds `PLANS_MAX` tuples; a remembered plan (the parts, and each part's
+    positions) is the one worked out."""
     from stampede.topology import _plan
 
     calls: list[Any] = []
@@ -176,11 +177,11 @@ def test_write_plan_is_remembered_per_key_tuple(monkeypatch: pytest.MonkeyPatch)
         calls.append(keys)
         return {0: [0, 2], 1: [1]}
 
-    plans: dict[tuple[bytes, ...], list[Any]] = {}
+    plans: dict[tuple[bytes, ...], Any] = {}
     coalescers: list[Any] = ["c0", "c1"]
     keys = (b"a", b"b", b"c")
     first = _plan.write_plan(plans, keys, partition, coalescers)
-    assert first == [(coalescers[0], [0, 2]), (coalescers[1], [1])]
+    assert first == ([(coalescers[0], [0, 2]), (coalescers[1], [1])], [[0, 2], [1]])
     assert _plan.write_plan(plans, keys, partition, coalescers) is first
     assert _plan.write_plan(plans, list(keys), partition, coalescers) == first
     assert len(calls) == 2 and list(plans) == [keys]
@@ -263,3 +264,61 @@ def test_a_request_without_plain_types_is_packed_by_hiredis() -> None:
     mixed = guard_call(plain + odd)
     assert type(mixed) is tuple
     assert mixed == tuple(guard_call(plain + requests_for([b"b"], [b"y"], [[0]], (), stamp)))
+
+
+async def test_one_slot_is_remembered_per_key_tuple_and_topology() -> None:
+    """Whether a write's keys share one slot (a receipt's `atomic`) is worked out once
+    per key tuple and topology: another topology (whose slots may differ) works it
+    out again."""
+
+    class Slots(DelegatingTopology):
+        def __init__(self, slot: Callable[[bytes], int]) -> None:
+            super().__init__(MemoryTopology())
+            self.slot, self.asked = slot, 0
+
+        def slot_of(self, key: bytes) -> int:
+            self.asked += 1
+            return self.slot(key)
+
+    values = {"one-slot:a": b"1", "one-slot:b": b"2"}
+    same, other = Slots(lambda _: 7), Slots(lambda k: k[-1])
+    for topology, atomic in ((same, True), (same, True), (other, False), (other, False)):
+        receipt = await Stampede(topology).write("g", values)
+        assert receipt.atomic is atomic
+    assert same.asked == other.asked == 2  # each topology's answer remembered
+    assert (await Stampede(same).write("g", values)).atomic  # the other's is not taken
+    assert same.asked == 4
+
+
+def test_queued_write_seconds_expose_what_observe_per_value_gives() -> None:
+    """`stampede_write_seconds` counts its observations in in bulk (before any collect,
+    and every `_QUEUE_MAX`): the samples are those of a plain histogram observing each
+    value (the same buckets, bounds included, and the same sum, bit for bit)."""
+    import random
+
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from stampede import metrics
+
+    def samples(registry: CollectorRegistry, name: str) -> list[Any]:
+        return [
+            (s.name.removeprefix(name), s.labels, s.value)
+            for m in registry.collect()
+            if m.name == name
+            for s in m.samples
+            if s.labels.get("outcome") == "queued-test" and not s.name.endswith("_created")
+        ]
+
+    plain = CollectorRegistry()
+    bounds = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+    twin = Histogram("twin_seconds", "twin", ["outcome"], buckets=bounds, registry=plain)
+    rng = random.Random(7)
+    for i in range(1000):
+        value = rng.choice([*bounds, 0.0, 9.0]) if i % 5 == 0 else rng.expovariate(50)
+        metrics.write_latency(value, "queued-test")
+        twin.labels(outcome="queued-test").observe(value)
+        if i in (3, 500):  # a collect in between counts in what is queued
+            assert samples(metrics.REGISTRY, "stampede_write_seconds") == samples(
+                plain, "twin_seconds"
+            )
+    assert samples(metrics.REGISTRY, "stampede_write_seconds") == samples(plain, "twin_seconds")

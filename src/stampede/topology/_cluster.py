@@ -194,7 +194,7 @@ class Cluster:
         if asks_durability(stamp):
             return await self._write_durable(keys, values, slots, stamp)
         parts = [(self._coalescers(n)[1], pos) for n, pos in self._router.by_slots(slots).items()]
-        return await write_parts(keys, values, parts, slots=slots, **stamp)
+        return await write_parts(keys, values, parts, [p for _, p in parts], stamp, slots)
 
     async def _write_durable(
         self, keys: Sequence[bytes], values: Sequence[bytes], slots: list[int], stamp: GuardStamp

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
+from operator import itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = ["Coalescer", "Fanin", "Quick", "Sink"]
@@ -113,6 +114,8 @@ class _One:
 
 
 Entry = tuple[Any, Sink, int]
+_REQUEST = itemgetter(0)
+"""An `Entry`'s request."""
 
 MAX_IN_FLIGHT = 2
 
@@ -159,10 +162,6 @@ class Coalescer(Generic[Req, Res]):
         """Nothing queued and no round trip in flight."""
         return not (self._tasks or self._queue or self._inline or self._lone)
 
-    @property
-    def _in_flight(self) -> int:
-        return len(self._tasks) + self._lone
-
     async def call(self, request: Req) -> Res:
         """`request`'s result: run in the caller's own task when idle, else batched.
 
@@ -189,21 +188,23 @@ class Coalescer(Generic[Req, Res]):
         self.add(request, _One(future), 0)
         return future
 
-    def add(self, request: Req, sink: Sink, index: int) -> None:
-        """Queue `request`; its result goes to `sink.deliver(index, result)`."""
-        size = self._size(request)
+    def add(self, request: Req, sink: Sink, index: int, size: int | None = None) -> None:
+        """Queue `request`; its result goes to `sink.deliver(index, result)`. `size`: its
+        items when the caller knows them (else `size(request)`)."""
         if not (self._tasks or self._queue or self._inline or self._lone):  # idle, inline
             # Idle: nothing in flight that later requests of this turn could wait
             # behind, so this one goes at once rather than one loop turn later.
             self._start([(request, sink, index)])
             return
+        if size is None:
+            size = self._size(request)
         if self._queue and self._items + size > self.max_items:
             self._flush()  # a request is never split across batches
         self._queue.append((request, sink, index))
         self._items += size
         if self._items >= self.max_items:
             self._flush()
-        elif not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
+        elif not self._scheduled and len(self._tasks) + self._lone < MAX_IN_FLIGHT:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
@@ -217,7 +218,7 @@ class Coalescer(Generic[Req, Res]):
     def _start(self, batch: list[Entry]) -> None:
         quick = self._quick
         if quick is not None:
-            requests = [request for request, _, _ in batch]
+            requests = list(map(_REQUEST, batch))
             self._lone += 1  # before `start`: its answer may not come before it returns
             try:
                 sent = quick.start(requests, partial(self._answered, batch, requests))
@@ -246,7 +247,8 @@ class Coalescer(Generic[Req, Res]):
         if results is not None:
             for (_, sink, index), result in zip(batch, results, strict=True):
                 sink.deliver(index, result)
-        self._next()
+        if self._queue or self._closing is not None:  # else `_next` has nothing to do
+            self._next()
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -254,7 +256,7 @@ class Coalescer(Generic[Req, Res]):
 
     def _next(self) -> None:
         """A batch came back: the queue goes when it may; `aclose` hears when all did."""
-        if self._in_flight < MAX_IN_FLIGHT and self._queue and not self._scheduled:
+        if self._queue and not self._scheduled and len(self._tasks) + self._lone < MAX_IN_FLIGHT:
             self._flush()
         closing = self._closing
         if closing is not None and not closing.done() and not (self._lone or self._tasks):

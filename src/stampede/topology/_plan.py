@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ShardError
 from ._base import READ_WATCH, WriteOutcome
@@ -22,6 +22,7 @@ __all__ = [
     "PLANS_MAX",
     "FetchPlans",
     "Part",
+    "WritePlan",
     "fetch_parts",
     "requests_of",
     "write_parts",
@@ -77,24 +78,29 @@ async def fetch_parts(
     return out
 
 
+WritePlan = tuple[list[Part], list[list[int]]]
+"""A write's parts, and each part's positions (`write_parts`'s `parts` and `positions`)."""
+
+
 def write_plan(
-    plans: dict[tuple[bytes, ...], list[Part]],
+    plans: dict[tuple[bytes, ...], WritePlan],
     keys: Sequence[bytes],
     partition: Callable[[Sequence[bytes]], dict[int, list[int]]],
     coalescers: Sequence[Coalescer[Any, Any]],
-) -> list[Part]:
+) -> WritePlan:
     """The parts of a write of `keys`: shard index -> positions (`partition`), each with
-    its shard's coalescer. Remembered in `plans` by key tuple (a group's keys are
-    written again and again) where a key lives never changes (fixed shards);
-    the lists are read only (`write_parts` keeps them as they are)."""
-    parts = plans.get(keys) if type(keys) is tuple else None
-    if parts is None:
+    its shard's coalescer, and the positions alone. Remembered in `plans` by key tuple
+    (a group's keys are written again and again) where a key lives never changes
+    (fixed shards); the lists are read only (`write_parts` keeps them as they are)."""
+    plan = plans.get(keys) if type(keys) is tuple else None
+    if plan is None:
         parts = [(coalescers[s], positions) for s, positions in partition(keys).items()]
+        plan = (parts, [positions for _, positions in parts])
         if type(keys) is tuple:
             if len(plans) >= PLANS_MAX:
                 plans.clear()
-            plans[keys] = parts
-    return parts
+            plans[keys] = plan
+    return plan
 
 
 def requests_of(keys: Sequence[bytes], parts: list[Part]) -> list[list[bytes]]:
@@ -136,18 +142,20 @@ async def write_parts(
     keys: Sequence[bytes],
     values: Sequence[bytes],
     parts: list[Part],
-    *,
+    positions: list[list[int]],
+    stamp: GuardStamp,
     slots: Sequence[int] = (),
-    **stamp: Unpack[GuardStamp],
 ) -> WriteOutcome:
     """Guarded-write every key through its shard's coalescer; per-shard failures kept.
 
     Every part is queued at once and the answers come back with one wake-up (`Fanin`).
+    `positions` are the parts' (`write_plan`); `stamp` is the write's (`write_guarded`'s
+    keywords, as the dict they came in).
     """
-    requests = requests_for(keys, values, [positions for _, positions in parts], slots, stamp)
+    requests = requests_for(keys, values, positions, slots, stamp)
     fanin = Fanin(len(parts))
-    for index, part in enumerate(parts):
-        part[0].add(requests[index], fanin, index)
+    for index, (coalescer, mine) in enumerate(parts):
+        coalescer.add(requests[index], fanin, index, len(mine))  # its size: its keys
     results = await fanin.future
     outcome = WriteOutcome()
     done = outcome.results

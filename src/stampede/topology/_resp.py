@@ -215,18 +215,21 @@ class Connection(asyncio.Protocol):
         self._write(data, _Waiting(future, None, len(commands), deadline))
         return future
 
-    def send_then(self, commands: Sequence[Sequence[Any]], callback: Callback) -> None:
+    def send_then(
+        self, commands: Sequence[Sequence[Any]], callback: Callback, *, blocks: float | None = None
+    ) -> None:
         """Write `commands` now (on a `usable` connection); `callback` gets their replies,
         or the `ConnectionLost` / `ReplyTimeout` that ended the connection first,
         exactly once, from inside the protocol (it must not raise).
 
         `TypeError` (nothing written) for an argument that cannot be sent;
-        `ConnectionLost` (nothing written) when the connection is closed.
+        `ConnectionLost` (nothing written) when the connection is closed. `blocks` as
+        for `send` (`Lane.send_now` has counted it: 0).
         """
         data = pack(commands)
         if self._closed is not None or self._transport is None:
             raise self._closed or ConnectionLost("not connected")
-        deadline = self._deadline(commands, None, None)
+        deadline = self._deadline(commands, None, blocks)
         self._write(data, _Waiting(None, callback, len(commands), deadline))
 
     def _deadline(

@@ -87,6 +87,16 @@ def guard_call(requests: list[WriteRequest]) -> tuple[Any, ...]:
     """The one EVALSHA of a batch of guarded writes: the command `run` sends first (its
     requests' keys, then their ARGV, in order), built in one list; with its RESP bytes
     joined from the requests' own (`Packed`) when every request has them."""
+    if len(requests) == 1:  # a lone request (every part of a lone write): no lists
+        request = requests[0]
+        keys, resp = request.keys, request.resp
+        one = ("EVALSHA", GUARD.sha, len(keys), *keys, *request.argv)
+        if resp is None:
+            return one
+        call = Packed(one)
+        n = b"%d" % len(keys)
+        call.resp = b"*%d\r\n%s$%d\r\n%s\r\n%s%s" % (len(one), _HEAD, len(n), n, *resp)
+        return call
     command: list[Any] = ["EVALSHA", GUARD.sha, 0]
     count = 0
     made: list[tuple[bytes, bytes]] = []
@@ -104,8 +114,7 @@ def guard_call(requests: list[WriteRequest]) -> tuple[Any, ...]:
     call = Packed(command)
     call.resp = b"".join(
         [
-            b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
-            % (len(command), len(_SHA), _SHA, len(n), n),
+            b"*%d\r\n%s$%d\r\n%s\r\n" % (len(command), _HEAD, len(n), n),
             *[names for names, _ in made],
             *[args for _, args in made],
         ]
@@ -114,6 +123,8 @@ def guard_call(requests: list[WriteRequest]) -> tuple[Any, ...]:
 
 
 _SHA = GUARD.sha.encode()
+_HEAD = b"$7\r\nEVALSHA\r\n$%d\r\n%s\r\n" % (len(_SHA), _SHA)
+"""The RESP of a guard call's first two arguments."""
 
 
 class ShardWrites:

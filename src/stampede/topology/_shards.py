@@ -45,7 +45,7 @@ from ._node_ops import (
     run_script,
     transaction,
 )
-from ._plan import FetchPlans, Part, write_parts, write_plan
+from ._plan import FetchPlans, Part, WritePlan, write_parts, write_plan
 from ._retries import Markers, is_idempotent
 from ._rounds import script_round
 from ._shard_io import ShardReads, ShardWrites
@@ -107,7 +107,7 @@ class Shards(FixedShards):
             )
         self._policy = policy
         self._places: dict[bytes, tuple[int, int]] = {}
-        self._write_plans: dict[tuple[bytes, ...], list[Part]] = {}  # see `write_plan`
+        self._write_plans: dict[tuple[bytes, ...], WritePlan] = {}  # see `write_plan`
         self._fetches = FetchPlans(self._fetch_plan)
         self._lanes = [
             Lane(
@@ -291,8 +291,8 @@ class Shards(FixedShards):
             return durable_write(
                 keys, values, stamp, self._partition(keys), self._names, self._send_durable
             )
-        parts = write_plan(self._write_plans, keys, self._partition, self._writers)
-        return write_parts(keys, values, parts, **stamp)
+        parts, positions = write_plan(self._write_plans, keys, self._partition, self._writers)
+        return write_parts(keys, values, parts, positions, stamp)
 
     async def _send_durable(self, shard: int, commands: list[tuple[Any, ...]]) -> list[Any]:
         lane = self._lanes[shard]
