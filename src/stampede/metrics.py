@@ -33,14 +33,11 @@ system; a hook that raises is dropped from that call only.
 from __future__ import annotations
 
 import logging
-import threading
-from bisect import bisect_left
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
-from prometheus_client import CollectorRegistry, Counter, Histogram, values
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -98,48 +95,7 @@ _LOST = Counter(
     ["source"],
     registry=REGISTRY,
 )
-
-
-class _Queued(Histogram):
-    """A histogram whose children take `write_latency`'s observations on a queue and
-    count them into their buckets in bulk (`flush`): before their samples are read
-    (any collect, so every scrape) and every `_QUEUE_MAX` observations. A scrape sees
-    what `observe` per value gives: the same buckets (the first bound >= the value),
-    the sum added value by value in the same order. Written per value (`_QUEUE_MAX` 1)
-    in prometheus_client's multiprocess mode, whose scrapes read files, not this."""
-
-    def _metric_init(self) -> None:
-        super()._metric_init()
-        self.queue: deque[float] = deque()
-        self._flushing = threading.Lock()
-
-    def flush(self) -> None:
-        """Count the queued observations in (a thread may append meanwhile)."""
-        queue = self.queue
-        if not queue:
-            return
-        bounds = self._upper_bounds
-        with self._flushing:
-            counts = [0] * len(bounds)
-            total = self._sum.get()
-            for _ in range(len(queue)):
-                amount = queue.popleft()
-                total += amount
-                counts[bisect_left(bounds, amount)] += 1
-            self._sum.set(total)
-            for bucket, n in zip(self._buckets, counts, strict=True):
-                if n:
-                    bucket.inc(n)
-
-    def _child_samples(self) -> Any:
-        self.flush()
-        return super()._child_samples()
-
-
-_QUEUE_MAX = 256 if values.ValueClass is values.MutexValue else 1
-"""Observations a `_Queued` child holds before it counts them in."""
-
-_WRITES = _Queued(
+_WRITES = Histogram(
     "stampede_write_seconds",
     "Stamped writes, end to end, by outcome (ok, partial, error).",
     ["outcome"],
@@ -258,15 +214,12 @@ def write_latency(seconds: float, outcome: str = "ok") -> None:
     child = _WRITE_CHILDREN.get(outcome)
     if child is None:
         child = _WRITE_CHILDREN[outcome] = _WRITES.labels(outcome=outcome)
-    queue = child.queue
-    queue.append(seconds)  # counted in before any collect (`_Queued`)
-    if len(queue) >= _QUEUE_MAX:
-        child.flush()
+    child.observe(seconds)
     if _hooks:
         _emit("stampede_write_seconds", seconds, {"outcome": outcome})
 
 
-_WRITE_CHILDREN: dict[str, _Queued] = {}
+_WRITE_CHILDREN: dict[str, Any] = {}
 """`_WRITES` by outcome: `labels()` looked up once per outcome, not per write."""
 
 

@@ -288,37 +288,3 @@ async def test_one_slot_is_remembered_per_key_tuple_and_topology() -> None:
     assert same.asked == other.asked == 2  # each topology's answer remembered
     assert (await Stampede(same).write("g", values)).atomic  # the other's is not taken
     assert same.asked == 4
-
-
-def test_queued_write_seconds_expose_what_observe_per_value_gives() -> None:
-    """`stampede_write_seconds` counts its observations in in bulk (before any collect,
-    and every `_QUEUE_MAX`): the samples are those of a plain histogram observing each
-    value (the same buckets, bounds included, and the same sum, bit for bit)."""
-    import random
-
-    from prometheus_client import CollectorRegistry, Histogram
-
-    from stampede import metrics
-
-    def samples(registry: CollectorRegistry, name: str) -> list[Any]:
-        return [
-            (s.name.removeprefix(name), s.labels, s.value)
-            for m in registry.collect()
-            if m.name == name
-            for s in m.samples
-            if s.labels.get("outcome") == "queued-test" and not s.name.endswith("_created")
-        ]
-
-    plain = CollectorRegistry()
-    bounds = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-    twin = Histogram("twin_seconds", "twin", ["outcome"], buckets=bounds, registry=plain)
-    rng = random.Random(7)
-    for i in range(1000):
-        value = rng.choice([*bounds, 0.0, 9.0]) if i % 5 == 0 else rng.expovariate(50)
-        metrics.write_latency(value, "queued-test")
-        twin.labels(outcome="queued-test").observe(value)
-        if i in (3, 500):  # a collect in between counts in what is queued
-            assert samples(metrics.REGISTRY, "stampede_write_seconds") == samples(
-                plain, "twin_seconds"
-            )
-    assert samples(metrics.REGISTRY, "stampede_write_seconds") == samples(plain, "twin_seconds")
