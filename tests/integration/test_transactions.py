@@ -18,7 +18,7 @@ from stampede.repair import NewestWins, RepairQueue
 from stampede.repair._worker import Worker
 from stampede.results import AtomicRead
 from stampede.wire import new_token
-from stampede.wire._txn import encode_meta, side_key
+from stampede.wire._txn import encode_meta, mark_record, side_key
 
 from ..support import eventually, open_stampede, spread_keys
 
@@ -163,17 +163,17 @@ async def test_storage_returns_to_one_version_after_the_grace_window(
         for key in keys:
             side = side_key(key.encode(), st.topology.slot_of)
             fields = await st.topology.execute(side, "HKEYS", side)
-            # k: the data key's name; c: marks of commit decisions (kept for the sweep)
-            versions = [f for f in fields if f != b"k" and not f.startswith(b"c:")]
+            # k: the data key's name; c: the marks of commit decisions (for the sweep)
+            versions = [f for f in fields if f not in (b"k", b"c")]
             assert len(versions) == 1 and versions[0].startswith(b"m:"), fields
 
 
 async def test_a_hot_keys_version_hash_stays_bounded(
     topology_env: tuple[str, Any],
 ) -> None:
-    """A key rewritten by 100 transactions keeps at most 80 commit marks (`c:`),
-    among them the 64 newest, and at most 8 replaced versions: the marks are cut
-    back in bulk, oldest stamp first, not one sort per commit."""
+    """A key rewritten by 100 transactions keeps at most 8 replaced versions, and its
+    commit marks as one field (`c`) of fixed-width records: at most 80, among them
+    the 64 newest, cut back in bulk, oldest stamp first, not one sort per commit."""
     kind, env = topology_env
     async with open_stampede(env, kind) as st:
         keys = spread_keys(st, "hotv", 2)
@@ -183,17 +183,20 @@ async def test_a_hot_keys_version_hash_stays_bounded(
                 for key in keys:
                     tx.set(key, b"%d" % i)
             assert tx.receipt is not None
-            stamps.append(b"%d:%s" % (tx.receipt.version, tx.receipt.token.encode()))
+            stamps.append((tx.receipt.version, tx.receipt.token))
         for key in keys:
             side = side_key(key.encode(), st.topology.slot_of)
-            fields = set(await st.topology.execute(side, "HKEYS", side))
-            marks = {f[2:] for f in fields if f.startswith(b"c:")}
-            assert 64 <= len(marks) <= 80, len(marks)
-            assert set(stamps[-64:]) <= marks
-            assert marks <= set(stamps)
-            replaced = [f for f in fields if f.startswith(b"x:")]
+            fields = await st.topology.execute(side, "HGETALL", side)
+            hashed = dict(zip(fields[::2], fields[1::2], strict=True))
+            log = hashed[b"c"]
+            records = [log[i : i + 48] for i in range(0, len(log), 48)]
+            assert 64 <= len(records) <= 80, len(records)
+            assert records == sorted(records)  # one after another: commit order is stamp order
+            assert {mark_record(s) for s in stamps[-64:]} <= set(records)
+            assert set(records) <= {mark_record(s) for s in stamps}
+            replaced = [f for f in hashed if f.startswith(b"x:")]
             assert len(replaced) <= 8
-            assert b"m:" + stamps[-1] in fields
+            assert b"m:%d:%s" % (stamps[-1][0], stamps[-1][1].encode()) in hashed
             assert (await st.read_atomic([key])).values[key] == b"99"
 
 
@@ -290,7 +293,7 @@ async def test_the_worker_sweeps_version_hashes(topology_env: tuple[str, Any]) -
             for key in keys:
                 side = side_key(key.encode(), st.topology.slot_of)
                 fields = await st.topology.execute(side, "HKEYS", side)
-                fields = [f for f in fields if not f.startswith(b"c:")]
+                fields = [f for f in fields if f != b"c"]
                 if [f for f in fields if f != b"k"] != [f for f in fields if f.startswith(b"m:")]:
                     return False
                 if len([f for f in fields if f.startswith(b"m:")]) != 1:

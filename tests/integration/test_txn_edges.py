@@ -34,7 +34,7 @@ from stampede.testing.faults import DelegatingTopology
 from stampede.typing import RepairContext
 from stampede.verdict import Observation, judge
 from stampede.wire import new_token
-from stampede.wire._txn import encode_meta, side_key
+from stampede.wire._txn import encode_meta, mark_record, side_key
 
 from ..support import eventually, gone, open_stampede, raw_value, spread_keys
 
@@ -653,6 +653,32 @@ async def test_a_pending_key_is_completed_after_every_sibling_moved_on(st: Stamp
     version, token = await _pending_at_first(st, a, b, b"new")
     async with st.transaction() as tx:
         tx.set(b, b"newer")
+    await sweep(st.topology)
+    stored = Envelope.decode(await raw_value(st, a) or b"")
+    assert (stored.version, stored.token, stored.payload) == (version, token, b"new")
+
+
+async def test_commit_marks_of_another_shape_are_started_afresh(st: Stampede) -> None:
+    """The commit marks (the version hash's field `c`) are fixed-width records; a
+    value of another shape there (another program's) is replaced by a log that
+    starts with the next commit's record, which the sweep then finds: F3 again, with
+    b's marks overwritten before the transaction commits there."""
+    a, b = spread_keys(st, "f3c", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+        tx.set(b, b"old")
+    side = side_key(b.encode(), st.topology.slot_of)
+    assert len(await st.topology.execute(side, "HGET", side, "c")) == 48
+    await st.topology.execute(side, "HSET", side, "c", b"not a log of records")
+    version, token = await _pending_at_first(st, a, b, b"new")
+    assert await st.topology.execute(side, "HGET", side, "c") == mark_record((version, token))
+    async with st.transaction() as tx:
+        tx.set(b, b"newer")
+    assert tx.receipt is not None
+    log = await st.topology.execute(side, "HGET", side, "c")
+    assert log == mark_record((version, token)) + mark_record(
+        (tx.receipt.version, tx.receipt.token)
+    )
     await sweep(st.topology)
     stored = Envelope.decode(await raw_value(st, a) or b"")
     assert (stored.version, stored.token, stored.payload) == (version, token, b"new")

@@ -13,6 +13,7 @@
 -- Replies the number of hashes deleted.
 --! include now
 --! include older
+--! include oldest_first
 local grace, hold = tonumber(ARGV[1]), tonumber(ARGV[2])
 local deleted = 0
 for i = 1, #KEYS / 2 do

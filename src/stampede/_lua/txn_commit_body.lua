@@ -7,6 +7,8 @@
 -- kept out (reply 0).
 --! include now
 --! include older
+--! include oldest_first
+--! include commit_marks
 local grace = tonumber(ARGV[1])
 local out = {}
 for i = 1, #KEYS / 2 do
@@ -72,9 +74,7 @@ for i = 1, #KEYS / 2 do
       redis.call('HSET', side, 'd:' .. s, env)
       redis.call('HSETNX', side, 'x:' .. s, now)
     end
-    if state >= 0 then  -- the commit decision reached this key: the sweep's evidence
-      redis.call('HSET', side, 'c:' .. s, now)
-    end
+    if state >= 0 then mark_decided(side, v, t) end  -- the sweep's evidence
     out[i] = state
   end
   if not curv and cur then curv, curt = string.match(cur, '^(%d+):([0-9A-Z]+)') end

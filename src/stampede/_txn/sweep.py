@@ -25,7 +25,7 @@ from ..errors import MalformedEnvelope, ShardResponseError
 from ..topology._guard import CAS
 from ..typing import Topology
 from ..wire import COMMIT_SUFFIX, Envelope, decode_commit
-from ..wire._txn import Stamp, decode_meta, parse_stamp, side_key, stamp_text
+from ..wire._txn import Stamp, decode_meta, mark_record, parse_stamp, side_key
 from .scripts import COLLECT, COMMIT
 from .write import PREPARE_HOLD_MS
 
@@ -167,18 +167,20 @@ async def _roll_forward(
 
 async def _decided(topology: Topology, siblings: Sequence[bytes], stamp: Stamp) -> bool:
     """Was the transaction `stamp` committed? Yes when a sibling holds it, or a
-    sibling's version hash marks that its commit reached it (`c:`, kept an hour): a
-    commit starts only once every prepare was acknowledged, so it must complete
-    everywhere, even where every sibling has moved on since."""
+    sibling's commit marks (its version hash's field `c`, the 64 to 80 newest) say
+    that its commit reached it: a commit starts only once every prepare was
+    acknowledged, so it must complete everywhere, even where every sibling has moved
+    on since."""
     if not siblings:
         return False
     held = await topology.fetch(siblings)
     if any(_stamp_of(k, raw) == stamp for k, raw in zip(siblings, held, strict=True)):
         return True
-    mark = b"c:" + stamp_text(stamp)
+    record = mark_record(stamp)
     for sibling in siblings:
         side = side_key(sibling, topology.slot_of)
-        if await topology.execute(side, "HEXISTS", side, mark):
+        # (each record ends in its only `;`: a match is a whole record)
+        if record in (await topology.execute(side, "HGET", side, "c") or b""):
             return True
     return False
 

@@ -20,6 +20,11 @@ fields  k                     the data key's name (for the sweep)
                               once the grace window has passed
 ```
 
+The field `c` is the key's *commit marks*: the stamps of the transactions whose
+commit decision reached the key (the sweep's evidence that a transaction was
+decided), a log of fixed-width records, `<version zero-padded to 20 digits>:<token>;`,
+the 64 to 80 newest.
+
 The JSON list uses UTF-8 with `surrogateescape` escapes for keys that are not
 UTF-8, as the commit record does.
 """
@@ -36,6 +41,7 @@ __all__ = [
     "Stamp",
     "decode_meta",
     "encode_meta",
+    "mark_record",
     "parse_stamp",
     "side_key",
     "stamp_text",
@@ -58,6 +64,11 @@ def side_key(key: bytes, slot_of: Callable[[bytes], int]) -> bytes:
     if candidate is not None and slot_of(candidate) == slot:
         return candidate
     return _anchored(key, slot, slot_of)
+
+
+def mark_record(stamp: Stamp) -> bytes:
+    """The record of `stamp` in a version hash's commit marks (its field `c`)."""
+    return b"%020d:%s;" % (stamp[0], stamp[1].encode("ascii"))
 
 
 def _anchored(key: bytes, slot: int, slot_of: Callable[[bytes], int]) -> bytes:
