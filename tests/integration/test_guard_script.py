@@ -18,10 +18,13 @@ YEAR_MS = 365 * 24 * 3600 * 1000
 def _argv(
     writes: Sequence[tuple[int, str, bytes]], *, at: int = 0, keep: int = 5000
 ) -> list[object]:
-    """Six ARGV per key: version, token, expire-at, value, limit, keep."""
+    """The guard's ARGV for one write per key (each key its own stamp, in order): a
+    lone key's stamp (version, token, expire-at, limit, keep) then its value; for
+    several, per key: 1 (its key count), its stamp, its value."""
     out: list[object] = []
     for version, token, payload in writes:
-        out += [version, token, at, Envelope(version, token, payload).encode(), 0, keep]
+        stamp = [version, token, at, 0, keep, Envelope(version, token, payload).encode()]
+        out += stamp if len(writes) == 1 else [1, *stamp]
     return out
 
 

@@ -1,12 +1,27 @@
 --! fragment
 -- The guard's decisions and writes, shared by guard.lua and guard_cross_slot.lua.
--- Expects: `n` keys `K[1..n]`, key i's six ARGV from `off + (i - 1) * 6 + 1`,
--- `seen[i]` its value (false: none) and `wrong` (nil, or wrong[i] true when key i
--- holds another type), and `batched`: true when the keys may share one command
+-- Expects: `n` keys `K[1..n]`, their ARGV after `off` (the layout below),
+-- `seen[i]` key i's value (false: none) and `wrong` (nil, or wrong[i] true when key
+-- i holds another type), and `batched`: true when the keys may share one command
 -- (not keys of many slots).
+-- ARGV after `off`, one write's stamp once for all its keys: a lone write is its
+-- stamp (version, token, expire-at, limit, keep) then one value per key (5 + n
+-- values); a batch is, per write in order, its key count, its stamp and its keys'
+-- values (6 per write + n, never 5 + n). Key i's stamp is ARGV[s + 1 .. s + 5],
+-- s = S[i] (a batch) or `off` (a lone write); its value ARGV[V[i]] or ARGV[off + 5 + i].
 --! include older
 --! include version_hash
 --! include guard_keep
+local S, V
+if #ARGV - off ~= n + 5 then
+  S, V = {}, {}
+  local p, i = off, 0
+  while i < n do
+    local c = tonumber(ARGV[p + 1])
+    for j = 1, c do S[i + j], V[i + j] = p + 1, p + 6 + j end
+    i, p = i + c, p + 6 + c
+  end
+end
 local function judge(cur, v, t, lim)
 --! include compare
   return state, enveloped
@@ -18,17 +33,17 @@ end
 -- no envelope, so nothing to keep; it replies 1)
 local out, refused = {}, nil
 for i = 1, n do
-  local b = off + (i - 1) * 6
+  local s = S and S[i] or off
   local state = -1
   if not (wrong and wrong[i]) then
     local enveloped
-    state, enveloped = judge(seen[i], ARGV[b + 1], ARGV[b + 2], ARGV[b + 5])
+    state, enveloped = judge(seen[i], ARGV[s + 1], ARGV[s + 2], ARGV[s + 4])
     if state == 1 and not enveloped then state = 9 end
   end
   out[i] = state
   if state < 0 then
     refused = refused or {}
-    refused[ARGV[b + 1] .. ':' .. ARGV[b + 2]] = true
+    refused[ARGV[s + 1] .. ':' .. ARGV[s + 2]] = true
   end
 end
 -- A key named twice in this call (two writes merged into one call): compared, in
@@ -64,20 +79,20 @@ local function side_names(key)
   local base = '{' .. key .. '}:stampede:'
   return base .. 'p', base .. 'v:u'
 end
--- put(key, b, cur): write key's value (its ARGV from offset b), keeping `cur`,
--- the envelope it replaces (false: none); plain values wait for one MSET, and the
--- version hash is noted for the one EXISTS below.
+-- put(key, s, value, cur): write key's value (its stamp's ARGV from offset s),
+-- keeping `cur`, the envelope it replaces (false: none); plain values wait for one
+-- MSET, and the version hash is noted for the one EXISTS below.
 local plain, np, hashes, nh = {}, 0, {}, 0
-local function put(key, b, cur)
+local function put(key, s, value, cur)
   local kk, vh = side_names(key)
-  local expires = ARGV[b + 3]
-  if kk then keep(kk, cur, ARGV[b + 6], expires) end
-  if expires ~= '0' then redis.call('SET', key, ARGV[b + 4], 'PXAT', expires)
+  local expires = ARGV[s + 3]
+  if kk then keep(kk, cur, ARGV[s + 5], expires) end
+  if expires ~= '0' then redis.call('SET', key, value, 'PXAT', expires)
   elseif batched then
-    plain[np + 1], plain[np + 2] = key, ARGV[b + 4]
+    plain[np + 1], plain[np + 2] = key, value
     np = np + 2
   else
-    redis.call('SET', key, ARGV[b + 4])
+    redis.call('SET', key, value)
   end
   if batched and vh then
     nh = nh + 1
@@ -85,18 +100,18 @@ local function put(key, b, cur)
   end
 end
 -- With no key twice (the usual call), each key written is put in place; else, in
--- first-seen order, `at[w]` is the offset of the call's newest write of key w in
--- ARGV and `was[w]` the envelope that write replaces.
+-- first-seen order, `at[w]` is the place (1..n) of the call's newest write of key w
+-- and `was[w]` the envelope that write replaces.
 local keys, at, w = nil, nil, 0
 if not twice then
   for i = 1, n do
     local state = out[i]
-    local b = off + (i - 1) * 6
-    if state >= 0 and refused and refused[ARGV[b + 1] .. ':' .. ARGV[b + 2]] then
+    local s = S and S[i] or off
+    if state >= 0 and refused and refused[ARGV[s + 1] .. ':' .. ARGV[s + 2]] then
       state = -6
     end
     if state == 1 or state == 9 then
-      put(K[i], b, state == 1 and seen[i])
+      put(K[i], s, ARGV[V and V[i] or off + 5 + i], state == 1 and seen[i])
       state = 1
     end
     out[i] = state
@@ -106,14 +121,15 @@ else
   keys, at = {}, {}
   for i = 1, n do
     local key = K[i]
-    local b = off + (i - 1) * 6
-    local v, t = ARGV[b + 1], ARGV[b + 2]
+    local s = S and S[i] or off
+    local v, t = ARGV[s + 1], ARGV[s + 2]
     local state, cur = out[i], seen[i]
     local j = place[key]
     if j and not (wrong and wrong[i]) then
       local enveloped
-      cur = ARGV[at[j] + 4]
-      state, enveloped = judge(cur, v, t, ARGV[b + 5])
+      local h = at[j]
+      cur = ARGV[V and V[h] or off + 5 + h]
+      state, enveloped = judge(cur, v, t, ARGV[s + 4])
       if state == 1 and not enveloped then state = 9 end
     end
     if state >= 0 and refused and refused[v .. ':' .. t] then state = -6 end
@@ -124,12 +140,15 @@ else
         keys[j] = key
         place[key] = j
       end
-      at[j], was[j] = b, state == 1 and cur
+      at[j], was[j] = i, state == 1 and cur
       state = 1
     end
     out[i] = state
   end
-  for j = 1, w do put(keys[j], at[j], was[j]) end
+  for j = 1, w do
+    local h = at[j]
+    put(keys[j], S and S[h] or off, ARGV[V and V[h] or off + 5 + h], was[j])
+  end
 end
 for s = 1, np, 512 do redis.call('MSET', unpack(plain, s, math.min(np, s + 511))) end
 -- (pcall: a hash in a slot that is migrating may not be local; raise_floor then
@@ -138,12 +157,15 @@ for s = 1, np, 512 do redis.call('MSET', unpack(plain, s, math.min(np, s + 511))
 local found = not batched or (nh > 0 and redis.pcall('EXISTS', unpack(hashes)))
 if found and (type(found) ~= 'number' or found > 0) then
   if keys then
-    for j = 1, w do raise_floor(keys[j], ARGV[at[j] + 1], ARGV[at[j] + 2]) end
+    for j = 1, w do
+      local s = S and S[at[j]] or off
+      raise_floor(keys[j], ARGV[s + 1], ARGV[s + 2])
+    end
   else
     for i = 1, n do
       if out[i] == 1 then
-        local b = off + (i - 1) * 6
-        raise_floor(K[i], ARGV[b + 1], ARGV[b + 2])
+        local s = S and S[i] or off
+        raise_floor(K[i], ARGV[s + 1], ARGV[s + 2])
       end
     end
   end

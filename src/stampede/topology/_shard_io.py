@@ -85,8 +85,9 @@ class ShardReads:
 
 def guard_call(requests: list[WriteRequest]) -> tuple[Any, ...]:
     """The one EVALSHA of a batch of guarded writes: the command `run` sends first (its
-    requests' keys, then their ARGV, in order), built in one list; with its RESP bytes
-    joined from the requests' own (`Packed`) when every request has them."""
+    requests' keys, then their ARGV, in order, as `joined` makes them), built in one
+    list; with its RESP bytes joined from the requests' own (`Packed`) when every
+    request has them."""
     command: list[Any] = ["EVALSHA", GUARD.sha, 0]
     count = 0
     made: list[tuple[bytes, bytes]] = []
@@ -96,18 +97,28 @@ def guard_call(requests: list[WriteRequest]) -> tuple[Any, ...]:
         if request.resp is not None:
             made.append(request.resp)
     command[2] = count
+    lone = len(requests) == 1
     for request in requests:
+        if not lone:
+            command.append(len(request.keys))
         command += request.argv
     if len(made) != len(requests):
         return tuple(command)
     n = b"%d" % count
     call = Packed(command)
+    if lone:
+        args = [made[0][1]]
+    else:
+        args = []
+        for request, (_, made_args) in zip(requests, made, strict=True):
+            c = b"%d" % len(request.keys)
+            args += (b"$%d\r\n%s\r\n" % (len(c), c), made_args)
     call.resp = b"".join(
         [
             b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
             % (len(command), len(_SHA), _SHA, len(n), n),
             *[names for names, _ in made],
-            *[args for _, args in made],
+            *args,
         ]
     )
     return call
