@@ -9,9 +9,9 @@
 -- values); a batch is, per write in order, its key count, its stamp and its keys'
 -- values (6 per write + n, never 5 + n). Key i's stamp is ARGV[s + 1 .. s + 5],
 -- s = S[i] (a batch) or `off` (a lone write); its value ARGV[V[i]] or ARGV[off + 5 + i].
---! include older
---! include version_hash
---! include guard_keep
+-- (The common path makes no closure that captures a local: each captured local
+-- costs the server an allocation per call. Functions only a rare path needs are
+-- made on that path.)
 local S, V
 if #ARGV - off ~= n + 5 then
   S, V = {}, {}
@@ -62,63 +62,13 @@ elseif n > 1 then
     for h = 1, i - 1 do if K[h] == key then twice = true end end
   end
 end
--- side_names(key): the key's kept list and version hash, as kept_key.lua and
--- version_hash.lua name them (nil, nil for a key with braces but no tag), from
--- one look at its braces.
-local function side_names(key)
-  local open = string.find(key, '{', 1, true)
-  if open then
-    local close = string.find(key, '}', open + 1, true)
-    if close and close > open + 1 then
-      local base = key .. ':stampede:'
-      return base .. 'p', base .. 'v'
-    end
-    return nil, nil
-  end
-  if string.find(key, '}', 1, true) then return nil, nil end
-  local base = '{' .. key .. '}:stampede:'
-  return base .. 'p', base .. 'v:u'
-end
--- put(key, s, value, cur): write key's value (its stamp's ARGV from offset s),
--- keeping `cur`, the envelope it replaces (false: none); plain values wait for one
--- MSET, and the version hash is noted for the one EXISTS below.
-local plain, np, hashes, nh = {}, 0, {}, 0
-local function put(key, s, value, cur)
-  local kk, vh = side_names(key)
-  local expires = ARGV[s + 3]
-  if kk then keep(kk, cur, ARGV[s + 5], expires) end
-  if expires ~= '0' then redis.call('SET', key, value, 'PXAT', expires)
-  elseif batched then
-    plain[np + 1], plain[np + 2] = key, value
-    np = np + 2
-  else
-    redis.call('SET', key, value)
-  end
-  if batched and vh then
-    nh = nh + 1
-    hashes[nh] = vh
-  end
-end
--- With no key twice (the usual call), each key written is put in place; else, in
--- first-seen order, `at[w]` is the place (1..n) of the call's newest write of key w
--- and `was[w]` the envelope that write replaces.
-local keys, at, w = nil, nil, 0
-if not twice then
-  for i = 1, n do
-    local state = out[i]
-    local s = S and S[i] or off
-    if state >= 0 and refused and refused[ARGV[s + 1] .. ':' .. ARGV[s + 2]] then
-      state = -6
-    end
-    if state == 1 or state == 9 then
-      put(K[i], s, ARGV[V and V[i] or off + 5 + i], state == 1 and seen[i])
-      state = 1
-    end
-    out[i] = state
-  end
-else
-  local place, was = {}, {}
-  keys, at = {}, {}
+-- With no key twice (the usual call), key j of the writes below is key j of the
+-- call; else, in first-seen order, `at[j]` is the place (1..n) of the call's newest
+-- write of key j, `keys[j]` the key and `was[j]` the envelope that write replaces.
+local keys, at, was, w = nil, nil, nil, n
+if twice then
+  local place = {}
+  keys, at, was, w = {}, {}, {}, 0
   for i = 1, n do
     local key = K[i]
     local s = S and S[i] or off
@@ -145,28 +95,75 @@ else
     end
     out[i] = state
   end
-  for j = 1, w do
-    local h = at[j]
-    put(keys[j], S and S[h] or off, ARGV[V and V[h] or off + 5 + h], was[j])
+end
+-- Each key written: its value, keeping the envelope it replaces (`cur`, false: none)
+-- on its kept list, whose name and the version hash's come from one look at the
+-- key's braces (as kept_key.lua and version_hash.lua name them; none for a key with
+-- braces but no tag). Plain values wait for one MSET (one SET when there is one),
+-- the version hashes for one EXISTS below.
+local plain, np, hashes, nh, h1 = nil, 0, nil, 0, nil
+for j = 1, w do
+  local i, key, cur = j, nil, false
+  if keys then
+    i, key, cur = at[j], keys[j], was[j]
+  else
+    local state = out[j]
+    if state >= 0 and refused then
+      local s = S and S[j] or off
+      if refused[ARGV[s + 1] .. ':' .. ARGV[s + 2]] then state = -6 end
+    end
+    if state == 1 or state == 9 then
+      key, cur = K[j], state == 1 and seen[j]
+      state = 1
+    end
+    out[j] = state
+  end
+  if key then
+    local s = S and S[i] or off
+    local value, expires, kk, vh = ARGV[V and V[i] or off + 5 + i], ARGV[s + 3], nil, nil
+    local open = string.find(key, '{', 1, true)
+    if open then
+      local close = string.find(key, '}', open + 1, true)
+      if close and close > open + 1 then
+        kk, vh = key .. ':stampede:p', key .. ':stampede:v'
+      end
+    elseif not string.find(key, '}', 1, true) then
+      kk, vh = '{' .. key .. '}:stampede:p', '{' .. key .. '}:stampede:v:u'
+    end
+--! include guard_keep
+    if expires ~= '0' then redis.call('SET', key, value, 'PXAT', expires)
+    elseif not batched then redis.call('SET', key, value)
+    elseif np == 0 then plain, np = {key, value}, 2
+    else
+      plain[np + 1], plain[np + 2] = key, value
+      np = np + 2
+    end
+    if batched and vh then
+      nh = nh + 1
+      if nh == 1 then h1 = vh
+      elseif nh == 2 then hashes = {h1, vh}
+      else hashes[nh] = vh end
+    end
   end
 end
-for s = 1, np, 512 do redis.call('MSET', unpack(plain, s, math.min(np, s + 511))) end
+if np == 2 then redis.call('SET', plain[1], plain[2])
+else
+  for s = 1, np, 512 do redis.call('MSET', unpack(plain, s, math.min(np, s + 511))) end
+end
 -- (pcall: a hash in a slot that is migrating may not be local; raise_floor then
 -- looks at each, best effort as it does). Keys of many slots (not batched) may not
 -- share one EXISTS: each looks at its own hash.
-local found = not batched or (nh > 0 and redis.pcall('EXISTS', unpack(hashes)))
+local found = not batched
+if nh == 1 then found = redis.pcall('EXISTS', h1)
+elseif nh > 1 then found = redis.pcall('EXISTS', unpack(hashes)) end
 if found and (type(found) ~= 'number' or found > 0) then
-  if keys then
-    for j = 1, w do
-      local s = S and S[at[j]] or off
-      raise_floor(keys[j], ARGV[s + 1], ARGV[s + 2])
-    end
-  else
-    for i = 1, n do
-      if out[i] == 1 then
-        local s = S and S[i] or off
-        raise_floor(K[i], ARGV[s + 1], ARGV[s + 2])
-      end
+--! include older
+--! include version_hash
+  for j = 1, w do
+    local i = keys and at[j] or j
+    if keys or out[i] == 1 then
+      local s = S and S[i] or off
+      raise_floor(keys and keys[j] or K[i], ARGV[s + 1], ARGV[s + 2])
     end
   end
 end
