@@ -99,7 +99,7 @@ end
 -- Each key written: its value, keeping the envelope it replaces (`cur`, false: none)
 -- on its kept list, whose name and the version hash's come from one look at the
 -- key's braces (as kept_key.lua and version_hash.lua name them; none for a key with
--- braces but no tag). Plain values wait for one MSET (one SET when there is one),
+-- braces but no tag), each made only when it is used. Plain values wait for one MSET (one SET when there is one),
 -- the version hashes for one EXISTS below.
 local plain, np, hashes, nh, h1 = nil, 0, nil, 0, nil
 for j = 1, w do
@@ -120,15 +120,14 @@ for j = 1, w do
   end
   if key then
     local s = S and S[i] or off
-    local value, expires, kk, vh = ARGV[V and V[i] or off + 5 + i], ARGV[s + 3], nil, nil
+    local value, expires = ARGV[V and V[i] or off + 5 + i], ARGV[s + 3]
+    local tagged  -- true: a hash tag; false: no brace; nil: braces but no tag
     local open = string.find(key, '{', 1, true)
     if open then
       local close = string.find(key, '}', open + 1, true)
-      if close and close > open + 1 then
-        kk, vh = key .. ':stampede:p', key .. ':stampede:v'
-      end
+      if close and close > open + 1 then tagged = true end
     elseif not string.find(key, '}', 1, true) then
-      kk, vh = '{' .. key .. '}:stampede:p', '{' .. key .. '}:stampede:v:u'
+      tagged = false
     end
 --! include guard_keep
     if expires ~= '0' then redis.call('SET', key, value, 'PXAT', expires)
@@ -138,7 +137,8 @@ for j = 1, w do
       plain[np + 1], plain[np + 2] = key, value
       np = np + 2
     end
-    if batched and vh then
+    if batched and tagged ~= nil then
+      local vh = tagged and key .. ':stampede:v' or '{' .. key .. '}:stampede:v:u'
       nh = nh + 1
       if nh == 1 then h1 = vh
       elseif nh == 2 then hashes = {h1, vh}

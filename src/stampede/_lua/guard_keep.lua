@@ -1,6 +1,7 @@
 --! fragment
 -- In the guard's write loop, for key `key` written over envelope `cur` (false:
--- nothing to keep), with its kept list's name `kk` (nil: it keeps none), its
+-- nothing to keep), `tagged` the form of its name (true: a hash tag, false: no
+-- brace, nil: braces but no tag, which keeps nothing), its
 -- stamp's ARGV from `s` and its new value's expiry `expires`: a write that
 -- replaces an envelope keeps it for group reads that find the next write still in
 -- flight: pushed onto the key's kept list (named as kept_key.lua names it), newest
@@ -10,7 +11,8 @@
 -- holds more than eight (one LTRIM every fourth push, not one per push). Best
 -- effort (pcall): a slot migrating away may not hold it.
     local ms = ARGV[s + 5]
-    if kk and cur and ms ~= '0' then
+    if tagged ~= nil and cur and ms ~= '0' then
+      local kk = tagged and key .. ':stampede:p' or '{' .. key .. '}:stampede:p'
       local len = redis.pcall('LPUSH', kk, cur)
       if type(len) == 'number' then
         if len > 8 then redis.call('LTRIM', kk, 0, 3) end
