@@ -9,7 +9,15 @@ import time
 from collections.abc import Sequence
 
 from stampede import Envelope, Stampede
-from stampede.topology._guard import GUARD, KEPT_DEPTH, KEPT_MAX
+from stampede.topology._guard import (
+    GUARD,
+    KEPT_DEPTH,
+    KEPT_MAX,
+    WriteRequest,
+    joined,
+    requests_for,
+)
+from stampede.typing import GuardStamp
 from stampede.wire import new_token
 
 YEAR_MS = 365 * 24 * 3600 * 1000
@@ -161,3 +169,48 @@ async def test_a_key_without_braces_keeps_and_raises_its_floor(st: Stampede) -> 
         Envelope(*second).encode(),
         Envelope(*first).encode(),
     ]
+
+
+def _call(
+    writes: Sequence[tuple[Sequence[bytes], tuple[int, str, bytes]]],
+) -> tuple[list[bytes], list[object]]:
+    """The keys and ARGV the client sends for `writes` in one call (each: its keys and
+    its stamp, every key written with that stamp's envelope), through the client's own
+    `requests_for` and `joined`."""
+    requests: list[WriteRequest] = []
+    for keys, (version, token, payload) in writes:
+        value = Envelope(version, token, payload).encode()
+        stamp: GuardStamp = {"version": version, "token": token, "limit": 0, "keep_ms": 5000}
+        requests += requests_for(keys, [value] * len(keys), [range(len(keys))], (), stamp)
+    keys, argv, _ = joined(requests)
+    return keys, argv
+
+
+async def test_each_writes_stamp_once_for_its_keys(st: Stampede) -> None:
+    """The layout the client sends: a lone write's stamp once before its values; in a
+    batch, each write's key count, stamp and values. Each key is judged and written
+    with its own write's stamp: a write one of whose keys refuses writes none, a key
+    in two writes of the call ends with the newer, a floor rises to the stamp of the
+    write that landed, and what a key replaced is kept."""
+    a, b, c, listed = b"{gs9}:a", b"{gs9}:b", b"{gs9}:c", b"{gs9}:list"
+    vh, kept = b"{gs9}:c:stampede:v", b"{gs9}:a:stampede:p"
+    await st.topology.execute(listed, "RPUSH", listed, b"x")
+    await st.topology.execute(vh, "HSET", vh, b"k", c)
+    await st.topology.execute(vh, "PEXPIRE", vh, 60_000)
+    first = (10, new_token(), b"first")
+    keys, argv = _call([([a, b, c], first)])
+    assert len(argv) == 5 + 3  # the stamp once, then the three values
+    assert await _guard(st, keys, argv) == [1, 1, 1]
+    newer, refused, older = (
+        (20, new_token(), b"n"),
+        (21, new_token(), b"r"),
+        (15, new_token(), b"o"),
+    )
+    keys, argv = _call([([a, c], newer), ([b, listed], refused), ([c], older)])
+    assert len(argv) == 6 * 3 + 5
+    assert await _guard(st, keys, argv) == [1, 1, -6, -1, 0]
+    assert await _get(st, a) == Envelope(*newer).encode()
+    assert await _get(st, b) == Envelope(*first).encode()
+    assert await _get(st, c) == Envelope(*newer).encode()
+    assert bytes(await st.topology.execute(vh, "HGET", vh, b"g")) == b"20:" + newer[1].encode()
+    assert await st.topology.execute(kept, "LRANGE", kept, 0, -1) == [Envelope(*first).encode()]

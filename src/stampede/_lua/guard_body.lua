@@ -7,49 +7,23 @@
 -- ARGV after `off`, one write's stamp once for all its keys: a lone write is its
 -- stamp (version, token, expire-at, limit, keep) then one value per key (5 + n
 -- values); a batch is, per write in order, its key count, its stamp and its keys'
--- values (6 per write + n, never 5 + n). Key i's stamp is ARGV[s + 1 .. s + 5],
--- s = S[i] (a batch) or `off` (a lone write); its value ARGV[V[i]] or ARGV[off + 5 + i].
--- (The common path makes no closure that captures a local: each captured local
--- costs the server an allocation per call. Functions only a rare path needs are
--- made on that path.)
-local S, V
-if #ARGV - off ~= n + 5 then
-  S, V = {}, {}
-  local p, i = off, 0
-  while i < n do
-    local c = tonumber(ARGV[p + 1])
-    for j = 1, c do S[i + j], V[i + j] = p + 1, p + 6 + j end
-    i, p = i + c, p + 6 + c
-  end
-end
+-- values (6 per write + n, never 5 + n). The loops below walk it: `s` the place of
+-- the key's stamp (ARGV[s + 1 .. s + 5]; in a batch ARGV[s] is its write's key
+-- count), `vi` the place of its value, `left` the keys of that write still to come
+-- (a count of '1', the usual one, is known without tonumber, a costly call).
+-- (The common path makes no closure that captures a local, nor a table per key:
+-- each costs the server allocations per call. What only a rare path needs is made
+-- on that path.)
+local batch = #ARGV - off ~= n + 5
 local function judge(cur, v, t, lim)
 --! include compare
   return state, enveloped
 end
--- Before anything is written: each key's code against what it stores now, and the
--- stamps some key refuses (WRONGTYPE, mixed kinds, future, foreign): every key of
--- a refused write is then left alone (-6), so a write is all or nothing here.
--- (code 9, inside this script only: written over nothing or over a value that is
--- no envelope, so nothing to keep; it replies 1)
-local out, refused = {}, nil
-for i = 1, n do
-  local s = S and S[i] or off
-  local state = -1
-  if not (wrong and wrong[i]) then
-    local enveloped
-    state, enveloped = judge(seen[i], ARGV[s + 1], ARGV[s + 2], ARGV[s + 4])
-    if state == 1 and not enveloped then state = 9 end
-  end
-  out[i] = state
-  if state < 0 then
-    refused = refused or {}
-    refused[ARGV[s + 1] .. ':' .. ARGV[s + 2]] = true
-  end
-end
 -- A key named twice in this call (two writes merged into one call): compared, in
 -- order, against what the earlier write left, so the older of the two never lands
 -- over the newer. Lua strings are interned: == on two keys is one pointer test.
-local twice = false
+-- Only then are the places of each key's stamp and value noted (S[i], V[i]).
+local twice, S, V = false, nil, nil
 if n > 8 then
   local named = {}
   for i = 1, n do
@@ -62,6 +36,50 @@ elseif n > 1 then
     for h = 1, i - 1 do if K[h] == key then twice = true end end
   end
 end
+if twice then
+  S, V = {}, {}
+  if not batch then
+    for i = 1, n do S[i], V[i] = off, off + 5 + i end
+  else
+    local p, i = off, 0
+    while i < n do
+      local c = tonumber(ARGV[p + 1])
+      for j = 1, c do S[i + j], V[i + j] = p + 1, p + 6 + j end
+      i, p = i + c, p + 6 + c
+    end
+  end
+end
+-- Before anything is written: each key's code against what it stores now, and the
+-- stamps some key refuses (WRONGTYPE, mixed kinds, future, foreign): every key of
+-- a refused write is then left alone (-6), so a write is all or nothing here.
+-- (code 9, inside this script only: written over nothing or over a value that is
+-- no envelope, so nothing to keep; it replies 1)
+local out, refused = {}, nil
+do
+  local s, vi, left = off, off + 5, n
+  if batch then
+    s = off + 1
+    vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
+  end
+  for i = 1, n do
+    if left == 0 then
+      s = vi + 1
+      vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
+    end
+    vi, left = vi + 1, left - 1
+    local state = -1
+    if not (wrong and wrong[i]) then
+      local enveloped
+      state, enveloped = judge(seen[i], ARGV[s + 1], ARGV[s + 2], ARGV[s + 4])
+      if state == 1 and not enveloped then state = 9 end
+    end
+    out[i] = state
+    if state < 0 then
+      refused = refused or {}
+      refused[ARGV[s + 1] .. ':' .. ARGV[s + 2]] = true
+    end
+  end
+end
 -- With no key twice (the usual call), key j of the writes below is key j of the
 -- call; else, in first-seen order, `at[j]` is the place (1..n) of the call's newest
 -- write of key j, `keys[j]` the key and `was[j]` the envelope that write replaces.
@@ -71,14 +89,13 @@ if twice then
   keys, at, was, w = {}, {}, {}, 0
   for i = 1, n do
     local key = K[i]
-    local s = S and S[i] or off
+    local s = S[i]
     local v, t = ARGV[s + 1], ARGV[s + 2]
     local state, cur = out[i], seen[i]
     local j = place[key]
     if j and not (wrong and wrong[i]) then
       local enveloped
-      local h = at[j]
-      cur = ARGV[V and V[h] or off + 5 + h]
+      cur = ARGV[V[at[j]]]
       state, enveloped = judge(cur, v, t, ARGV[s + 4])
       if state == 1 and not enveloped then state = 9 end
     end
@@ -99,50 +116,61 @@ end
 -- Each key written: its value, keeping the envelope it replaces (`cur`, false: none)
 -- on its kept list, whose name and the version hash's come from one look at the
 -- key's braces (as kept_key.lua and version_hash.lua name them; none for a key with
--- braces but no tag), each made only when it is used. Plain values wait for one MSET (one SET when there is one),
--- the version hashes for one EXISTS below.
+-- braces but no tag), each made only when it is used. Plain values wait for one
+-- MSET (one SET when there is one), the version hashes for one EXISTS below.
 local plain, np, hashes, nh, h1 = nil, 0, nil, 0, nil
-for j = 1, w do
-  local i, key, cur = j, nil, false
-  if keys then
-    i, key, cur = at[j], keys[j], was[j]
-  else
-    local state = out[j]
-    if state >= 0 and refused then
-      local s = S and S[j] or off
-      if refused[ARGV[s + 1] .. ':' .. ARGV[s + 2]] then state = -6 end
-    end
-    if state == 1 or state == 9 then
-      key, cur = K[j], state == 1 and seen[j]
-      state = 1
-    end
-    out[j] = state
+do
+  local s, vi, left = off, off + 5, n
+  if batch then
+    s = off + 1
+    vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
   end
-  if key then
-    local s = S and S[i] or off
-    local value, expires = ARGV[V and V[i] or off + 5 + i], ARGV[s + 3]
-    local tagged  -- true: a hash tag; false: no brace; nil: braces but no tag
-    local open = string.find(key, '{', 1, true)
-    if open then
-      local close = string.find(key, '}', open + 1, true)
-      if close and close > open + 1 then tagged = true end
-    elseif not string.find(key, '}', 1, true) then
-      tagged = false
-    end
---! include guard_keep
-    if expires ~= '0' then redis.call('SET', key, value, 'PXAT', expires)
-    elseif not batched then redis.call('SET', key, value)
-    elseif np == 0 then plain, np = {key, value}, 2
+  for j = 1, w do
+    local key, cur = nil, false
+    if keys then
+      local i = at[j]
+      key, cur, s, vi = keys[j], was[j], S[i], V[i]
     else
-      plain[np + 1], plain[np + 2] = key, value
-      np = np + 2
+      if left == 0 then
+        s = vi + 1
+        vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
+      end
+      vi, left = vi + 1, left - 1
+      local state = out[j]
+      if state >= 0 and refused and refused[ARGV[s + 1] .. ':' .. ARGV[s + 2]] then
+        state = -6
+      end
+      if state == 1 or state == 9 then
+        key, cur = K[j], state == 1 and seen[j]
+        state = 1
+      end
+      out[j] = state
     end
-    if batched and tagged ~= nil then
-      local vh = tagged and key .. ':stampede:v' or '{' .. key .. '}:stampede:v:u'
-      nh = nh + 1
-      if nh == 1 then h1 = vh
-      elseif nh == 2 then hashes = {h1, vh}
-      else hashes[nh] = vh end
+    if key then
+      local value, expires = ARGV[vi], ARGV[s + 3]
+      local tagged  -- true: a hash tag; false: no brace; nil: braces but no tag
+      local open = string.find(key, '{', 1, true)
+      if open then
+        local close = string.find(key, '}', open + 1, true)
+        if close and close > open + 1 then tagged = true end
+      elseif not string.find(key, '}', 1, true) then
+        tagged = false
+      end
+--! include guard_keep
+      if expires ~= '0' then redis.call('SET', key, value, 'PXAT', expires)
+      elseif not batched then redis.call('SET', key, value)
+      elseif np == 0 then plain, np = {key, value}, 2
+      else
+        plain[np + 1], plain[np + 2] = key, value
+        np = np + 2
+      end
+      if batched and tagged ~= nil then
+        local vh = tagged and key .. ':stampede:v' or '{' .. key .. '}:stampede:v:u'
+        nh = nh + 1
+        if nh == 1 then h1 = vh
+        elseif nh == 2 then hashes = {h1, vh}
+        else hashes[nh] = vh end
+      end
     end
   end
 end
@@ -159,12 +187,24 @@ elseif nh > 1 then found = redis.pcall('EXISTS', unpack(hashes)) end
 if found and (type(found) ~= 'number' or found > 0) then
 --! include older
 --! include version_hash
+  local s, vi, left = off, off + 5, n
+  if batch then
+    s = off + 1
+    vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
+  end
   for j = 1, w do
-    local i = keys and at[j] or j
-    if keys or out[i] == 1 then
-      local s = S and S[i] or off
-      raise_floor(keys and keys[j] or K[i], ARGV[s + 1], ARGV[s + 2])
+    local key
+    if keys then
+      key, s = keys[j], S[at[j]]
+    else
+      if left == 0 then
+        s = vi + 1
+        vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
+      end
+      vi, left = vi + 1, left - 1
+      if out[j] == 1 then key = K[j] end
     end
+    if key then raise_floor(key, ARGV[s + 1], ARGV[s + 2]) end
   end
 end
 return out
