@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 
 from stampede import Envelope, Stampede
+from stampede.testing.memory import guard
 from stampede.topology._guard import (
     GUARD,
     KEPT_DEPTH,
@@ -214,3 +215,35 @@ async def test_each_writes_stamp_once_for_its_keys(st: Stampede) -> None:
     assert await _get(st, c) == Envelope(*newer).encode()
     assert bytes(await st.topology.execute(vh, "HGET", vh, b"g")) == b"20:" + newer[1].encode()
     assert await st.topology.execute(kept, "LRANGE", kept, 0, -1) == [Envelope(*first).encode()]
+
+
+async def test_the_script_decides_as_the_memory_topology_does(st: Stampede) -> None:
+    """Stored values at the edges of the envelope form (version 0, leading zeros, the
+    largest version and one past it, clock against sequence, a limit, no envelope):
+    the script's code for each is the one `testing.memory.guard` gives."""
+    token = "01JD0000000000000000000000"
+    stored = [
+        b"0:" + token.encode() + b":x",
+        b"007:" + token.encode() + b":x",
+        b"00:" + token.encode(),
+        b"9223372036854775807:" + token.encode() + b":x",
+        b"9223372036854775808:" + token.encode() + b":x",
+        b"1795653195438533993:" + token.encode() + b":x",
+        b"5:" + token.encode() + b":x",
+        b"5:" + token.encode(),
+        b"12:notatoken:x",
+        b"plain value",
+        b":" + token.encode(),
+    ]
+    writes = [(b"6", b"0"), (b"1795653195438533994", b"1795653195438533995")]
+    writes.append((b"1795653195438533994", b"1795653195438533000"))
+    for n, (version, limit) in enumerate(writes):
+        keys = [b"{gs10}:%d:%d" % (n, i) for i in range(len(stored))]
+        for key, value in zip(keys, stored, strict=True):
+            await st.topology.execute(key, "SET", key, value)
+        codes = []
+        for key in keys:  # one write per key: a refusal leaves the others alone
+            argv = [int(version), "T" * 26, 0, int(limit), 0, b"%s:%s" % (version, b"T" * 26)]
+            codes += await _guard(st, [key], argv)
+        expected = [guard(v, version, b"T" * 26, limit) for v in stored]
+        assert codes == [int(c) for c in expected], (version, codes)
