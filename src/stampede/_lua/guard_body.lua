@@ -15,10 +15,6 @@
 -- each costs the server allocations per call. What only a rare path needs is made
 -- on that path.)
 local batch = #ARGV - off ~= n + 5
-local function judge(cur, v, t, lim)
---! include compare
-  return state, enveloped
-end
 -- A key named twice in this call (two writes merged into one call): compared, in
 -- order, against what the earlier write left, so the older of the two never lands
 -- over the newer. Lua strings are interned: == on two keys is one pointer test.
@@ -67,14 +63,15 @@ do
       vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
     end
     vi, left = vi + 1, left - 1
-    local state = -1
+    local code = -1
     if not (wrong and wrong[i]) then
-      local enveloped
-      state, enveloped = judge(seen[i], ARGV[s + 1], ARGV[s + 2], ARGV[s + 4])
-      if state == 1 and not enveloped then state = 9 end
+      local cur, v, t, lim = seen[i], ARGV[s + 1], ARGV[s + 2], ARGV[s + 4]
+--! include compare
+      code = state
+      if state == 1 and not enveloped then code = 9 end
     end
-    out[i] = state
-    if state < 0 then
+    out[i] = code
+    if code < 0 then
       refused = refused or {}
       refused[ARGV[s + 1] .. ':' .. ARGV[s + 2]] = true
     end
@@ -85,6 +82,10 @@ end
 -- write of key j, `keys[j]` the key and `was[j]` the envelope that write replaces.
 local keys, at, was, w = nil, nil, nil, n
 if twice then
+  local function judge(cur, v, t, lim)
+--! include compare
+    return state, enveloped
+  end
   local place = {}
   keys, at, was, w = {}, {}, {}, 0
   for i = 1, n do
