@@ -247,3 +247,20 @@ async def test_the_script_decides_as_the_memory_topology_does(st: Stampede) -> N
             codes += await _guard(st, [key], argv)
         expected = [guard(v, version, b"T" * 26, limit) for v in stored]
         assert codes == [int(c) for c in expected], (version, codes)
+
+
+async def test_a_batch_of_writes_of_one_two_and_three_keys(st: Stampede) -> None:
+    """Key counts of every size in one batch, no key twice: each key lands with its
+    own write's stamp and value, and each write's keys keep what they replaced."""
+    keys = [b"{gs11}:%d" % i for i in range(6)]
+    old = (1, new_token(), b"old")
+    call_keys, argv = _call([(keys, old)])
+    assert await _guard(st, call_keys, argv) == [1] * 6
+    one, two, three = (2, new_token(), b"1"), (3, new_token(), b"2"), (4, new_token(), b"3")
+    call_keys, argv = _call([(keys[:1], one), (keys[1:3], two), (keys[3:], three)])
+    assert argv[0] == 1 and argv[7] == 2 and argv[15] == 3  # each write's key count
+    assert await _guard(st, call_keys, argv) == [1] * 6
+    for key, stamp in zip(keys, [one, two, two, three, three, three], strict=True):
+        assert await _get(st, key) == Envelope(*stamp).encode()
+        kept = key + b":stampede:p"
+        assert await st.topology.execute(kept, "LRANGE", kept, 0, -1) == [Envelope(*old).encode()]

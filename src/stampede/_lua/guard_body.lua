@@ -10,7 +10,8 @@
 -- values (6 per write + n, never 5 + n). The loops below walk it: `s` the place of
 -- the key's stamp (ARGV[s + 1 .. s + 5]; in a batch ARGV[s] is its write's key
 -- count), `vi` the place of its value, `left` the keys of that write still to come
--- (a count of '1', the usual one, is known without tonumber, a costly call).
+-- (a count of '1' or '2', the usual ones, is known without tonumber, a costly
+-- call).
 -- (The common path makes no closure that captures a local, nor a table per key:
 -- each costs the server allocations per call. What only a rare path needs is made
 -- on that path.)
@@ -55,12 +56,12 @@ do
   local s, vi, left = off, off + 5, n
   if batch then
     s = off + 1
-    vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
+    vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
   end
   for i = 1, n do
     if left == 0 then
       s = vi + 1
-      vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
+      vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
     end
     vi, left = vi + 1, left - 1
     local code = -1
@@ -124,7 +125,7 @@ do
   local s, vi, left = off, off + 5, n
   if batch then
     s = off + 1
-    vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
+    vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
   end
   for j = 1, w do
     local key, cur = nil, false
@@ -134,7 +135,7 @@ do
     else
       if left == 0 then
         s = vi + 1
-        vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
+        vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
       end
       vi, left = vi + 1, left - 1
       local state = out[j]
@@ -191,7 +192,7 @@ if found and (type(found) ~= 'number' or found > 0) then
   local s, vi, left = off, off + 5, n
   if batch then
     s = off + 1
-    vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
+    vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
   end
   for j = 1, w do
     local key
@@ -200,7 +201,7 @@ if found and (type(found) ~= 'number' or found > 0) then
     else
       if left == 0 then
         s = vi + 1
-        vi, left = s + 5, ARGV[s] == '1' and 1 or tonumber(ARGV[s])
+        vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
       end
       vi, left = vi + 1, left - 1
       if out[j] == 1 then key = K[j] end
