@@ -264,3 +264,14 @@ async def test_a_batch_of_writes_of_one_two_and_three_keys(st: Stampede) -> None
         assert await _get(st, key) == Envelope(*stamp).encode()
         kept = key + b":stampede:p"
         assert await st.topology.execute(kept, "LRANGE", kept, 0, -1) == [Envelope(*old).encode()]
+
+
+async def test_a_write_of_no_keys_in_a_batch_is_passed_over(st: Stampede) -> None:
+    """A request with no keys in a batch (its count 0, its stamp, no values) takes
+    nothing from the keys after it, wherever it stands."""
+    keys = [b"{gs12}:a", b"{gs12}:b"]
+    a, b, none = (2, new_token(), b"a"), (3, new_token(), b"b"), (9, new_token(), b"-")
+    call_keys, argv = _call([([], none), (keys[:1], a), ([], none), ([], none), (keys[1:], b)])
+    assert await _guard(st, call_keys, argv) == [1, 1]
+    assert await _get(st, keys[0]) == Envelope(*a).encode()
+    assert await _get(st, keys[1]) == Envelope(*b).encode()

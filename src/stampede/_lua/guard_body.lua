@@ -59,7 +59,7 @@ do
     vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
   end
   for i = 1, n do
-    if left == 0 then
+    while left == 0 do  -- (a write of no keys, should one come, is passed over)
       s = vi + 1
       vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
     end
@@ -133,7 +133,7 @@ do
       local i = at[j]
       key, cur, s, vi = keys[j], was[j], S[i], V[i]
     else
-      if left == 0 then
+      while left == 0 do
         s = vi + 1
         vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
       end
@@ -199,7 +199,7 @@ if found and (type(found) ~= 'number' or found > 0) then
     if keys then
       key, s = keys[j], S[at[j]]
     else
-      if left == 0 then
+      while left == 0 do
         s = vi + 1
         vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
       end
