@@ -102,10 +102,11 @@ STAMPS = ((v, new_token()) for v in itertools.count(1))
 only reads the stored one, and these keys hold only its own writes)."""
 
 
-def guard_args(version: int, token: str) -> tuple[Any, ...]:
-    """One key's ARGV for the guard: version, token, expire-at (none), the value,
-    limit (no check) and how long the replaced value is kept, as stampede sends them."""
-    return (version, token, 0, PAYLOAD, 0, KEEP_MS)
+def guard_args(version: int, token: str, keys: int = 1) -> tuple[Any, ...]:
+    """A lone write's ARGV for the guard, as stampede sends them: its stamp (version,
+    token, expire-at (none), limit (no check), how long the replaced value is kept),
+    then the value of each of its `keys` keys."""
+    return (version, token, 0, 0, KEEP_MS, *[PAYLOAD] * keys)
 
 
 def raw_cluster_ops(cluster: RedisCluster) -> dict[str, Op]:
@@ -165,7 +166,7 @@ def raw_shard_ops(shards: list[Redis], shard_of: Callable[[str], int]) -> dict[s
             by.setdefault(shard_of(k), []).append(k + ":raw")
 
         async def one(s: int, ks: list[str]) -> Any:
-            args = [a for _ in ks for a in guard_args(version, token)]
+            args = guard_args(version, token, len(ks))
             return await shards[s].evalsha(GUARD_SHA, len(ks), *ks, *args)
 
         return await asyncio.gather(*(one(s, ks) for s, ks in by.items()))

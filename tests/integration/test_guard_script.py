@@ -9,7 +9,16 @@ import time
 from collections.abc import Sequence
 
 from stampede import Envelope, Stampede
-from stampede.topology._guard import GUARD, KEPT_DEPTH, KEPT_MAX
+from stampede.testing.memory import guard
+from stampede.topology._guard import (
+    GUARD,
+    KEPT_DEPTH,
+    KEPT_MAX,
+    WriteRequest,
+    joined,
+    requests_for,
+)
+from stampede.typing import GuardStamp
 from stampede.wire import new_token
 
 YEAR_MS = 365 * 24 * 3600 * 1000
@@ -18,10 +27,13 @@ YEAR_MS = 365 * 24 * 3600 * 1000
 def _argv(
     writes: Sequence[tuple[int, str, bytes]], *, at: int = 0, keep: int = 5000
 ) -> list[object]:
-    """Six ARGV per key: version, token, expire-at, value, limit, keep."""
+    """The guard's ARGV for one write per key (each key its own stamp, in order): a
+    lone key's stamp (version, token, expire-at, limit, keep) then its value; for
+    several, per key: 1 (its key count), its stamp, its value."""
     out: list[object] = []
     for version, token, payload in writes:
-        out += [version, token, at, Envelope(version, token, payload).encode(), 0, keep]
+        stamp = [version, token, at, 0, keep, Envelope(version, token, payload).encode()]
+        out += stamp if len(writes) == 1 else [1, *stamp]
     return out
 
 
@@ -158,3 +170,108 @@ async def test_a_key_without_braces_keeps_and_raises_its_floor(st: Stampede) -> 
         Envelope(*second).encode(),
         Envelope(*first).encode(),
     ]
+
+
+def _call(
+    writes: Sequence[tuple[Sequence[bytes], tuple[int, str, bytes]]],
+) -> tuple[list[bytes], list[object]]:
+    """The keys and ARGV the client sends for `writes` in one call (each: its keys and
+    its stamp, every key written with that stamp's envelope), through the client's own
+    `requests_for` and `joined`."""
+    requests: list[WriteRequest] = []
+    for keys, (version, token, payload) in writes:
+        value = Envelope(version, token, payload).encode()
+        stamp: GuardStamp = {"version": version, "token": token, "limit": 0, "keep_ms": 5000}
+        requests += requests_for(keys, [value] * len(keys), [range(len(keys))], (), stamp)
+    keys, argv, _ = joined(requests)
+    return keys, argv
+
+
+async def test_each_writes_stamp_once_for_its_keys(st: Stampede) -> None:
+    """The layout the client sends: a lone write's stamp once before its values; in a
+    batch, each write's key count, stamp and values. Each key is judged and written
+    with its own write's stamp: a write one of whose keys refuses writes none, a key
+    in two writes of the call ends with the newer, a floor rises to the stamp of the
+    write that landed, and what a key replaced is kept."""
+    a, b, c, listed = b"{gs9}:a", b"{gs9}:b", b"{gs9}:c", b"{gs9}:list"
+    vh, kept = b"{gs9}:c:stampede:v", b"{gs9}:a:stampede:p"
+    await st.topology.execute(listed, "RPUSH", listed, b"x")
+    await st.topology.execute(vh, "HSET", vh, b"k", c)
+    await st.topology.execute(vh, "PEXPIRE", vh, 60_000)
+    first = (10, new_token(), b"first")
+    keys, argv = _call([([a, b, c], first)])
+    assert len(argv) == 5 + 3  # the stamp once, then the three values
+    assert await _guard(st, keys, argv) == [1, 1, 1]
+    newer, refused, older = (
+        (20, new_token(), b"n"),
+        (21, new_token(), b"r"),
+        (15, new_token(), b"o"),
+    )
+    keys, argv = _call([([a, c], newer), ([b, listed], refused), ([c], older)])
+    assert len(argv) == 6 * 3 + 5
+    assert await _guard(st, keys, argv) == [1, 1, -6, -1, 0]
+    assert await _get(st, a) == Envelope(*newer).encode()
+    assert await _get(st, b) == Envelope(*first).encode()
+    assert await _get(st, c) == Envelope(*newer).encode()
+    assert bytes(await st.topology.execute(vh, "HGET", vh, b"g")) == b"20:" + newer[1].encode()
+    assert await st.topology.execute(kept, "LRANGE", kept, 0, -1) == [Envelope(*first).encode()]
+
+
+async def test_the_script_decides_as_the_memory_topology_does(st: Stampede) -> None:
+    """Stored values at the edges of the envelope form (version 0, leading zeros, the
+    largest version and one past it, clock against sequence, a limit, no envelope):
+    the script's code for each is the one `testing.memory.guard` gives."""
+    token = "01JD0000000000000000000000"
+    stored = [
+        b"0:" + token.encode() + b":x",
+        b"007:" + token.encode() + b":x",
+        b"00:" + token.encode(),
+        b"9223372036854775807:" + token.encode() + b":x",
+        b"9223372036854775808:" + token.encode() + b":x",
+        b"1795653195438533993:" + token.encode() + b":x",
+        b"5:" + token.encode() + b":x",
+        b"5:" + token.encode(),
+        b"12:notatoken:x",
+        b"plain value",
+        b":" + token.encode(),
+    ]
+    writes = [(b"6", b"0"), (b"1795653195438533994", b"1795653195438533995")]
+    writes.append((b"1795653195438533994", b"1795653195438533000"))
+    for n, (version, limit) in enumerate(writes):
+        keys = [b"{gs10}:%d:%d" % (n, i) for i in range(len(stored))]
+        for key, value in zip(keys, stored, strict=True):
+            await st.topology.execute(key, "SET", key, value)
+        codes = []
+        for key in keys:  # one write per key: a refusal leaves the others alone
+            argv = [int(version), "T" * 26, 0, int(limit), 0, b"%s:%s" % (version, b"T" * 26)]
+            codes += await _guard(st, [key], argv)
+        expected = [guard(v, version, b"T" * 26, limit) for v in stored]
+        assert codes == [int(c) for c in expected], (version, codes)
+
+
+async def test_a_batch_of_writes_of_one_two_and_three_keys(st: Stampede) -> None:
+    """Key counts of every size in one batch, no key twice: each key lands with its
+    own write's stamp and value, and each write's keys keep what they replaced."""
+    keys = [b"{gs11}:%d" % i for i in range(6)]
+    old = (1, new_token(), b"old")
+    call_keys, argv = _call([(keys, old)])
+    assert await _guard(st, call_keys, argv) == [1] * 6
+    one, two, three = (2, new_token(), b"1"), (3, new_token(), b"2"), (4, new_token(), b"3")
+    call_keys, argv = _call([(keys[:1], one), (keys[1:3], two), (keys[3:], three)])
+    assert argv[0] == 1 and argv[7] == 2 and argv[15] == 3  # each write's key count
+    assert await _guard(st, call_keys, argv) == [1] * 6
+    for key, stamp in zip(keys, [one, two, two, three, three, three], strict=True):
+        assert await _get(st, key) == Envelope(*stamp).encode()
+        kept = key + b":stampede:p"
+        assert await st.topology.execute(kept, "LRANGE", kept, 0, -1) == [Envelope(*old).encode()]
+
+
+async def test_a_write_of_no_keys_in_a_batch_is_passed_over(st: Stampede) -> None:
+    """A request with no keys in a batch (its count 0, its stamp, no values) takes
+    nothing from the keys after it, wherever it stands."""
+    keys = [b"{gs12}:a", b"{gs12}:b"]
+    a, b, none = (2, new_token(), b"a"), (3, new_token(), b"b"), (9, new_token(), b"-")
+    call_keys, argv = _call([([], none), (keys[:1], a), ([], none), ([], none), (keys[1:], b)])
+    assert await _guard(st, call_keys, argv) == [1, 1]
+    assert await _get(st, keys[0]) == Envelope(*a).encode()
+    assert await _get(st, keys[1]) == Envelope(*b).encode()

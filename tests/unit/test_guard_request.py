@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 
 from stampede.errors import ShardError, ShardResponseError, ShardUnavailable
 from stampede.topology._guard import (
-    ARGS_PER_KEY,
     GUARD_SHA,
     KEEP_MS,
+    STAMP_ARGS,
     WRITTEN,
     WRONGTYPE,
     WriteRequest,
+    argv_at,
     joined,
     requests_for,
     split_codes,
@@ -31,19 +32,19 @@ VALUES = [b"va", b"vb", b"vc", b"vd"]
 STAMP: GuardStamp = {"version": 12, "token": "tok", "expire_at_ms": 99, "limit": 7, "keep_ms": 0}
 
 
-def test_a_request_holds_six_arguments_per_key_in_order() -> None:
+def test_a_request_holds_its_stamp_once_then_a_value_per_key_in_order() -> None:
     request = WriteRequest.build(KEYS, VALUES, [2, 0], [5, 6, 7, 8], **STAMP)
     assert type(request) is WriteRequest
     assert request.keys == [b"c", b"a"]
     assert request.slots == [7, 5]
     assert len(request) == 2
-    assert request.argv == [12, "tok", 99, b"vc", 7, 0, 12, "tok", 99, b"va", 7, 0]
-    assert len(request.argv) == ARGS_PER_KEY * len(request)
+    assert request.argv == [12, "tok", 99, 7, 0, b"vc", b"va"]
+    assert len(request.argv) == STAMP_ARGS + len(request)
 
 
 def test_a_bare_stamp_means_no_expiry_no_limit_and_the_default_keeping() -> None:
     request = WriteRequest.build(KEYS, VALUES, [1], (), version=3, token="t", expire_at_ms=None)
-    assert request.argv == [3, "t", 0, b"vb", 0, KEEP_MS]
+    assert request.argv == [3, "t", 0, 0, KEEP_MS, b"vb"]
     assert request.slots == []
 
 
@@ -60,7 +61,7 @@ def test_a_batch_joins_its_requests_and_splits_the_codes_back() -> None:
     requests = requests_for(KEYS, VALUES, [[0, 3], [1], [2]], [1, 2, 3, 4], STAMP)
     keys, argv, slots = joined(requests)
     assert keys == [b"a", b"d", b"b", b"c"]
-    assert argv == [a for r in requests for a in r.argv]
+    assert argv == [a for r in requests for a in (len(r), *r.argv)]
     assert slots == [1, 4, 2, 3]
     lone = requests[:1]
     assert joined(lone) == (lone[0].keys, lone[0].argv, lone[0].slots)
@@ -79,15 +80,31 @@ def test_a_failed_key_fails_its_request_and_wrongtype_names_the_key() -> None:
     assert out[2] == [WRITTEN]
 
 
-def test_without_keeping_zeroes_each_keys_keep_of_a_guard_call_only() -> None:
-    argv = [1, "t", 0, b"v", 0, 5000, 2, "u", 0, b"w", 0, 5000]
-    call = ("EVALSHA", GUARD_SHA, 2, b"k1", b"k2", *argv)
+def test_without_keeping_zeroes_each_writes_keep_of_a_guard_call_only() -> None:
+    argv = [1, 1, "t", 0, 0, 5000, b"v", 2, 2, "u", 0, 0, 5000, b"w", b"x"]
+    call = ("EVALSHA", GUARD_SHA, 3, b"k1", b"k2", b"k3", *argv)
     assert without_keeping(call) == (
-        "EVALSHA", GUARD_SHA, 2, b"k1", b"k2", 1, "t", 0, b"v", 0, 0, 2, "u", 0, b"w", 0, 0,
+        "EVALSHA", GUARD_SHA, 3, b"k1", b"k2", b"k3",
+        1, 1, "t", 0, 0, 0, b"v", 2, 2, "u", 0, 0, 0, b"w", b"x",
     )  # fmt: skip
-    other = ("EVALSHA", "0" * 40, 1, b"k", *argv[:6])
+    lone = ("EVALSHA", GUARD_SHA, 2, b"k1", b"k2", 1, "t", 0, 0, 5000, b"v", b"w")
+    assert without_keeping(lone) == (*lone[:9], 0, b"v", b"w")
+    other = ("EVALSHA", "0" * 40, 1, b"k", *argv[1:7])
     assert without_keeping(other) is other
     assert without_keeping(("GET", b"k")) == ("GET", b"k")
+
+
+def test_argv_at_gives_each_run_of_one_requests_keys_its_stamp_once() -> None:
+    first = requests_for(KEYS, VALUES, [[0, 3], [1]], (), STAMP)
+    other: GuardStamp = {"version": 13, "token": "u", "expire_at_ms": 0, "limit": 0, "keep_ms": 5}
+    requests = [*first, *requests_for(KEYS, VALUES, [[2]], (), other)]
+    # joined keys: a, d (first write), b (first write), c (other write)
+    assert argv_at(requests, [0, 1]) == [12, "tok", 99, 7, 0, b"va", b"vd"]
+    assert argv_at(requests, [3]) == [13, "u", 0, 0, 5, b"vc"]
+    assert argv_at(requests, [1, 2, 3]) == [
+        1, 12, "tok", 99, 7, 0, b"vd", 1, 12, "tok", 99, 7, 0, b"vb", 1, 13, "u", 0, 0, 5, b"vc",
+    ]  # fmt: skip
+    assert argv_at(requests, [0, 1, 2, 3]) == joined(requests)[1]
 
 
 def _split_slowly(requests: list[WriteRequest], codes: list[Any], shard: str) -> list[Any]:

@@ -257,7 +257,7 @@ def test_a_request_without_plain_types_is_packed_by_hiredis() -> None:
 
     stamp: GuardStamp = {"version": 5, "token": "T", "limit": 0, "keep_ms": 1}
     plain = requests_for([b"a"], [b"x"], [[0]], (), stamp)
-    odd = [WriteRequest([b"b"], [5, "T", 0, b"y", 0, 1], [])]
+    odd = [WriteRequest([b"b"], [5, "T", 0, 0, 1, b"y"], [])]
     assert plain[0].resp is not None and odd[0].resp is None
     assert type(guard_call(plain)) is Packed
     assert type(guard_call(odd)) is tuple

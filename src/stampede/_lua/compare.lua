@@ -5,11 +5,18 @@
 -- `enveloped` tells whether `cur` is an envelope (a value the guard may keep).
     local state, enveloped = 1, false
     if cur then
-      local cv, ct, sep = string.match(cur, '^(%d+):([0-9A-Z]+)(:?)')
+      -- (a version that starts with 0, which is 0 itself or has leading zeros, is
+      -- matched apart: the usual one then needs no look at its first byte)
+      local cv, ct, sep = string.match(cur, '^([1-9]%d*):([0-9A-Z]+)(:?)')
+      local zero = false
+      if not cv then
+        cv, ct, sep = string.match(cur, '^(0%d*):([0-9A-Z]+)(:?)')
+        zero = true
+      end
       if cv and #ct == 26 and (sep == ':' or #cur == #cv + 27) then
         enveloped = true
         if #cv > 19 or (#cv == 19 and cv > '9223372036854775807')
-            or (#cv > 1 and string.byte(cv, 1) == 48) then
+            or (zero and #cv > 1) then
           state = -4
         else
           local ck, vk = 1, 1

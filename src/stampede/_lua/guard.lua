@@ -1,6 +1,7 @@
 --! idempotent
 -- The guarded write: each key written only if its stored envelope is older
--- (KEYS, six ARGV per key; replies one code per key: see topology/_guard.py).
+-- (KEYS; ARGV: each write's stamp once, then its values; replies one code per key:
+-- see topology/_guard.py and guard_body.lua).
 -- Every key is read before any is written; a write (one stamp) that some key of
 -- this call refuses writes none of its keys here. The reads, the writes without
 -- expiry and the version-hash check each go to the server as one command for the

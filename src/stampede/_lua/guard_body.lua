@@ -1,40 +1,26 @@
 --! fragment
 -- The guard's decisions and writes, shared by guard.lua and guard_cross_slot.lua.
--- Expects: `n` keys `K[1..n]`, key i's six ARGV from `off + (i - 1) * 6 + 1`,
--- `seen[i]` its value (false: none) and `wrong` (nil, or wrong[i] true when key i
--- holds another type), and `batched`: true when the keys may share one command
+-- Expects: `n` keys `K[1..n]`, their ARGV after `off` (the layout below),
+-- `seen[i]` key i's value (false: none) and `wrong` (nil, or wrong[i] true when key
+-- i holds another type), and `batched`: true when the keys may share one command
 -- (not keys of many slots).
---! include older
---! include version_hash
---! include guard_keep
-local function judge(cur, v, t, lim)
---! include compare
-  return state, enveloped
-end
--- Before anything is written: each key's code against what it stores now, and the
--- stamps some key refuses (WRONGTYPE, mixed kinds, future, foreign): every key of
--- a refused write is then left alone (-6), so a write is all or nothing here.
--- (code 9, inside this script only: written over nothing or over a value that is
--- no envelope, so nothing to keep; it replies 1)
-local out, refused = {}, nil
-for i = 1, n do
-  local b = off + (i - 1) * 6
-  local state = -1
-  if not (wrong and wrong[i]) then
-    local enveloped
-    state, enveloped = judge(seen[i], ARGV[b + 1], ARGV[b + 2], ARGV[b + 5])
-    if state == 1 and not enveloped then state = 9 end
-  end
-  out[i] = state
-  if state < 0 then
-    refused = refused or {}
-    refused[ARGV[b + 1] .. ':' .. ARGV[b + 2]] = true
-  end
-end
+-- ARGV after `off`, one write's stamp once for all its keys: a lone write is its
+-- stamp (version, token, expire-at, limit, keep) then one value per key (5 + n
+-- values); a batch is, per write in order, its key count, its stamp and its keys'
+-- values (6 per write + n, never 5 + n). The loops below walk it: `s` the place of
+-- the key's stamp (ARGV[s + 1 .. s + 5]; in a batch ARGV[s] is its write's key
+-- count), `vi` the place of its value, `left` the keys of that write still to come
+-- (a count of '1' or '2', the usual ones, is known without tonumber, a costly
+-- call).
+-- (The common path makes no closure that captures a local, nor a table per key:
+-- each costs the server allocations per call. What only a rare path needs is made
+-- on that path.)
+local batch = #ARGV - off ~= n + 5
 -- A key named twice in this call (two writes merged into one call): compared, in
 -- order, against what the earlier write left, so the older of the two never lands
 -- over the newer. Lua strings are interned: == on two keys is one pointer test.
-local twice = false
+-- Only then are the places of each key's stamp and value noted (S[i], V[i]).
+local twice, S, V = false, nil, nil
 if n > 8 then
   local named = {}
   for i = 1, n do
@@ -47,73 +33,72 @@ elseif n > 1 then
     for h = 1, i - 1 do if K[h] == key then twice = true end end
   end
 end
--- side_names(key): the key's kept list and version hash, as kept_key.lua and
--- version_hash.lua name them (nil, nil for a key with braces but no tag), from
--- one look at its braces.
-local function side_names(key)
-  local open = string.find(key, '{', 1, true)
-  if open then
-    local close = string.find(key, '}', open + 1, true)
-    if close and close > open + 1 then
-      local base = key .. ':stampede:'
-      return base .. 'p', base .. 'v'
-    end
-    return nil, nil
-  end
-  if string.find(key, '}', 1, true) then return nil, nil end
-  local base = '{' .. key .. '}:stampede:'
-  return base .. 'p', base .. 'v:u'
-end
--- put(key, b, cur): write key's value (its ARGV from offset b), keeping `cur`,
--- the envelope it replaces (false: none); plain values wait for one MSET, and the
--- version hash is noted for the one EXISTS below.
-local plain, np, hashes, nh = {}, 0, {}, 0
-local function put(key, b, cur)
-  local kk, vh = side_names(key)
-  local expires = ARGV[b + 3]
-  if kk then keep(kk, cur, ARGV[b + 6], expires) end
-  if expires ~= '0' then redis.call('SET', key, ARGV[b + 4], 'PXAT', expires)
-  elseif batched then
-    plain[np + 1], plain[np + 2] = key, ARGV[b + 4]
-    np = np + 2
+if twice then
+  S, V = {}, {}
+  if not batch then
+    for i = 1, n do S[i], V[i] = off, off + 5 + i end
   else
-    redis.call('SET', key, ARGV[b + 4])
-  end
-  if batched and vh then
-    nh = nh + 1
-    hashes[nh] = vh
+    local p, i = off, 0
+    while i < n do
+      local c = tonumber(ARGV[p + 1])
+      for j = 1, c do S[i + j], V[i + j] = p + 1, p + 6 + j end
+      i, p = i + c, p + 6 + c
+    end
   end
 end
--- With no key twice (the usual call), each key written is put in place; else, in
--- first-seen order, `at[w]` is the offset of the call's newest write of key w in
--- ARGV and `was[w]` the envelope that write replaces.
-local keys, at, w = nil, nil, 0
-if not twice then
-  for i = 1, n do
-    local state = out[i]
-    local b = off + (i - 1) * 6
-    if state >= 0 and refused and refused[ARGV[b + 1] .. ':' .. ARGV[b + 2]] then
-      state = -6
-    end
-    if state == 1 or state == 9 then
-      put(K[i], b, state == 1 and seen[i])
-      state = 1
-    end
-    out[i] = state
+-- Before anything is written: each key's code against what it stores now, and the
+-- stamps some key refuses (WRONGTYPE, mixed kinds, future, foreign): every key of
+-- a refused write is then left alone (-6), so a write is all or nothing here.
+-- (code 9, inside this script only: written over nothing or over a value that is
+-- no envelope, so nothing to keep; it replies 1)
+local out, refused = {}, nil
+do
+  local s, vi, left = off, off + 5, n
+  if batch then
+    s = off + 1
+    vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
   end
-else
-  local place, was = {}, {}
-  keys, at = {}, {}
+  for i = 1, n do
+    while left == 0 do  -- (a write of no keys, should one come, is passed over)
+      s = vi + 1
+      vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
+    end
+    vi, left = vi + 1, left - 1
+    local code = -1
+    if not (wrong and wrong[i]) then
+      local cur, v, t, lim = seen[i], ARGV[s + 1], ARGV[s + 2], ARGV[s + 4]
+--! include compare
+      code = state
+      if state == 1 and not enveloped then code = 9 end
+    end
+    out[i] = code
+    if code < 0 then
+      refused = refused or {}
+      refused[ARGV[s + 1] .. ':' .. ARGV[s + 2]] = true
+    end
+  end
+end
+-- With no key twice (the usual call), key j of the writes below is key j of the
+-- call; else, in first-seen order, `at[j]` is the place (1..n) of the call's newest
+-- write of key j, `keys[j]` the key and `was[j]` the envelope that write replaces.
+local keys, at, was, w = nil, nil, nil, n
+if twice then
+  local function judge(cur, v, t, lim)
+--! include compare
+    return state, enveloped
+  end
+  local place = {}
+  keys, at, was, w = {}, {}, {}, 0
   for i = 1, n do
     local key = K[i]
-    local b = off + (i - 1) * 6
-    local v, t = ARGV[b + 1], ARGV[b + 2]
+    local s = S[i]
+    local v, t = ARGV[s + 1], ARGV[s + 2]
     local state, cur = out[i], seen[i]
     local j = place[key]
     if j and not (wrong and wrong[i]) then
       local enveloped
-      cur = ARGV[at[j] + 4]
-      state, enveloped = judge(cur, v, t, ARGV[b + 5])
+      cur = ARGV[V[at[j]]]
+      state, enveloped = judge(cur, v, t, ARGV[s + 4])
       if state == 1 and not enveloped then state = 9 end
     end
     if state >= 0 and refused and refused[v .. ':' .. t] then state = -6 end
@@ -124,28 +109,104 @@ else
         keys[j] = key
         place[key] = j
       end
-      at[j], was[j] = b, state == 1 and cur
+      at[j], was[j] = i, state == 1 and cur
       state = 1
     end
     out[i] = state
   end
-  for j = 1, w do put(keys[j], at[j], was[j]) end
 end
-for s = 1, np, 512 do redis.call('MSET', unpack(plain, s, math.min(np, s + 511))) end
+-- Each key written: its value, keeping the envelope it replaces (`cur`, false: none)
+-- on its kept list, whose name and the version hash's come from one look at the
+-- key's braces (as kept_key.lua and version_hash.lua name them; none for a key with
+-- braces but no tag), each made only when it is used. Plain values wait for one
+-- MSET (one SET when there is one), the version hashes for one EXISTS below.
+local plain, np, hashes, nh, h1 = nil, 0, nil, 0, nil
+do
+  local s, vi, left = off, off + 5, n
+  if batch then
+    s = off + 1
+    vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
+  end
+  for j = 1, w do
+    local key, cur = nil, false
+    if keys then
+      local i = at[j]
+      key, cur, s, vi = keys[j], was[j], S[i], V[i]
+    else
+      while left == 0 do
+        s = vi + 1
+        vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
+      end
+      vi, left = vi + 1, left - 1
+      local state = out[j]
+      if state >= 0 and refused and refused[ARGV[s + 1] .. ':' .. ARGV[s + 2]] then
+        state = -6
+      end
+      if state == 1 or state == 9 then
+        key, cur = K[j], state == 1 and seen[j]
+        state = 1
+      end
+      out[j] = state
+    end
+    if key then
+      local value, expires = ARGV[vi], ARGV[s + 3]
+      local tagged  -- true: a hash tag; false: no brace; nil: braces but no tag
+      local open = string.find(key, '{', 1, true)
+      if open then
+        local close = string.find(key, '}', open + 1, true)
+        if close and close > open + 1 then tagged = true end
+      elseif not string.find(key, '}', 1, true) then
+        tagged = false
+      end
+--! include guard_keep
+      if expires ~= '0' then redis.call('SET', key, value, 'PXAT', expires)
+      elseif not batched then redis.call('SET', key, value)
+      elseif np == 0 then plain, np = {key, value}, 2
+      else
+        plain[np + 1], plain[np + 2] = key, value
+        np = np + 2
+      end
+      if batched and tagged ~= nil then
+        local vh = tagged and key .. ':stampede:v' or '{' .. key .. '}:stampede:v:u'
+        nh = nh + 1
+        if nh == 1 then h1 = vh
+        elseif nh == 2 then hashes = {h1, vh}
+        else hashes[nh] = vh end
+      end
+    end
+  end
+end
+if np == 2 then redis.call('SET', plain[1], plain[2])
+else
+  for s = 1, np, 512 do redis.call('MSET', unpack(plain, s, math.min(np, s + 511))) end
+end
 -- (pcall: a hash in a slot that is migrating may not be local; raise_floor then
 -- looks at each, best effort as it does). Keys of many slots (not batched) may not
 -- share one EXISTS: each looks at its own hash.
-local found = not batched or (nh > 0 and redis.pcall('EXISTS', unpack(hashes)))
+local found = not batched
+if nh == 1 then found = redis.pcall('EXISTS', h1)
+elseif nh > 1 then found = redis.pcall('EXISTS', unpack(hashes)) end
 if found and (type(found) ~= 'number' or found > 0) then
-  if keys then
-    for j = 1, w do raise_floor(keys[j], ARGV[at[j] + 1], ARGV[at[j] + 2]) end
-  else
-    for i = 1, n do
-      if out[i] == 1 then
-        local b = off + (i - 1) * 6
-        raise_floor(K[i], ARGV[b + 1], ARGV[b + 2])
+--! include older
+--! include version_hash
+  local s, vi, left = off, off + 5, n
+  if batch then
+    s = off + 1
+    vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
+  end
+  for j = 1, w do
+    local key
+    if keys then
+      key, s = keys[j], S[at[j]]
+    else
+      while left == 0 do
+        s = vi + 1
+        vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
       end
+      vi, left = vi + 1, left - 1
+      if out[j] == 1 then key = K[j] end
     end
+    if key then raise_floor(key, ARGV[s + 1], ARGV[s + 2]) end
   end
 end
 return out

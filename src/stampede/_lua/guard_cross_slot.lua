@@ -1,7 +1,8 @@
 #!lua flags=allow-cross-slot-keys
 --! idempotent
 -- The guard for a whole batch on one cluster node, keys of many slots at once
--- (ARGV: the key count, the keys, then six per key as guard.lua takes them).
+-- (ARGV: the key count, the keys, then the stamps and values as guard.lua takes
+-- them).
 -- A GET of a key the node does not serve right now (moved, or migrating away), or
 -- of a key of another type, aborts the call before anything is written; the
 -- client then falls back to one guard.lua call per slot.

@@ -21,10 +21,10 @@ from typing import Any
 from .._lua import script
 from ._base import translate
 from ._guard import (
-    ARGS_PER_KEY,
     CROSS_SLOT_GUARD,
     GUARD,
     WriteRequest,
+    argv_at,
     joined,
     split_codes,
 )
@@ -137,11 +137,11 @@ class NodeIO:
             for i, slot in enumerate(slots):
                 by_slot.setdefault(slot, []).append(i)
             groups = list(by_slot.values())
-        results = await self._guard_calls(node, keys, argv, groups, follow=False, first=first)
+        results = await self._guard_calls(node, requests, groups, follow=False, first=first)
         if len(results) == 1 and not isinstance(results[0], BaseException):
             return split_codes(requests, results[0], node)
         if any(redirected(r) for r in results):
-            groups, results = await self._settle_moving(node, requests, keys, argv, groups, results)
+            groups, results = await self._settle_moving(node, requests, groups, results)
         codes: list[Any] = [None] * len(keys)
         for group, res in zip(groups, results, strict=True):
             if isinstance(res, BaseException):
@@ -157,8 +157,6 @@ class NodeIO:
         self,
         node: str,
         requests: list[WriteRequest],
-        keys: list[bytes],
-        argv: list[object],
         groups: list[list[int]],
         results: list[Any],
     ) -> tuple[list[list[int]], list[Any]]:
@@ -173,7 +171,7 @@ class NodeIO:
         alone = [
             [i for i in g if owner[i] == r] for g in moving for r in sorted({owner[i] for i in g})
         ]
-        settled = await self._guard_calls(node, keys, argv, alone)
+        settled = await self._guard_calls(node, requests, alone)
         kept = [(g, r) for g, r in zip(groups, results, strict=True) if not redirected(r)]
         return [g for g, _ in kept] + alone, [r for _, r in kept] + settled
 
@@ -193,20 +191,20 @@ class NodeIO:
     async def _guard_calls(
         self,
         node: str,
-        keys: list[bytes],
-        argv: list[object],
+        requests: list[WriteRequest],
         groups: list[list[int]],
         *,
         follow: bool = True,
         first: Sent | None = None,
     ) -> list[Any]:
-        """One guarded-script call per group of key indexes (each group in one slot)."""
+        """One guarded-script call per group of key indexes into the batch's joined keys
+        (each group in one slot)."""
+        keys, argv, _ = joined(requests)
 
         def command(group: list[int]) -> tuple[Any, ...]:
             if len(group) == len(keys):
                 return ("EVALSHA", GUARD.sha, len(keys), *keys, *argv)
-            n = ARGS_PER_KEY
-            chosen = [arg for i in group for arg in argv[n * i : n * i + n]]
+            chosen = argv_at(requests, group)
             return ("EVALSHA", GUARD.sha, len(group), *[keys[i] for i in group], *chosen)
 
         commands = [command(g) for g in groups]

@@ -11,9 +11,12 @@ One call carries the keys of many writes (the writes of one loop turn that go to
 the same shard, or slot on a cluster), each key with its own stamp:
 
 KEYS   the keys to write
-ARGV   six per key: version, token, expire-at in unix ms ("0": no expiry), value,
-       limit (the newest clock version this writer accepts as real; "0": none),
-       keep (ms to keep the value a write replaces; "0": do not keep it)
+ARGV   each write's stamp once, then its keys' values in the order of KEYS; the
+       stamp is version, token, expire-at in unix ms ("0": no expiry), limit (the
+       newest clock version this writer accepts as real; "0": none), keep (ms to
+       keep the value a write replaces; "0": do not keep it). A lone write: its
+       stamp, then its values (5 + n values for n keys); a batch, per write in
+       order: its key count, its stamp, its values (6 per write + n, never 5 + n)
 reply  one integer per key:
         1  written over an older value (or none, or a value that is no envelope)
         2  the same stamp is stored: an idempotent resend, nothing changed
@@ -57,7 +60,6 @@ if TYPE_CHECKING:
     from ..typing import GuardStamp
 
 __all__ = [
-    "ARGS_PER_KEY",
     "CAS",
     "CAS_SCRIPT",
     "CROSS_SLOT_GUARD",
@@ -74,9 +76,11 @@ __all__ = [
     "KEPT_MAX",
     "MIXED",
     "SAME",
+    "STAMP_ARGS",
     "WRITTEN",
     "WRONGTYPE",
     "WriteRequest",
+    "argv_at",
     "joined",
     "requests_for",
     "split_codes",
@@ -90,7 +94,8 @@ WRONGTYPE = GuardCode.WRONGTYPE
 MIXED = GuardCode.MIXED
 FUTURE = GuardCode.FUTURE
 FOREIGN = GuardCode.FOREIGN
-ARGS_PER_KEY = 6
+STAMP_ARGS = 5
+"""The ARGV of a write's stamp (version, token, expire-at, limit, keep), once per write."""
 KEEP_MS = 5000
 """How long a replaced value is kept for group reads (`Options.version_grace`)."""
 KEPT_DEPTH = 4
@@ -119,7 +124,7 @@ CROSS_SLOT_GUARD_SHA = CROSS_SLOT_GUARD.sha
 
 
 def without_keeping(command: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A per-slot guard call with every key's keep set to 0; any other command as is.
+    """A per-slot guard call with every write's keep set to 0; any other command as is.
 
     A call that follows ASK runs on the node importing the slot, while the source
     may still hold the key's kept list: creating a second one there would make the
@@ -132,16 +137,22 @@ def without_keeping(command: tuple[Any, ...]) -> tuple[Any, ...]:
         return command
     n = int(command[2])
     head, argv = list(command[: 3 + n]), list(command[3 + n :])
-    for i in range(ARGS_PER_KEY - 1, len(argv), ARGS_PER_KEY):
-        argv[i] = 0
+    if len(argv) == STAMP_ARGS + n:  # a lone write
+        argv[STAMP_ARGS - 1] = 0
+    else:
+        pos = 0
+        while pos < len(argv):
+            argv[pos + STAMP_ARGS] = 0
+            pos += 1 + STAMP_ARGS + int(argv[pos])
     return (*head, *argv)
 
 
 class WriteRequest:
     """The keys one guarded write sends to one shard, with their ARGV ready-made.
 
-    `argv` holds six values per key (version, token, expire-at, value, limit, keep), in the
-    order of `keys`, so a batch's call is its requests' keys and argv joined;
+    `argv` is the write's stamp (version, token, expire-at, limit, keep), then one value
+    per key in the order of `keys`: a lone write's ARGV as it is, and a batch's call
+    is its requests' keys joined and each one's argv after its key count (`joined`);
     `slots` are the keys' hash slots where the topology routes by them (a cluster
     splits a batch per slot when a node refuses the cross-slot script).
     """
@@ -190,29 +201,25 @@ def requests_for(
     version, token = stamp["version"], stamp["token"]
     at = stamp.get("expire_at_ms") or 0
     limit, keep = stamp.get("limit", 0), stamp.get("keep_ms", KEEP_MS)
-    head, tail = _stamp_resp(version, token, at, limit, keep)
+    head = _stamp_resp(version, token, at, limit, keep)
     out: list[WriteRequest] = []
     for positions in parts:
-        argv: list[object] = []
-        for p in positions:
-            argv += (version, token, at, values[p], limit, keep)
+        argv: list[object] = [version, token, at, limit, keep]
+        argv += map(values.__getitem__, positions)
         out.append(
             WriteRequest(
                 list(map(keys.__getitem__, positions)),
                 argv,
                 list(map(slots.__getitem__, positions)) if slots else [],
-                _resp(keys, values, positions, head, tail) if head else None,
+                _resp(keys, values, positions, head) if head else None,
             )
         )
     return out
 
 
-def _stamp_resp(
-    version: object, token: object, at: object, limit: object, keep: object
-) -> tuple[bytes, bytes]:
-    """The RESP bulk strings of a key's ARGV before its value (version, token, expire-at)
-    and after it (limit, keep), the same for every key of a write; empty when a value
-    is not of the plain types made here (its requests are packed by hiredis)."""
+def _stamp_resp(version: object, token: object, at: object, limit: object, keep: object) -> bytes:
+    """The RESP bulk strings of a write's stamp (its ARGV before its values); empty when
+    a value is not of the plain types made here (its requests are packed by hiredis)."""
     if not (
         type(version) is int
         and type(token) is str
@@ -220,30 +227,24 @@ def _stamp_resp(
         and type(limit) is int
         and type(keep) is int
     ):
-        return b"", b""
-    v, t, a = b"%d" % version, token.encode(), b"%d" % at
-    lim, k = b"%d" % limit, b"%d" % keep
-    head = b"$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(v), v, len(t), t, len(a), a)
-    return head, b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(lim), lim, len(k), k)
+        return b""
+    parts = (b"%d" % version, token.encode(), b"%d" % at, b"%d" % limit, b"%d" % keep)
+    return b"".join([b"$%d\r\n%s\r\n" % (len(p), p) for p in parts])
 
 
 def _resp(
-    keys: Sequence[bytes],
-    values: Sequence[bytes],
-    positions: Sequence[int],
-    head: bytes,
-    tail: bytes,
+    keys: Sequence[bytes], values: Sequence[bytes], positions: Sequence[int], head: bytes
 ) -> tuple[bytes, bytes] | None:
     """The RESP of a request's keys and of its ARGV (`WriteRequest.resp`); None when a
     key or a value is not bytes."""
     names: list[bytes] = []
-    args: list[bytes] = []
+    args: list[bytes] = [head]
     for p in positions:
         key, value = keys[p], values[p]
         if type(key) is not bytes or type(value) is not bytes:
             return None
         names.append(b"$%d\r\n%s\r\n" % (len(key), key))
-        args.append(b"%s$%d\r\n%s\r\n%s" % (head, len(value), value, tail))
+        args.append(b"$%d\r\n%s\r\n" % (len(value), value))
     return b"".join(names), b"".join(args)
 
 
@@ -257,23 +258,48 @@ def _request(
     version, token = stamp["version"], stamp["token"]
     at = stamp.get("expire_at_ms") or 0
     limit, keep = stamp.get("limit", 0), stamp.get("keep_ms", KEEP_MS)
-    argv: list[object] = []
-    for p in positions:
-        argv.extend((version, token, at, values[p], limit, keep))
+    argv: list[object] = [version, token, at, limit, keep]
+    argv += [values[p] for p in positions]
     return WriteRequest(
         [keys[p] for p in positions], argv, [slots[p] for p in positions] if slots else []
     )
 
 
 def joined(requests: Sequence[WriteRequest]) -> tuple[list[bytes], list[object], list[int]]:
-    """The keys, ARGV and slots of a batch's requests, in order, as one call takes them."""
+    """The keys, ARGV and slots of a batch's requests, in order, as one call takes them
+    (a lone request's ARGV as it is; each of a batch's after its key count)."""
     if len(requests) == 1:
         return requests[0].keys, requests[0].argv, requests[0].slots
+    argv: list[object] = []
+    for request in requests:
+        argv.append(len(request.keys))
+        argv += request.argv
     return (
         [key for request in requests for key in request.keys],
-        [arg for request in requests for arg in request.argv],
+        argv,
         [slot for request in requests for slot in request.slots],
     )
+
+
+def argv_at(requests: Sequence[WriteRequest], group: Sequence[int]) -> list[object]:
+    """The ARGV of a call for the batch's keys at `group` (indexes into its joined keys,
+    in order): the keys of one request that follow each other share its stamp."""
+    owner: list[tuple[WriteRequest, int]] = [
+        (request, i) for request in requests for i in range(len(request.keys))
+    ]
+    runs: list[tuple[WriteRequest, list[object]]] = []
+    for g in group:
+        request, i = owner[g]
+        if not runs or runs[-1][0] is not request:
+            runs.append((request, []))
+        runs[-1][1].append(request.argv[STAMP_ARGS + i])
+    if len(runs) == 1:
+        request, values = runs[0]
+        return [*request.argv[:STAMP_ARGS], *values]
+    argv: list[object] = []
+    for request, values in runs:
+        argv += (len(values), *request.argv[:STAMP_ARGS], *values)
+    return argv
 
 
 def split_codes(requests: Sequence[WriteRequest], codes: list[Any], shard: str) -> list[Any]:

@@ -85,8 +85,9 @@ class ShardReads:
 
 def guard_call(requests: list[WriteRequest]) -> tuple[Any, ...]:
     """The one EVALSHA of a batch of guarded writes: the command `run` sends first (its
-    requests' keys, then their ARGV, in order), built in one list; with its RESP bytes
-    joined from the requests' own (`Packed`) when every request has them."""
+    requests' keys, then their ARGV, in order, as `joined` makes them), built in one
+    list; with its RESP bytes joined from the requests' own (`Packed`) when every
+    request has them."""
     if len(requests) == 1:  # a lone request (every part of a lone write): no lists
         request = requests[0]
         keys, resp = request.keys, request.resp
@@ -106,17 +107,22 @@ def guard_call(requests: list[WriteRequest]) -> tuple[Any, ...]:
         if request.resp is not None:
             made.append(request.resp)
     command[2] = count
-    for request in requests:
+    for request in requests:  # per write: its key count, then its stamp and values
+        command.append(len(request.keys))
         command += request.argv
     if len(made) != len(requests):
         return tuple(command)
     n = b"%d" % count
     call = Packed(command)
+    args: list[bytes] = []
+    for request, (_, made_args) in zip(requests, made, strict=True):
+        c = b"%d" % len(request.keys)
+        args += (b"$%d\r\n%s\r\n" % (len(c), c), made_args)
     call.resp = b"".join(
         [
             b"*%d\r\n%s$%d\r\n%s\r\n" % (len(command), _HEAD, len(n), n),
             *[names for names, _ in made],
-            *[args for _, args in made],
+            *args,
         ]
     )
     return call
