@@ -552,6 +552,27 @@ async def test_a_group_delete_over_a_pending_transaction_is_never_undone(
     assert await raw_value(st, a) is None
 
 
+async def test_a_group_delete_of_a_key_with_empty_braces_is_never_undone(
+    quick: Stampede,
+) -> None:
+    """F1 for a key with braces but no hash tag (`odd{}a`): its version hash has a name
+    only the client can work out (`stampede:v:{<n>}:<key>`), so the guard cannot raise
+    its floor in its own call; the client raises it right after. Once the tombstone
+    expires, neither a reader nor the sweep completes the older transaction there."""
+    st = quick
+    a, b = "f1{}a", "f1odd:b"
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+        tx.set(b, b"old")
+    await _pending_at_first(st, a, b, b"new")
+    await st.delete(a, [a])
+    await gone(st, a)
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
+    await sweep(st.topology, grace=0.05)
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
+    assert await raw_value(st, a) is None
+
+
 async def test_a_delete_committed_after_its_expiry_still_deletes(st: Stampede) -> None:
     """F2: a transaction's tombstone whose commit lands after its expiry instant: the
     older value goes too (the write happened, then expired); it does not stay visible."""

@@ -66,7 +66,8 @@ local function side_names(key)
 end
 -- put(key, b, cur): write key's value (its ARGV from offset b), keeping `cur`,
 -- the envelope it replaces (false: none); plain values wait for one MSET, and the
--- version hash is noted for the one EXISTS below.
+-- version hash is noted for the one EXISTS below. Returns false for a key whose
+-- version hash only the client can name (braces but no tag).
 local plain, np, hashes, nh = {}, 0, {}, 0
 local function put(key, b, cur)
   local kk, vh = side_names(key)
@@ -83,11 +84,12 @@ local function put(key, b, cur)
     nh = nh + 1
     hashes[nh] = vh
   end
+  return vh ~= nil
 end
 -- With no key twice (the usual call), each key written is put in place; else, in
 -- first-seen order, `at[w]` is the offset of the call's newest write of key w in
 -- ARGV and `was[w]` the envelope that write replaces.
-local keys, at, w = nil, nil, 0
+local keys, at, newest, w = nil, nil, nil, 0
 if not twice then
   for i = 1, n do
     local state = out[i]
@@ -96,14 +98,13 @@ if not twice then
       state = -6
     end
     if state == 1 or state == 9 then
-      put(K[i], b, state == 1 and seen[i])
-      state = 1
+      state = put(K[i], b, state == 1 and seen[i]) and 1 or 10
     end
     out[i] = state
   end
 else
   local place, was = {}, {}
-  keys, at = {}, {}
+  keys, at, newest = {}, {}, {}
   for i = 1, n do
     local key = K[i]
     local b = off + (i - 1) * 6
@@ -124,26 +125,35 @@ else
         keys[j] = key
         place[key] = j
       end
-      at[j], was[j] = b, state == 1 and cur
+      at[j], was[j], newest[j] = b, state == 1 and cur, i
       state = 1
     end
     out[i] = state
   end
-  for j = 1, w do put(keys[j], at[j], was[j]) end
+  for j = 1, w do
+    if not put(keys[j], at[j], was[j]) then out[newest[j]] = 10 end
+  end
 end
 for s = 1, np, 512 do redis.call('MSET', unpack(plain, s, math.min(np, s + 511))) end
 -- (pcall: a hash in a slot that is migrating may not be local; raise_floor then
 -- looks at each, best effort as it does). Keys of many slots (not batched) may not
 -- share one EXISTS: each looks at its own hash.
+-- A written key whose hash this call cannot reach (braces but no tag, above; not
+-- on this node, its slot migrating) replies 10: written, its floor left to the
+-- client (topology/_floor.py), which raises it before the write returns.
 local found = not batched or (nh > 0 and redis.pcall('EXISTS', unpack(hashes)))
 if found and (type(found) ~= 'number' or found > 0) then
   if keys then
-    for j = 1, w do raise_floor(keys[j], ARGV[at[j] + 1], ARGV[at[j] + 2]) end
+    for j = 1, w do
+      if out[newest[j]] == 1 and not raise_floor(keys[j], ARGV[at[j] + 1], ARGV[at[j] + 2]) then
+        out[newest[j]] = 10
+      end
+    end
   else
     for i = 1, n do
       if out[i] == 1 then
         local b = off + (i - 1) * 6
-        raise_floor(K[i], ARGV[b + 1], ARGV[b + 2])
+        if not raise_floor(K[i], ARGV[b + 1], ARGV[b + 2]) then out[i] = 10 end
       end
     end
   end

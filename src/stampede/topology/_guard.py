@@ -16,6 +16,9 @@ ARGV   six per key: version, token, expire-at in unix ms ("0": no expiry), value
        keep (ms to keep the value a write replaces; "0": do not keep it)
 reply  one integer per key:
         1  written over an older value (or none, or a value that is no envelope)
+       10  written as 1, but the call could not reach the key's version hash to
+           raise its floor: the topology raises it before the write returns
+           (`_floor`); no caller of `write_guarded` ever sees this code
         2  the same stamp is stored: an idempotent resend, nothing changed
         0  kept out: the stored write is newer
        -1  not written: the key holds another type (WRONGTYPE)
