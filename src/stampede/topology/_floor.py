@@ -30,13 +30,13 @@ from .._lua import script
 from ..errors import ShardError
 from ..results import GuardCode
 from ..wire._txn import side_key
-from ._guard import GUARD_SCRIPT, GUARD_SHA
+from ._guard import CAS, GUARD_SCRIPT, GUARD_SHA
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp, Topology
     from ._base import WriteOutcome
 
-__all__ = ["FLOOR_ELSEWHERE", "RAISE_FLOOR", "after_ask", "raise_floors"]
+__all__ = ["FLOOR_ELSEWHERE", "RAISE_FLOOR", "after_ask", "raise_floor", "raise_floors"]
 
 FLOOR_ELSEWHERE = 10
 """Guard code: written, but the call could not reach the key's version hash."""
@@ -44,15 +44,19 @@ FLOOR_ELSEWHERE = 10
 RAISE_FLOOR = script("raise_floor")
 
 
+async def raise_floor(topology: Topology, key: bytes, version: int, token: str) -> None:
+    """Raise the floor of `key`'s version hash to (`version`, `token`), if it has one."""
+    await topology.script(RAISE_FLOOR, [side_key(key, topology.slot_of)], [version, token])
+
+
 async def raise_floors(topology: Topology, outcome: WriteOutcome, stamp: GuardStamp) -> None:
     """Raise the floor of each key of `outcome` coded `FLOOR_ELSEWHERE` to the
     write's stamp; each such key then reads `WRITTEN`, or failed with its error."""
     done = outcome.results
     keys = [key for key, code in done.items() if code == FLOOR_ELSEWHERE]
-    args: list[Any] = [stamp["version"], stamp["token"]]
+    version, token = stamp["version"], stamp["token"]
     replies = await asyncio.gather(
-        *(topology.script(RAISE_FLOOR, [side_key(k, topology.slot_of)], args) for k in keys),
-        return_exceptions=True,
+        *(raise_floor(topology, key, version, token) for key in keys), return_exceptions=True
     )
     for key, reply in zip(keys, replies, strict=True):
         if isinstance(reply, ShardError):
@@ -65,10 +69,11 @@ async def raise_floors(topology: Topology, outcome: WriteOutcome, stamp: GuardSt
 
 
 def after_ask(command: tuple[Any, ...], reply: Any) -> Any:
-    """The reply of a guard call that followed ASK, each key it wrote coded
-    `FLOOR_ELSEWHERE`: on the importing node a key's version hash may not have moved
-    yet, and its absence there proves nothing. Any other reply as it is."""
-    if len(command) < 2 or command[1] not in (GUARD_SHA, GUARD_SCRIPT):
+    """The reply of a guard (or repair compare-and-set) call that followed ASK, each
+    key it wrote coded `FLOOR_ELSEWHERE`: on the importing node a key's version hash
+    may not have moved yet, and its absence there proves nothing. Any other reply as
+    it is."""
+    if len(command) < 2 or command[1] not in (GUARD_SHA, GUARD_SCRIPT, CAS.sha, CAS.source):
         return reply
     if not isinstance(reply, list):
         return reply
