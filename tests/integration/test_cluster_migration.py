@@ -5,10 +5,17 @@ from __future__ import annotations
 import asyncio
 import random
 
-from stampede import RetryPolicy, Stampede, TornReadError, keyslot
-from stampede.testing import LocalCluster
+import pytest
 
-from ..support import open_stampede
+from stampede import RetryPolicy, Stampede, TornReadError, keyslot
+from stampede._txn.scripts import COMMIT, PREPARE
+from stampede._txn.sweep import sweep
+from stampede._txn.units import run_units
+from stampede.testing import LocalCluster
+from stampede.wire import new_token
+from stampede.wire._txn import encode_meta, side_key
+
+from ..support import gone, open_stampede, raw_value
 
 HOT = "{hot}"
 
@@ -106,3 +113,47 @@ async def test_workload_survives_a_live_migration(stampede_cluster: LocalCluster
             assert result.consistent
             last[group] = next(iter(result.values.values())) or b""
         assert all(last.values())
+
+
+@pytest.mark.parametrize("first", ["data key", "version hash"])
+async def test_a_delete_mid_migration_over_a_pending_transaction_never_comes_back(
+    stampede_cluster: LocalCluster, first: str
+) -> None:
+    """A transaction committed at b and still pending at a; a's slot migrates, and
+    one of a's two keys (its data key, its version hash) has moved while the other
+    has not when `st.delete` deletes a. The delete must still raise the floor of a's
+    version hash wherever that hash is, so that once the tombstone expires neither a
+    reader nor the sweep completes the older transaction at a: a deleted value never
+    comes back."""
+    async with open_stampede(
+        stampede_cluster, "cluster", tombstone_grace=0.05, version_grace=0.05
+    ) as st:
+        a, b = "{mig}:a", "{other}:b"
+        raw = [a.encode(), b.encode()]
+        async with st.transaction() as tx:
+            tx.set(a, b"old")
+            tx.set(b, b"old")
+        version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+        sides = [side_key(k, st.topology.slot_of) for k in raw]
+        env = b"%d:%s:new" % (version, token.encode())
+        args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
+        assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
+        commit = [(version, token, 0, 0, b"", b"")]
+        assert await run_units(st.topology, COMMIT, raw[1:], sides[1:], commit, head=[5000]) == [1]
+
+        slot = keyslot(a)
+        source = stampede_cluster.master_for_slot(slot)
+        target = next(m for m in stampede_cluster.masters if m is not source)
+        await asyncio.to_thread(stampede_cluster.begin_migration, slot, target)
+        moved = raw[0] if first == "data key" else sides[0]
+        await asyncio.to_thread(stampede_cluster.move_keys, slot, [moved])
+        deleting = asyncio.ensure_future(st.delete("{mig}", [a]))
+        if first == "version hash":  # the data key moves while the delete waits for it
+            await asyncio.sleep(0)
+        await asyncio.to_thread(stampede_cluster.finish_migration, slot)
+        await deleting
+        await gone(st, a)
+        assert (await st.read_atomic([a, b])).values[a] is None
+        await sweep(st.topology, grace=0.05)
+        assert await raw_value(st, a) is None
+        assert (await st.read_atomic([a, b])).values[a] is None

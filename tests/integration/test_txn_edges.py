@@ -357,6 +357,27 @@ async def test_a_repair_of_a_group_that_expired_since_the_read_writes_nothing(
     assert await raw_value(st, a) is None and await raw_value(st, b) is None
 
 
+async def test_a_repair_of_a_key_with_empty_braces_raises_its_floor(st: Stampede) -> None:
+    """A repair's compare-and-set cannot name the version hash of a key with braces
+    but no tag (only the client can): it says so, and the repair raises the floor
+    itself, as the guard's writes do (a transaction pending there at or below the
+    repair's stamp is never completed once the repaired value is gone)."""
+    a, b = "rep{}a", "rep:b"
+    async with st.transaction() as tx:  # a has a version hash
+        tx.set(a, b"x")
+        tx.set(b, b"y")
+    seen = await raw_value(st, b)
+    await st.topology.execute(a.encode(), "DEL", a)  # a lost: the repair rebuilds it
+    side = side_key(a.encode(), st.topology.slot_of)
+    obs = Observation(b"rep", (a.encode(), b.encode()), (None, seen), Mode.STAMP, None)
+    ctx = RepairContext(st.topology, Mode.STAMP, st.versions)
+    await REBUILD.repair(ctx, obs, judge(obs).exhausted())
+    repaired = Envelope.decode(await raw_value(st, a) or b"")
+    assert repaired.payload == b"rebuilt"
+    floor = await st.topology.execute(side, "HGET", side, "g")
+    assert floor == b"%d:%s" % (repaired.version, repaired.token.encode())
+
+
 async def test_a_repair_keeps_the_expiry_instant_of_the_write(st: Stampede) -> None:
     """One key of a TTL'd write already gone, the other still there: the repair writes
     with that write's own expiry instant, never without one."""
@@ -545,6 +566,27 @@ async def test_a_group_delete_over_a_pending_transaction_is_never_undone(
         tx.set(b, b"old")
     await _pending_at_first(st, a, b, b"new")
     await st.delete(a, [a])  # a group delete, newer than the transaction
+    await gone(st, a)
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
+    await sweep(st.topology, grace=0.05)
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
+    assert await raw_value(st, a) is None
+
+
+async def test_a_group_delete_of_a_key_with_empty_braces_is_never_undone(
+    quick: Stampede,
+) -> None:
+    """F1 for a key with braces but no hash tag (`odd{}a`): its version hash has a name
+    only the client can work out (`stampede:v:{<n>}:<key>`), so the guard cannot raise
+    its floor in its own call; the client raises it right after. Once the tombstone
+    expires, neither a reader nor the sweep completes the older transaction there."""
+    st = quick
+    a, b = "f1{}a", "f1odd:b"
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+        tx.set(b, b"old")
+    await _pending_at_first(st, a, b, b"new")
+    await st.delete(a, [a])
     await gone(st, a)
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
     await sweep(st.topology, grace=0.05)

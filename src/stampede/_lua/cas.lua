@@ -1,5 +1,7 @@
 --! idempotent
 -- Compare-and-set for repairs: change a key only if it still holds what was seen.
+-- Replies per key: 1 changed (or already holding the new value), 0 left alone, 10
+-- set, with the floor of its version hash left to the client.
 --! include older
 --! include version_hash
 local at = ARGV[1]
@@ -24,9 +26,10 @@ for i, key in ipairs(KEYS) do
     else
       redis.call('SET', key, value)
     end
-    local nv, nt = string.match(value, '^(%d+):([0-9A-Z]+)')
-    if nv and #nt == 26 then raise_floor(key, nv, nt) end
     out[i] = 1
+    local nv, nt = string.match(value, '^(%d+):([0-9A-Z]+)')
+    -- 10: set, but its version hash is out of this call's reach (topology/_floor.py)
+    if nv and #nt == 26 and not raise_floor(key, nv, nt) then out[i] = 10 end
   end
 end
 return out

@@ -158,6 +158,8 @@ do
       elseif not string.find(key, '}', 1, true) then
         tagged = false
       end
+      -- braces but no tag: only the client can name its version hash (10, below)
+      if tagged == nil then out[keys and at[j] or j] = 10 end
 --! include guard_keep
       if expires ~= '0' then redis.call('SET', key, value, 'PXAT', expires)
       elseif not batched then redis.call('SET', key, value)
@@ -180,9 +182,12 @@ if np == 2 then redis.call('SET', plain[1], plain[2])
 else
   for s = 1, np, 512 do redis.call('MSET', unpack(plain, s, math.min(np, s + 511))) end
 end
--- (pcall: a hash in a slot that is migrating may not be local; raise_floor then
--- looks at each, best effort as it does). Keys of many slots (not batched) may not
--- share one EXISTS: each looks at its own hash.
+-- Then each written key's version hash, if it has one, takes the write's stamp as
+-- its floor (version_hash.lua). Keys of many slots (not batched) may not share one
+-- EXISTS: each looks at its own hash. A written key whose hash this call cannot
+-- reach replies 10: written, its floor left to the client (topology/_floor.py),
+-- which raises it before the write returns: braces but no tag (above), or a hash
+-- not on this node, its slot migrating (the EXISTS fails: pcall).
 local found = not batched
 if nh == 1 then found = redis.pcall('EXISTS', h1)
 elseif nh > 1 then found = redis.pcall('EXISTS', unpack(hashes)) end
@@ -206,7 +211,9 @@ if found and (type(found) ~= 'number' or found > 0) then
       vi, left = vi + 1, left - 1
       if out[j] == 1 then key = K[j] end
     end
-    if key then raise_floor(key, ARGV[s + 1], ARGV[s + 2]) end
+    if key and not raise_floor(key, ARGV[s + 1], ARGV[s + 2]) then
+      out[keys and at[j] or j] = 10
+    end
   end
 end
 return out

@@ -12,20 +12,27 @@ local function version_hash(key)
   if string.find(key, '}', 1, true) then return nil end
   return '{' .. key .. '}:stampede:v:u'
 end
--- raise_floor(key, v, t): a write that is no transaction's (a group write, a
--- delete, a repair) made stamp (v, t) current at `key`: if the key has a version
--- hash, its floor `g` rises to that stamp, so that a transaction prepared there at
--- or below it is known to be superseded even once the value that superseded it is
--- gone (a tombstone expired): no reader or sweep may complete it there.
-local function raise_floor(key, v, t)
-  local vh = version_hash(key)
-  if not vh then return end
-  -- pcall: in a slot that is migrating, the hash may not be local (best effort, as
-  -- the kept versions are)
-  local exists = redis.pcall('EXISTS', vh)
-  if type(exists) ~= 'number' or exists == 0 then return end
+-- floor_at(vh, v, t): version hash `vh` exists; its floor `g` rises to stamp (v, t)
+-- (a write that is no transaction's made that stamp current at its key), so that a
+-- transaction prepared there at or below it is known to be superseded even once the
+-- value that superseded it is gone (a tombstone expired): no reader or sweep may
+-- complete it there.
+local function floor_at(vh, v, t)
   local g = redis.call('HGET', vh, 'g')
   local gv, gt = nil, nil
   if g then gv, gt = string.match(g, '^(%d+):([0-9A-Z]+)$') end
   if not gv or older(gv, gt, v, t) then redis.call('HSET', vh, 'g', v .. ':' .. t) end
+end
+-- raise_floor(key, v, t): the same for the data key `key`, if it has a version hash.
+-- Returns false when this call cannot reach the hash: the key has braces but no tag
+-- (only the client can name its hash), or the hash is not on this node (its slot is
+-- migrating); the guard then leaves the floor to the client (topology/_floor.py).
+local function raise_floor(key, v, t)
+  local vh = version_hash(key)
+  if not vh then return false end
+  -- pcall: in a slot that is migrating, the hash may be on the other node
+  local exists = redis.pcall('EXISTS', vh)
+  if type(exists) ~= 'number' then return false end
+  if exists == 1 then floor_at(vh, v, t) end
+  return true
 end

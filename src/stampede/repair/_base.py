@@ -29,8 +29,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _pipeline as pipeline
-from ..errors import RepairError, ShardResponseError
+from ..errors import MalformedEnvelope, RepairError, ShardResponseError
 from ..results import RepairAction, RepairOutcome
+from ..topology._floor import FLOOR_ELSEWHERE, raise_floor
 from ..topology._guard import CAS, KEPT
 from ..typing import RepairContext, Topology
 from ..verdict import Mode, Observation, Reason, Status, judge
@@ -183,10 +184,19 @@ async def compare_and_set(
             out.append(value or b"")
         return out
 
-    results = await asyncio.gather(
-        *(ctx.topology.script(CAS, keys, args(keys)) for keys in by_slot.values())
-    )
-    return all(r == 1 for res in results for r in res)
+    calls = list(by_slot.values())
+    results = await asyncio.gather(*(ctx.topology.script(CAS, keys, args(keys)) for keys in calls))
+    for keys, codes in zip(calls, results, strict=True):
+        for key, code in zip(keys, codes, strict=True):
+            value = new[key]
+            if code == FLOOR_ELSEWHERE and value is not None:
+                # set, with its version hash out of the call's reach (topology._floor)
+                try:
+                    env = Envelope.decode(value, key=key)
+                except MalformedEnvelope:
+                    continue  # no stamp: no floor to raise
+                await raise_floor(ctx.topology, key, env.version, env.token)
+    return all(r in (1, FLOOR_ELSEWHERE) for res in results for r in res)
 
 
 def best_effort(obs: Observation) -> dict[bytes, bytes | None]:

@@ -33,6 +33,7 @@ from ._durable import (
     wait_commands,
 )
 from ._endpoint import parse_url
+from ._floor import FLOOR_ELSEWHERE, raise_floors
 from ._guard import GUARD, WriteRequest, split_codes
 from ._lane import Sent
 from ._node_ops import Body, Command, eval_fallback, marker_id, optimistic_once, transaction
@@ -194,7 +195,9 @@ class Cluster:
         if asks_durability(stamp):
             return await self._write_durable(keys, values, slots, stamp)
         parts = [(self._coalescers(n)[1], pos) for n, pos in self._router.by_slots(slots).items()]
-        return await write_parts(keys, values, parts, [p for _, p in parts], stamp, slots)
+        return await write_parts(
+            keys, values, parts, [p for _, p in parts], stamp, slots, floors=self
+        )
 
     async def _write_durable(
         self, keys: Sequence[bytes], values: Sequence[bytes], slots: list[int], stamp: GuardStamp
@@ -247,6 +250,8 @@ class Cluster:
             outcome.failed.update(retried.failed)
             for node in {self._router.safe_shard(keys[p]) for p in again}:
                 outcome.acks[node] = 0
+        if FLOOR_ELSEWHERE in outcome.results.values():
+            await raise_floors(self, outcome, stamp)
         return outcome
 
     async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:

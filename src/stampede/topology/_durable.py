@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any, Unpack
 from .._lua import Script, as_eval
 from ..errors import ShardError
 from ._base import WriteOutcome, translated
+from ._floor import FLOOR_ELSEWHERE, raise_floors
 from ._guard import GUARD, WriteRequest, split_codes
 from ._reply_errors import NoScriptError
 
 if TYPE_CHECKING:
-    from ..typing import GuardStamp
+    from ..typing import GuardStamp, Topology
 
 __all__ = [
     "acks_of",
@@ -118,9 +119,12 @@ async def durable_write(
     partition: dict[int, list[int]],
     names: Sequence[str],
     send: Send,
+    *,
+    floors: Topology,
 ) -> WriteOutcome:
     """The guarded write of `keys` (shard index -> positions in `partition`), then WAIT
-    (and WAITAOF), one pipeline per shard through `send(shard, commands)`."""
+    (and WAITAOF), one pipeline per shard through `send(shard, commands)`; a floor the
+    guard could not raise is raised through `floors` (`_floor`)."""
     outcome = WriteOutcome()
 
     async def one(shard: int, positions: list[int]) -> None:
@@ -144,4 +148,6 @@ async def durable_write(
         outcome.acks[name] = acks_of(replies[1:])
 
     await asyncio.gather(*(one(shard, pos) for shard, pos in partition.items()))
+    if FLOOR_ELSEWHERE in outcome.results.values():
+        await raise_floors(floors, outcome, stamp)
     return outcome

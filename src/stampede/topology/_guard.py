@@ -19,6 +19,9 @@ ARGV   each write's stamp once, then its keys' values in the order of KEYS; the
        order: its key count, its stamp, its values (6 per write + n, never 5 + n)
 reply  one integer per key:
         1  written over an older value (or none, or a value that is no envelope)
+       10  written as 1, but the call could not reach the key's version hash to
+           raise its floor: the topology raises it before the write returns
+           (`_floor`); no caller of `write_guarded` ever sees this code
         2  the same stamp is stored: an idempotent resend, nothing changed
         0  kept out: the stored write is newer
        -1  not written: the key holds another type (WRONGTYPE)

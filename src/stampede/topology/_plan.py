@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ShardError
 from ._base import READ_WATCH, WriteOutcome
 from ._coalesce import Coalescer, Fanin
+from ._floor import FLOOR_ELSEWHERE, raise_floors
 from ._guard import requests_for
 
 if TYPE_CHECKING:
-    from ..typing import GuardStamp
+    from ..typing import GuardStamp, Topology
 
 __all__ = [
     "PLANS_MAX",
@@ -145,12 +146,14 @@ async def write_parts(
     positions: list[list[int]],
     stamp: GuardStamp,
     slots: Sequence[int] = (),
+    floors: Topology | None = None,
 ) -> WriteOutcome:
     """Guarded-write every key through its shard's coalescer; per-shard failures kept.
 
     Every part is queued at once and the answers come back with one wake-up (`Fanin`).
     `positions` are the parts' (`write_plan`); `stamp` is the write's (`write_guarded`'s
-    keywords, as the dict they came in).
+    keywords, as the dict they came in). A key whose floor the guard could not raise
+    gets it raised through `floors` before the outcome returns (`_floor`).
     """
     requests = requests_for(keys, values, positions, slots, stamp)
     fanin = Fanin(len(parts))
@@ -166,4 +169,6 @@ async def write_parts(
             outcome.failed.update(dict.fromkeys(request.keys, codes))
         else:
             raise codes
+    if floors is not None and FLOOR_ELSEWHERE in done.values():
+        await raise_floors(floors, outcome, stamp)
     return outcome

@@ -22,6 +22,7 @@ from ..options import ConnectOptions
 from ._base import translate
 from ._discovery import SlotsUnknown, SlotTable
 from ._endpoint import Endpoint
+from ._floor import after_ask
 from ._guard import without_keeping
 from ._lane import Lane, Sent
 from ._node_ops import eval_fallback
@@ -284,7 +285,7 @@ class Router:
         (reply,) = await eval_fallback(run, [cmd])
         if isinstance(reply, BaseException):
             raise reply
-        return reply
+        return after_ask(cmd, reply) if asking else reply
 
     async def refresh(self, *, avoid: str | None = None) -> None:
         """Reload the slot map once, however many callers met MOVED (or a failed node)

@@ -288,11 +288,10 @@ class Shards(FixedShards):
     ) -> Coroutine[Any, Any, WriteOutcome]:
         # A plain function returning the write's coroutine: one frame less per write.
         if stamp.get("replicas") or stamp.get("aof"):  # `asks_durability`
-            return durable_write(
-                keys, values, stamp, self._partition(keys), self._names, self._send_durable
-            )
+            by_shard, send = self._partition(keys), self._send_durable
+            return durable_write(keys, values, stamp, by_shard, self._names, send, floors=self)
         parts, positions = write_plan(self._write_plans, keys, self._partition, self._writers)
-        return write_parts(keys, values, parts, positions, stamp)
+        return write_parts(keys, values, parts, positions, stamp, floors=self)
 
     async def _send_durable(self, shard: int, commands: list[tuple[Any, ...]]) -> list[Any]:
         lane = self._lanes[shard]

@@ -1,0 +1,80 @@
+"""The floor a guarded write could not raise in its own call.
+
+A write that is no transaction's (a group write, a delete, a repair) and makes stamp S
+current at a key raises the floor of the key's version hash to S (`version_hash.lua`):
+a transaction pending there at or below S is then known to be superseded, and no
+reader or sweep completes it, even once the value that superseded it is gone (a
+tombstone expired). The guard does it in the same call when it can reach the hash.
+Two cases where it cannot:
+
+- a key with braces but no hash tag (`a{}b`): its hash is `stampede:v:{<n>}:<key>`,
+  with an `n` only the client works out (`wire._txn.side_key`);
+- a call while the key's slot migrates, with the key on one node and its hash on the
+  other: on the exporting node once the hash has moved, and on the importing node
+  (after ASK) while it has not, where its absence proves nothing.
+
+There the guard replies `FLOOR_ELSEWHERE` for the key (and the cluster's router turns
+every key written by a guard call that followed ASK into it). `raise_floors` then
+sends `RAISE_FLOOR` for each to the key's hash, routed as any command (following
+ASK), before the write returns, and the key reads `WRITTEN`. A key whose floor call
+fails is reported failed with that error: its value was written, but nothing
+vouches for its floor, so the write does not count as done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from .._lua import script
+from ..errors import ShardError
+from ..results import GuardCode
+from ..wire._txn import side_key
+from ._guard import CAS, GUARD_SCRIPT, GUARD_SHA
+
+if TYPE_CHECKING:
+    from ..typing import GuardStamp, Topology
+    from ._base import WriteOutcome
+
+__all__ = ["FLOOR_ELSEWHERE", "RAISE_FLOOR", "after_ask", "raise_floor", "raise_floors"]
+
+FLOOR_ELSEWHERE = 10
+"""Guard code: written, but the call could not reach the key's version hash."""
+
+RAISE_FLOOR = script("raise_floor")
+
+
+async def raise_floor(topology: Topology, key: bytes, version: int, token: str) -> None:
+    """Raise the floor of `key`'s version hash to (`version`, `token`), if it has one."""
+    await topology.script(RAISE_FLOOR, [side_key(key, topology.slot_of)], [version, token])
+
+
+async def raise_floors(topology: Topology, outcome: WriteOutcome, stamp: GuardStamp) -> None:
+    """Raise the floor of each key of `outcome` coded `FLOOR_ELSEWHERE` to the
+    write's stamp; each such key then reads `WRITTEN`, or failed with its error."""
+    done = outcome.results
+    keys = [key for key, code in done.items() if code == FLOOR_ELSEWHERE]
+    version, token = stamp["version"], stamp["token"]
+    replies = await asyncio.gather(
+        *(raise_floor(topology, key, version, token) for key in keys), return_exceptions=True
+    )
+    for key, reply in zip(keys, replies, strict=True):
+        if isinstance(reply, ShardError):
+            del done[key]
+            outcome.failed[key] = reply
+        elif isinstance(reply, BaseException):
+            raise reply
+        else:
+            done[key] = GuardCode.WRITTEN
+
+
+def after_ask(command: tuple[Any, ...], reply: Any) -> Any:
+    """The reply of a guard (or repair compare-and-set) call that followed ASK, each
+    key it wrote coded `FLOOR_ELSEWHERE`: on the importing node a key's version hash
+    may not have moved yet, and its absence there proves nothing. Any other reply as
+    it is."""
+    if len(command) < 2 or command[1] not in (GUARD_SHA, GUARD_SCRIPT, CAS.sha, CAS.source):
+        return reply
+    if not isinstance(reply, list):
+        return reply
+    return [FLOOR_ELSEWHERE if code == GuardCode.WRITTEN else code for code in reply]
