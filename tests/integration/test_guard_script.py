@@ -150,6 +150,23 @@ async def test_a_key_twice_among_more_than_eight(st: Stampede) -> None:
     assert await st.topology.execute(kept, "LRANGE", kept, 0, -1) == [Envelope(*old).encode()]
 
 
+async def test_a_key_written_twice_in_one_call_keeps_all_it_replaced(st: Stampede) -> None:
+    """Two writes of one key merged into one call (two writers' batches), both newer
+    than the stored value: the key ends with the newer, and its kept list holds both
+    values they replaced, newest first. A reader whose other keys still hold the
+    stored write needs that one (it used to keep only the first write's value, which
+    no reader of the key had seen)."""
+    key, kept = b"{gs10}:k", b"{gs10}:k:stampede:p"
+    stored, first, second = (1, new_token(), b"s"), (2, new_token(), b"a"), (3, new_token(), b"b")
+    assert await _guard(st, [key], _argv([stored])) == [1]
+    assert await _guard(st, [key, key], _argv([first, second])) == [1, 1]
+    assert await _get(st, key) == Envelope(*second).encode()
+    assert await st.topology.execute(kept, "LRANGE", kept, 0, -1) == [
+        Envelope(*first).encode(),
+        Envelope(*stored).encode(),
+    ]
+
+
 async def test_a_key_without_braces_keeps_and_raises_its_floor(st: Stampede) -> None:
     """A key with no braces: what it replaces goes to `{key}:stampede:p` and its
     floor rises in `{key}:stampede:v:u`, alone in a call or twice in one."""

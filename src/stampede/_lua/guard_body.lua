@@ -80,7 +80,7 @@ do
 end
 -- With no key twice (the usual call), key j of the writes below is key j of the
 -- call; else, in first-seen order, `at[j]` is the place (1..n) of the call's newest
--- write of key j, `keys[j]` the key and `was[j]` the envelope that write replaces.
+-- write of key j, `keys[j]` the key and `was[j]` the envelopes its writes replace.
 local keys, at, was, w = nil, nil, nil, n
 if twice then
   local function judge(cur, v, t, lim)
@@ -109,14 +109,19 @@ if twice then
         keys[j] = key
         place[key] = j
       end
-      at[j], was[j] = i, state == 1 and cur
+      at[j] = i
+      if state == 1 then  -- every envelope the call's writes of the key replace, in order
+        local replaced = was[j]
+        if replaced then replaced[#replaced + 1] = cur else was[j] = {cur} end
+      end
       state = 1
     end
     out[i] = state
   end
 end
--- Each key written: its value, keeping the envelope it replaces (`cur`, false: none)
--- on its kept list, whose name and the version hash's come from one look at the
+-- Each key written: its value, keeping the envelope it replaces (`cur`, false: none;
+-- for a key the call writes twice, the list of every envelope its writes replace,
+-- the stored one first: a reader may need any of them) on its kept list, whose name and the version hash's come from one look at the
 -- key's braces (as kept_key.lua and version_hash.lua name them; none for a key with
 -- braces but no tag), each made only when it is used. Plain values wait for one
 -- MSET (one SET when there is one), the version hashes for one EXISTS below.

@@ -1,6 +1,6 @@
 --! fragment
 -- In the guard's write loop, for key `key` written over envelope `cur` (false:
--- nothing to keep), `tagged` the form of its name (true: a hash tag, false: no
+-- nothing to keep; a list of them, oldest first, for a key the call writes twice), `tagged` the form of its name (true: a hash tag, false: no
 -- brace, nil: braces but no tag, which keeps nothing), its
 -- stamp's ARGV from `s` and its new value's expiry `expires`: a write that
 -- replaces an envelope keeps it for group reads that find the next write still in
@@ -13,7 +13,9 @@
     local ms = ARGV[s + 5]
     if tagged ~= nil and cur and ms ~= '0' then
       local kk = tagged and key .. ':stampede:p' or '{' .. key .. '}:stampede:p'
-      local len = redis.pcall('LPUSH', kk, cur)
+      local len
+      if type(cur) == 'table' then len = redis.pcall('LPUSH', kk, unpack(cur))
+      else len = redis.pcall('LPUSH', kk, cur) end
       if type(len) == 'number' then
         if len > 8 then redis.call('LTRIM', kk, 0, 3) end
         redis.call('PEXPIRE', kk, ms)
