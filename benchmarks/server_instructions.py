@@ -15,7 +15,9 @@ keys, the later ones replace them and keep what they replace):
 - **MSET**: raw redis-py, one `MSET` per server of that group's keys there;
 - **stampede write (stamp)**: `st.write(group, values)`, the guard script;
 - **stampede write (stamp, one slot)**: the same with the group's keys sharing a
-  hash tag, so one call on one server writes the whole group.
+  hash tag, so one call on one server writes the whole group;
+- **stampede transaction**: the spread keys as a read-atomic transaction (its
+  prepare and commit scripts; each key's version hash collected as it commits).
 
 Printed: instructions per key written on the measured server, and the ratio to
 MSET's. The counts repeat to within a fraction of a percent from run to run,
@@ -171,10 +173,17 @@ def _rows(
     async def one_slot(g: int) -> object:
         return await st.write(f"cost:{{{g}}}", dict.fromkeys(tagged_keys(g), VALUE))
 
+    async def transaction(g: int) -> object:
+        async with st.transaction() as tx:
+            for key in spread_keys(g):
+                tx.set(key, VALUE)
+        return tx.receipt
+
     return {
         "MSET": (mset, spread_keys),
         "stampede write (stamp)": (stamp, spread_keys),
         "stampede write (stamp, one slot)": (one_slot, tagged_keys),
+        "stampede transaction": (transaction, spread_keys),
     }
 
 
