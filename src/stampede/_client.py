@@ -234,7 +234,7 @@ class Stampede:
         default strategy) and otherwise raises `TornReadError` with what was seen.
         """
         gkey = _group(group)
-        planned = tuple(plan_keys(gkey, keys))
+        planned = planned_keys(gkey, keys)
         if not keys:
             raise InvalidKeyError(f"read of group {group!r} names no keys", key=group)
         if retry is not None and not isinstance(retry, RetryPolicy):

@@ -15,7 +15,7 @@ from .errors import TornReadError
 from .options import RetryPolicy
 from .results import ReadResult, RepairAction, RepairOutcome
 from .typing import DEFAULT_GRACE, RepairContext, RepairStrategy, Topology, VersionSource
-from .verdict import Mode, Observation, Status, Verdict, judge
+from .verdict import Mode, Observation, Status, Verdict, judge, stamped
 from .versions import HybridClock
 
 __all__ = ["read_group"]
@@ -50,7 +50,10 @@ async def read_group(
     attempt = 0
     while True:
         attempt += 1
-        obs = await pipeline.observe(topology, group, keys, mode)
+        if mode is Mode.STAMP:  # `pipeline.observe`, without a coroutine of its own
+            obs = stamped(group, keys, await topology.fetch(keys))
+        else:
+            obs = await pipeline.observe(topology, group, keys, mode)
         verdict = judge(obs)
         if verdict.status is Status.CONSISTENT:
             return _whole(names, obs, verdict, attempt, versions)

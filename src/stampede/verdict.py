@@ -16,6 +16,7 @@ when its retries or deadline run out (`Verdict.exhausted`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
@@ -24,7 +25,7 @@ from .errors import MalformedEnvelope
 from .wire import CommitRecord, Envelope, decode_commit
 from .wire._envelope import decode_all
 
-__all__ = ["Mode", "Observation", "Reason", "Status", "Verdict", "judge"]
+__all__ = ["Mode", "Observation", "Reason", "Status", "Verdict", "judge", "stamped"]
 
 
 class Mode(StrEnum):
@@ -117,6 +118,33 @@ class Observation:
 
 _set_envelopes: Final = vars(Observation)["envelopes"].__set__
 _set_errors: Final = vars(Observation)["errors"].__set__
+_new_observation: Final = Observation.__new__
+_set_group: Final = vars(Observation)["group"].__set__
+_set_keys: Final = vars(Observation)["keys"].__set__
+_set_raw: Final = vars(Observation)["raw"].__set__
+_set_mode: Final = vars(Observation)["mode"].__set__
+_set_commit_raw: Final = vars(Observation)["commit_raw"].__set__
+
+
+def stamped(group: bytes, keys: Sequence[bytes], raw: Sequence[bytes | None]) -> Observation:
+    """`Observation(group, keys, tuple(raw))` (stamp mode), made without the frozen
+    dataclass's __init__ (every read makes one): the same fields, set through the slots.
+    A value that is not an envelope takes `__post_init__`'s way (its errors named)."""
+    if len(keys) != len(raw):
+        return Observation(group, tuple(keys), tuple(raw))  # raises its ValueError
+    try:
+        envelopes = tuple(decode_all(raw))
+    except MalformedEnvelope:
+        return Observation(group, tuple(keys), tuple(raw))
+    obs: Observation = _new_observation(Observation)
+    _set_group(obs, group)
+    _set_keys(obs, tuple(keys))
+    _set_raw(obs, tuple(raw))
+    _set_mode(obs, Mode.STAMP)
+    _set_commit_raw(obs, None)
+    _set_envelopes(obs, envelopes)
+    _set_errors(obs, {})
+    return obs
 
 
 @dataclass(frozen=True, slots=True)
