@@ -100,9 +100,9 @@ class ReadWatch:
     """What the read running in this context waits on, so a read past its deadline
     can name the shards that still owe an answer.
 
-    `Stampede.read` sets one in `READ_WATCH`; a topology's fetch records each round
-    trip it starts (`waiting_on`) and clears it when every shard has answered, so a
-    read cancelled meanwhile still names them.
+    `Stampede.read` sets one in `READ_WATCH`; a topology's fetch cancelled while its
+    round trips are out records them (`waiting_on`), so a read cancelled by its
+    deadline names them (a read cancelled elsewhere names none: `waiting` is empty).
     """
 
     __slots__ = ("_fanin", "_names")
@@ -115,10 +115,6 @@ class ReadWatch:
         """A round trip to `names` (one per part of `fanin`, when given) is out."""
         self._names = names
         self._fanin = fanin
-
-    def answered(self) -> None:
-        self._names = ()
-        self._fanin = None
 
     @property
     def waiting(self) -> list[str]:

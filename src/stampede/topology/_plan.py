@@ -45,34 +45,35 @@ async def fetch_parts(
 
     `requests` holds each part's keys (`keys` at its positions; a plan used again
     may hand over the same lists again: nothing here or in a coalescer changes them).
-    The read's `ReadWatch` (in `READ_WATCH`), if any, knows the shards (`names`,
-    in `parts` order) while their answers are out. `order` (a remembered plan's, of
-    two parts or more) picks the keys' values, in `keys` order, from the parts' values
-    one after the other.
+    A read cancelled while its answers are out (its deadline passed) names the
+    shards it waited on (`names`, in `parts` order) in its `ReadWatch` (in
+    `READ_WATCH`), if any; nothing else touches the watch. `order` (a remembered
+    plan's, of two parts or more) picks the keys' values, in `keys` order, from the
+    parts' values one after the other.
     """
-    watch = READ_WATCH.get()
     if len(parts) == 1:  # one shard: the caller's own task makes the round trip
-        if watch is None:
-            return list(await parts[0][0].call(requests[0]))
-        watch.waiting_on(names)
         try:
-            values = await parts[0][0].call(requests[0])
+            return list(await parts[0][0].call(requests[0]))
         except asyncio.CancelledError:
-            raise  # the read gave up: the shard stays named
-        except BaseException:
-            watch.answered()
+            _gave_up(names, None)
             raise
-        watch.answered()
-        return list(values)
     fanin = Fanin(len(parts))
     for index, ((coalescer, _), request) in enumerate(zip(parts, requests, strict=True)):
         coalescer.add(request, fanin, index)
+    try:
+        results = await fanin.future
+    except asyncio.CancelledError:
+        _gave_up(names, fanin)
+        raise
+    return _gathered(keys, parts, results, order)
+
+
+def _gave_up(names: Sequence[str], fanin: Fanin | None) -> None:
+    """The read of this context gave up waiting on `names` (each part of `fanin`, when
+    given): its `ReadWatch`, if any, keeps them for the `ReadTimeout`."""
+    watch = READ_WATCH.get()
     if watch is not None:
         watch.waiting_on(names, fanin)
-    results = await fanin.future
-    if watch is not None:
-        watch.answered()
-    return _gathered(keys, parts, results, order)
 
 
 def _gathered(
