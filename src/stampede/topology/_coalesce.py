@@ -246,7 +246,8 @@ class Coalescer(Generic[Req, Res]):
         if results is not None:
             for (_, sink, index), result in zip(batch, results, strict=True):
                 sink.deliver(index, result)
-        self._next()
+        if self._queue or self._closing is not None:  # else `_next` has nothing to do
+            self._next()
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

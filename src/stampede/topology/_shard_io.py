@@ -29,6 +29,8 @@ Call = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
 
 def _mget(requests: list[list[bytes]]) -> tuple[Any, ...]:
+    if len(requests) == 1:  # a lone read's batch
+        return ("MGET", *requests[0])
     return ("MGET", *[key for keys in requests for key in keys])
 
 
