@@ -17,8 +17,9 @@ from .options import RetryPolicy
 from .results import ReadResult, RepairAction, RepairOutcome
 from .topology._base import READ_WATCH, ReadWatch
 from .typing import DEFAULT_GRACE, RepairContext, RepairStrategy, Topology, VersionSource
-from .verdict import Mode, Observation, Status, Verdict, judge, stamped
+from .verdict import Mode, Observation, Status, Verdict, judge, live_write, stamped
 from .versions import HybridClock
+from .wire import Envelope
 
 __all__ = ["read_group", "traced_read"]
 
@@ -60,8 +61,11 @@ async def read_group(
             obs = stamped(group, keys, await topology.fetch(keys))
         else:
             obs = await pipeline.observe(topology, group, keys, mode)
+        env = live_write(obs)
+        if env is not None:  # consistent (`judge`'s common case), in this frame
+            return _live(names, obs, env, versions)
         verdict = judge(obs)
-        if verdict.status is Status.CONSISTENT:  # the common case, in this frame
+        if verdict.status is Status.CONSISTENT:
             return _whole(names, obs, verdict, 1, versions)
         return await _settle(
             topology, group, names, keys, mode, retry, repair, versions, ttl, grace,
@@ -163,6 +167,20 @@ async def traced_read(
             queued=result.queued,
         )
     return result
+
+
+def _live(
+    names: Sequence[K], obs: Observation, env: Envelope, versions: VersionSource | None
+) -> ReadResult[K]:
+    """`_whole` of a first attempt whose keys all hold `env`'s write (`live_write`)."""
+    if versions is not None:
+        versions.observe(env.version)
+    values: dict[K, bytes | None] = {}
+    for name, each in zip(names, obs.envelopes, strict=True):
+        values[name] = None if each is None or each.tombstone else each.payload
+    return ReadResult.judged(
+        obs.group, Status.CONSISTENT, values, env.version, env.token, 1, None, obs
+    )
 
 
 def _whole(

@@ -25,7 +25,7 @@ from .errors import MalformedEnvelope
 from .wire import CommitRecord, Envelope, decode_commit
 from .wire._envelope import decode_all
 
-__all__ = ["Mode", "Observation", "Reason", "Status", "Verdict", "judge", "stamped"]
+__all__ = ["Mode", "Observation", "Reason", "Status", "Verdict", "judge", "live_write", "stamped"]
 
 
 class Mode(StrEnum):
@@ -185,6 +185,21 @@ def judge(obs: Observation) -> Verdict:
         if obs.mode is Mode.STAMP:
             return _consistent(first)
     return _judged(obs)
+
+
+def live_write(obs: Observation) -> Envelope | None:
+    """`judge`'s common case without its `Verdict`: in stamp mode, the envelope every
+    key holds live (the first key's), when `judge` finds the group consistent through
+    it; None for anything else (then ask `judge`)."""
+    envelopes = obs.envelopes
+    first = envelopes[0] if envelopes else None
+    if first is None or first.tombstone or obs.mode is not Mode.STAMP:
+        return None
+    token, version = first.token, first.version
+    for env in envelopes:
+        if env is None or env.version != version or env.token != token:
+            return None
+    return first
 
 
 def _consistent(env: Envelope) -> Verdict:

@@ -105,11 +105,10 @@ class ReadWatch:
     deadline names them (a read cancelled elsewhere names none: `waiting` is empty).
     """
 
-    __slots__ = ("_fanin", "_names")
-
-    def __init__(self) -> None:
-        self._names: Sequence[str] = ()
-        self._fanin: Fanin | None = None
+    # No __init__ (every read with a deadline makes one): the class's defaults stand
+    # until `waiting_on`.
+    _names: Sequence[str] = ()
+    _fanin: Fanin | None = None
 
     def waiting_on(self, names: Sequence[str], fanin: Fanin | None = None) -> None:
         """A round trip to `names` (one per part of `fanin`, when given) is out."""
