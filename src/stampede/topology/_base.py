@@ -100,9 +100,10 @@ class ReadWatch:
     """What the read running in this context waits on, so a read past its deadline
     can name the shards that still owe an answer.
 
-    `Stampede.read` sets one in `READ_WATCH`; a topology's fetch cancelled while its
-    round trips are out records them (`waiting_on`), so a read cancelled by its
-    deadline names them (a read cancelled elsewhere names none: `waiting` is empty).
+    A read with a deadline (`read_group`) sets one in `READ_WATCH`; a topology's
+    fetch cancelled while its round trips are out records them (`waiting_on`), so a
+    read cancelled by its deadline names them (one cancelled elsewhere names none:
+    `waiting` is empty, and the read names its keys' shards).
     """
 
     # No __init__ (every read with a deadline makes one): the class's defaults stand
