@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Literal, Self, TypedDict, TypeVar
 
-from . import _deadline as deadlines
 from . import metrics, tracing
 from ._health import ping
-from ._read import read_group
+from ._read import read_group, traced_read
 from ._txn import Transaction, read_atomic
 from ._update import UpdateFn, update_group
 from ._write import (
@@ -27,12 +25,10 @@ from .errors import (
     InvalidKeyError,
     InvalidValueError,
     PartialWriteError,
-    ReadTimeout,
 )
 from .keys import to_bytes
 from .options import Durability, Options, RetryPolicy, check_strategy, resolve_versions
 from .results import AtomicRead, Health, ReadResult, Receipt
-from .topology._base import READ_WATCH, ReadWatch
 from .typing import RepairStrategy, Topology, VersionSource
 from .verdict import Mode
 
@@ -234,7 +230,7 @@ class Stampede:
         default strategy) and otherwise raises `TornReadError` with what was seen.
         """
         gkey = _group(group)
-        planned = tuple(plan_keys(gkey, keys))
+        planned = planned_keys(gkey, keys)
         if not keys:
             raise InvalidKeyError(f"read of group {group!r} names no keys", key=group)
         if retry is not None and not isinstance(retry, RetryPolicy):
@@ -259,46 +255,9 @@ class Stampede:
             ttl=options.ttl,
             grace=options.tombstone_grace,
         )
-        deadline = policy.deadline
-        span = (  # no attributes to name when nothing records spans
-            tracing.span("read", group=_text(gkey), keys=len(planned), mode=mode_.value)
-            if tracing.recording()
-            else tracing.IDLE
-        )
-        with span as traced:
-            if deadline is None:
-                result = await read
-            else:  # within `deadline`, socket waits included (a bucketed timer, no task)
-                watch = ReadWatch()
-                token = READ_WATCH.set(watch)
-                timer = deadlines.start(deadline)
-                try:
-                    result = await read
-                except asyncio.CancelledError:
-                    if not timer.expired_by_us():
-                        raise
-                    raise self._timeout(gkey, planned, deadline, watch) from None
-                finally:
-                    timer.done()
-                    READ_WATCH.reset(token)
-            if traced.recording:
-                traced.set(
-                    status=result.status.value,
-                    attempts=result.attempts,
-                    reason=None if result.reason is None else result.reason.value,
-                    repaired=result.repaired,
-                    queued=result.queued,
-                )
-        return result
-
-    def _timeout(
-        self, group: bytes, keys: Sequence[bytes], deadline: float, watch: ReadWatch
-    ) -> ReadTimeout:
-        """`ReadTimeout` naming the shards a late read waited on (else all of its keys')."""
-        late = watch.waiting or sorted({self.topology.shard_of(k) for k in keys})
-        return ReadTimeout(
-            group.decode("utf-8", "backslashreplace"), shard=", ".join(late), deadline=deadline
-        )
+        if tracing.recording():  # else no span, and no attributes to name
+            return await traced_read(read, gkey, len(planned), mode_)
+        return await read
 
     async def update(
         self,
@@ -379,10 +338,6 @@ class Stampede:
             )
             traced.set(rounds=result.rounds, attempts=result.attempts)
         return result
-
-
-def _text(name: bytes) -> str:
-    return name.decode("utf-8", "backslashreplace")
 
 
 def kind_name(value: object) -> str:

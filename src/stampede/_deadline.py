@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import math
 import weakref
+from collections.abc import Callable
 
 __all__ = ["GRAIN", "Deadline", "start"]
 
@@ -59,32 +60,28 @@ class Deadline:
 
 
 class _Buckets:
-    """The deadlines of one event loop, by bucket."""
+    """The deadlines of one event loop, by bucket (`start` adds them)."""
 
-    __slots__ = ("_buckets", "_loop")
+    __slots__ = ("buckets", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._buckets: dict[int, list[Deadline]] = {}
+        self.loop = loop
+        self.buckets: dict[int, list[Deadline]] = {}
 
-    def add(self, deadline: Deadline, when: float) -> None:
-        index = math.ceil(when / GRAIN)
-        bucket = self._buckets.get(index)
-        if bucket is None:
-            bucket = self._buckets[index] = []
-            self._loop.call_at(index * GRAIN, self._fire, index)
-        bucket.append(deadline)
-
-    def _fire(self, index: int) -> None:
-        for deadline in self._buckets.pop(index, ()):
+    def fire(self, index: int) -> None:
+        for deadline in self.buckets.pop(index, ()):
             deadline.expire()
 
 
 _PER_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Buckets] = (
     weakref.WeakKeyDictionary()
 )
-_last: tuple[weakref.ref[asyncio.AbstractEventLoop], _Buckets] | None = None
-"""The loop `start` served last and its buckets: most programs run one loop."""
+_last: (
+    tuple[weakref.ref[asyncio.AbstractEventLoop], dict[int, list[Deadline]], Callable[[int], None]]
+    | None
+) = None
+"""The loop `start` served last, its buckets and their timers' callback: most
+programs run one loop."""
 
 
 def start(seconds: float) -> Deadline:
@@ -100,6 +97,12 @@ def start(seconds: float) -> Deadline:
         known = _PER_LOOP.get(loop)
         if known is None:
             known = _PER_LOOP[loop] = _Buckets(loop)
-        last = _last = (weakref.ref(loop), known)
-    last[1].add(deadline, loop.time() + seconds)
+        last = _last = (weakref.ref(loop), known.buckets, known.fire)
+    _, buckets, fire = last
+    index = math.ceil((loop.time() + seconds) / GRAIN)  # its bucket: one loop timer each
+    bucket = buckets.get(index)
+    if bucket is None:
+        bucket = buckets[index] = []
+        loop.call_at(index * GRAIN, fire, index)
+    bucket.append(deadline)
     return deadline

@@ -5,20 +5,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
+from . import _deadline as deadlines
 from . import _pipeline as pipeline
-from . import metrics
+from . import metrics, tracing
 from ._kept import newest_whole
-from .errors import TornReadError
+from .errors import ReadTimeout, TornReadError
 from .options import RetryPolicy
 from .results import ReadResult, RepairAction, RepairOutcome
+from .topology._base import READ_WATCH, ReadWatch
 from .typing import DEFAULT_GRACE, RepairContext, RepairStrategy, Topology, VersionSource
-from .verdict import Mode, Observation, Status, Verdict, judge
+from .verdict import Mode, Observation, Status, Verdict, judge, live_write, stamped
 from .versions import HybridClock
+from .wire import Envelope
 
-__all__ = ["read_group"]
+__all__ = ["read_group", "traced_read"]
 
 K = TypeVar("K", bytes, str)
 _log = logging.getLogger("stampede.reader")
@@ -37,7 +40,9 @@ async def read_group(
     ttl: float | None = None,
     grace: float = DEFAULT_GRACE,
 ) -> ReadResult[K]:
-    """Read until the group is consistent, not found, or stays torn.
+    """Read until the group is consistent, not found, or stays torn, within
+    `retry.deadline` (socket waits included: a bucketed timer, no task), else
+    `ReadTimeout` naming the shards it still waited on.
 
     A group whose newest write is still in flight reads as the newest write every
     key still has among its kept versions (`stampede._kept`), with one more round
@@ -45,13 +50,57 @@ async def read_group(
     stays torn goes to `repair` when given, else raises `TornReadError`. A
     strategy with `fills_missing` set also gets not-found groups (read-through).
     """
+    seconds = retry.deadline
+    if seconds is not None:
+        watch = ReadWatch()
+        token = READ_WATCH.set(watch)
+        timer = deadlines.start(seconds)
     started = time.monotonic()
-    deadline = None if retry.deadline is None else started + retry.deadline
-    attempt = 0
-    while True:
-        attempt += 1
-        obs = await pipeline.observe(topology, group, keys, mode)
+    try:
+        if mode is Mode.STAMP:  # `pipeline.observe`, without a coroutine of its own
+            obs = stamped(group, keys, await topology.fetch(keys))
+        else:
+            obs = await pipeline.observe(topology, group, keys, mode)
+        env = live_write(obs)
+        if env is not None:  # consistent (`judge`'s common case), in this frame
+            return _live(names, obs, env, versions)
         verdict = judge(obs)
+        if verdict.status is Status.CONSISTENT:
+            return _whole(names, obs, verdict, 1, versions)
+        return await _settle(
+            topology, group, names, keys, mode, retry, repair, versions, ttl, grace,
+            started, obs, verdict,
+        )  # fmt: skip
+    except asyncio.CancelledError:
+        if seconds is None or not timer.expired_by_us():
+            raise
+        raise _late(topology, group, keys, seconds, watch) from None
+    finally:
+        if seconds is not None:
+            timer.done()
+            READ_WATCH.reset(token)
+
+
+async def _settle(
+    topology: Topology,
+    group: bytes,
+    names: Sequence[K],
+    keys: Sequence[bytes],
+    mode: Mode,
+    retry: RetryPolicy,
+    repair: RepairStrategy | None,
+    versions: VersionSource | None,
+    ttl: float | None,
+    grace: float,
+    started: float,
+    obs: Observation,
+    verdict: Verdict,
+) -> ReadResult[K]:
+    """`read_group` from its first observation and verdict on: retries, kept
+    versions, repair."""
+    deadline = None if retry.deadline is None else started + retry.deadline
+    attempt = 1
+    while True:
         if verdict.status is Status.CONSISTENT:
             return _whole(names, obs, verdict, attempt, versions)
         if verdict.status is Status.NOT_FOUND:
@@ -70,6 +119,9 @@ async def read_group(
             break
         metrics.read_retry()
         await asyncio.sleep(pause)
+        attempt += 1
+        obs = await pipeline.observe(topology, group, keys, mode)
+        verdict = judge(obs)
     final = verdict.exhausted()
     if repair is None:
         _report_torn(group, final, attempt)
@@ -91,6 +143,44 @@ async def read_group(
 
 def _name(group: bytes) -> str:
     return group.decode("utf-8", "backslashreplace")
+
+
+def _late(
+    topology: Topology, group: bytes, keys: Sequence[bytes], deadline: float, watch: ReadWatch
+) -> ReadTimeout:
+    """`ReadTimeout` naming the shards a late read waited on (else all of its keys')."""
+    late = watch.waiting or sorted({topology.shard_of(k) for k in keys})
+    return ReadTimeout(_name(group), shard=", ".join(late), deadline=deadline)
+
+
+async def traced_read(
+    read: Coroutine[Any, Any, ReadResult[K]], group: bytes, keys: int, mode: Mode
+) -> ReadResult[K]:
+    """`read` (a `read_group`) in its `stampede.read` span, when spans are recorded."""
+    with tracing.span("read", group=_name(group), keys=keys, mode=mode.value) as traced:
+        result = await read
+        traced.set(
+            status=result.status.value,
+            attempts=result.attempts,
+            reason=None if result.reason is None else result.reason.value,
+            repaired=result.repaired,
+            queued=result.queued,
+        )
+    return result
+
+
+def _live(
+    names: Sequence[K], obs: Observation, env: Envelope, versions: VersionSource | None
+) -> ReadResult[K]:
+    """`_whole` of a first attempt whose keys all hold `env`'s write (`live_write`)."""
+    if versions is not None:
+        versions.observe(env.version)
+    values: dict[K, bytes | None] = {}
+    for name, each in zip(names, obs.envelopes, strict=True):
+        values[name] = None if each is None or each.tombstone else each.payload
+    return ReadResult.judged(
+        obs.group, Status.CONSISTENT, values, env.version, env.token, 1, None, obs
+    )
 
 
 def _whole(

@@ -16,6 +16,7 @@ when its retries or deadline run out (`Verdict.exhausted`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
@@ -24,7 +25,7 @@ from .errors import MalformedEnvelope
 from .wire import CommitRecord, Envelope, decode_commit
 from .wire._envelope import decode_all
 
-__all__ = ["Mode", "Observation", "Reason", "Status", "Verdict", "judge"]
+__all__ = ["Mode", "Observation", "Reason", "Status", "Verdict", "judge", "live_write", "stamped"]
 
 
 class Mode(StrEnum):
@@ -117,6 +118,33 @@ class Observation:
 
 _set_envelopes: Final = vars(Observation)["envelopes"].__set__
 _set_errors: Final = vars(Observation)["errors"].__set__
+_new_observation: Final = Observation.__new__
+_set_group: Final = vars(Observation)["group"].__set__
+_set_keys: Final = vars(Observation)["keys"].__set__
+_set_raw: Final = vars(Observation)["raw"].__set__
+_set_mode: Final = vars(Observation)["mode"].__set__
+_set_commit_raw: Final = vars(Observation)["commit_raw"].__set__
+
+
+def stamped(group: bytes, keys: Sequence[bytes], raw: Sequence[bytes | None]) -> Observation:
+    """`Observation(group, keys, tuple(raw))` (stamp mode), made without the frozen
+    dataclass's __init__ (every read makes one): the same fields, set through the slots.
+    A value that is not an envelope takes `__post_init__`'s way (its errors named)."""
+    if len(keys) != len(raw):
+        return Observation(group, tuple(keys), tuple(raw))  # raises its ValueError
+    try:
+        envelopes = tuple(decode_all(raw))
+    except MalformedEnvelope:
+        return Observation(group, tuple(keys), tuple(raw))
+    obs: Observation = _new_observation(Observation)
+    _set_group(obs, group)
+    _set_keys(obs, tuple(keys))
+    _set_raw(obs, tuple(raw))
+    _set_mode(obs, Mode.STAMP)
+    _set_commit_raw(obs, None)
+    _set_envelopes(obs, envelopes)
+    _set_errors(obs, {})
+    return obs
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +185,21 @@ def judge(obs: Observation) -> Verdict:
         if obs.mode is Mode.STAMP:
             return _consistent(first)
     return _judged(obs)
+
+
+def live_write(obs: Observation) -> Envelope | None:
+    """`judge`'s common case without its `Verdict`: in stamp mode, the envelope every
+    key holds live (the first key's), when `judge` finds the group consistent through
+    it; None for anything else (then ask `judge`)."""
+    envelopes = obs.envelopes
+    first = envelopes[0] if envelopes else None
+    if first is None or first.tombstone or obs.mode is not Mode.STAMP:
+        return None
+    token, version = first.token, first.version
+    for env in envelopes:
+        if env is None or env.version != version or env.token != token:
+            return None
+    return first
 
 
 def _consistent(env: Envelope) -> Verdict:

@@ -4,7 +4,10 @@
   what `Envelope.decode` gives, value by value, and fails where it fails;
 - `judge`'s one-pass common case gives what the full table (`_judged`) gives;
 - `ReadResult.judged` builds the same result as the dataclass's constructor;
-- `FetchPlans` hands `fetch_parts` the same plan each time, the first time included.
+- `FetchPlans` hands `fetch_parts` the same plan each time, the first time included,
+  and a plan's `order` puts the parts' values where the positions put them;
+- `stamped` builds the same observation as the constructor; `live_write` finds a
+  consistent group only where `judge` does, and `_live` the result `_whole` gives.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stampede import Envelope, Mode
+from stampede._read import _live, _whole
 from stampede.errors import MalformedEnvelope
 from stampede.results import ReadResult
 from stampede.topology import _plan
-from stampede.verdict import Observation, Status, _judged, judge
+from stampede.topology._plan import _gathered, _order
+from stampede.verdict import Observation, Status, Verdict, _judged, judge, live_write, stamped
 from stampede.wire._envelope import decode_all
 
 A = "01JD0000000000000000000000"
@@ -151,3 +156,54 @@ async def test_fetch_plans_keep_the_plan_of_a_tuple(monkeypatch: pytest.MonkeyPa
         await plans.fetch(other)
     await plans.fetch(keys)
     assert made[-1] == keys
+
+
+@given(st.lists(st.one_of(st.none(), st.sampled_from(VALUES)), max_size=6))
+def test_stamped_is_the_constructor(raws: list[bytes | None]) -> None:
+    keys = tuple(f"k:{i}".encode() for i in range(len(raws)))
+    made, plain = stamped(b"g", keys, raws), Observation(b"g", keys, tuple(raws))
+    assert repr(made) == repr(plain) and made.envelopes == plain.envelopes
+    assert {k: str(e) for k, e in made.errors.items()} == {
+        k: str(e) for k, e in plain.errors.items()
+    }
+    if not plain.errors:  # (exceptions compare by identity)
+        assert made == plain
+    assert (made.mode, made.commit_raw, type(made.raw)) == (Mode.STAMP, None, tuple)
+    with pytest.raises(ValueError, match="1 keys but 2 values"):
+        stamped(b"g", (b"a",), [None, None])
+
+
+@given(
+    st.lists(st.one_of(st.none(), st.sampled_from(VALUES)), min_size=1, max_size=5),
+    st.sampled_from([Mode.STAMP, Mode.COMMIT]),
+)
+def test_live_write_is_judges_consistent_case(raws: list[bytes | None], mode: Mode) -> None:
+    keys = tuple(f"k:{i}".encode() for i in range(len(raws)))
+    obs = Observation(b"g", keys, tuple(raws), mode)
+    env = live_write(obs)
+    if env is None:
+        return
+    assert judge(obs) == Verdict(Status.CONSISTENT, None, env)
+    names = [f"n{i}" for i in range(len(raws))]
+    live, whole = _live(names, obs, env, None), _whole(names, obs, judge(obs), 1, None)
+    assert live == whole and repr(live) == repr(whole) and live.observation is obs
+
+
+@given(st.lists(st.integers(0, 3), min_size=2, max_size=9))
+def test_a_plans_order_puts_each_value_at_its_keys_place(shards: list[int]) -> None:
+    keys = tuple(f"k:{i}".encode() for i in range(len(shards)))
+    by: dict[int, list[int]] = {}
+    for pos, shard in enumerate(shards):
+        by.setdefault(shard, []).append(pos)
+    parts: list[Any] = [(None, positions) for positions in by.values()]
+    results = [[keys[p] + b"!" for p in positions] for positions in by.values()]
+    order = _order(parts)
+    if len(parts) < 2:
+        assert order is None
+        return
+    want = [key + b"!" for key in keys]
+    assert _gathered(keys, parts, results, order) == want
+    assert _gathered(keys, parts, results, None) == want
+    failed = [*results[:-1], ValueError("down")]
+    with pytest.raises(ValueError, match="down"):
+        _gathered(keys, parts, failed, order)

@@ -100,25 +100,21 @@ class ReadWatch:
     """What the read running in this context waits on, so a read past its deadline
     can name the shards that still owe an answer.
 
-    `Stampede.read` sets one in `READ_WATCH`; a topology's fetch records each round
-    trip it starts (`waiting_on`) and clears it when every shard has answered, so a
-    read cancelled meanwhile still names them.
+    A read with a deadline (`read_group`) sets one in `READ_WATCH`; a topology's
+    fetch cancelled while its round trips are out records them (`waiting_on`), so a
+    read cancelled by its deadline names them (one cancelled elsewhere names none:
+    `waiting` is empty, and the read names its keys' shards).
     """
 
-    __slots__ = ("_fanin", "_names")
-
-    def __init__(self) -> None:
-        self._names: Sequence[str] = ()
-        self._fanin: Fanin | None = None
+    # No __init__ (every read with a deadline makes one): the class's defaults stand
+    # until `waiting_on`.
+    _names: Sequence[str] = ()
+    _fanin: Fanin | None = None
 
     def waiting_on(self, names: Sequence[str], fanin: Fanin | None = None) -> None:
         """A round trip to `names` (one per part of `fanin`, when given) is out."""
         self._names = names
         self._fanin = fanin
-
-    def answered(self) -> None:
-        self._names = ()
-        self._fanin = None
 
     @property
     def waiting(self) -> list[str]:

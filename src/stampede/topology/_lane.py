@@ -255,7 +255,7 @@ class Lane:
         conn = self._pick()
         if conn is None:
             return False
-        conn.send_then(commands, Sent(commands, conn, then), blocks=0)
+        conn.send_then(commands, Sent(commands, conn, then))
         return True
 
     async def pipeline(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ShardError
@@ -40,36 +41,58 @@ async def fetch_parts(
     parts: list[Part],
     names: Sequence[str],
     requests: Sequence[list[bytes]],
+    order: Callable[[list[bytes | None]], Sequence[bytes | None]] | None = None,
 ) -> list[bytes | None]:
     """GET every key through its shard's coalescer; the first failing shard raises.
 
     `requests` holds each part's keys (`keys` at its positions; a plan used again
     may hand over the same lists again: nothing here or in a coalescer changes them).
-    The read's `ReadWatch` (in `READ_WATCH`), if any, knows the shards (`names`,
-    in `parts` order) while their answers are out.
+    A read cancelled while its answers are out (its deadline passed) names the
+    shards it waited on (`names`, in `parts` order) in its `ReadWatch` (in
+    `READ_WATCH`), if any; nothing else touches the watch. `order` (a remembered
+    plan's, of two parts or more) picks the keys' values, in `keys` order, from the
+    parts' values one after the other.
     """
-    watch = READ_WATCH.get()
     if len(parts) == 1:  # one shard: the caller's own task makes the round trip
-        if watch is None:
-            return list(await parts[0][0].call(requests[0]))
-        watch.waiting_on(names)
         try:
-            values = await parts[0][0].call(requests[0])
+            return list(await parts[0][0].call(requests[0]))
         except asyncio.CancelledError:
-            raise  # the read gave up: the shard stays named
-        except BaseException:
-            watch.answered()
+            _gave_up(names, None)
             raise
-        watch.answered()
-        return list(values)
     fanin = Fanin(len(parts))
     for index, ((coalescer, _), request) in enumerate(zip(parts, requests, strict=True)):
         coalescer.add(request, fanin, index)
+    try:
+        results = await fanin.future
+    except asyncio.CancelledError:
+        _gave_up(names, fanin)
+        raise
+    return _gathered(keys, parts, results, order)
+
+
+def _gave_up(names: Sequence[str], fanin: Fanin | None) -> None:
+    """The read of this context gave up waiting on `names` (each part of `fanin`, when
+    given): its `ReadWatch`, if any, keeps them for the `ReadTimeout`."""
+    watch = READ_WATCH.get()
     if watch is not None:
         watch.waiting_on(names, fanin)
-    results = await fanin.future
-    if watch is not None:
-        watch.answered()
+
+
+def _gathered(
+    keys: Sequence[bytes],
+    parts: list[Part],
+    results: list[Any],
+    order: Callable[[list[bytes | None]], Sequence[bytes | None]] | None,
+) -> list[bytes | None]:
+    """The keys' values, in order, from their parts' (the first part that failed raises)."""
+    if order is not None:
+        flat: list[bytes | None] = []
+        for values in results:
+            if isinstance(values, BaseException):
+                raise values
+            flat += values
+        if len(flat) == len(keys):  # (else the loop below raises as it always did)
+            return list(order(flat))
     out: list[bytes | None] = [None] * len(keys)
     for (_, positions), values in zip(parts, results, strict=True):
         if isinstance(values, BaseException):
@@ -109,7 +132,21 @@ def requests_of(keys: Sequence[bytes], parts: list[Part]) -> list[list[bytes]]:
     return [[keys[p] for p in positions] for _, positions in parts]
 
 
-_FetchPlan = tuple[list[Part], list[str], list[list[bytes]]]
+_FetchPlan = tuple[
+    list[Part],
+    list[str],
+    list[list[bytes]],
+    Callable[[list[bytes | None]], Sequence[bytes | None]] | None,
+]
+
+
+def _order(parts: list[Part]) -> Callable[[list[bytes | None]], Sequence[bytes | None]] | None:
+    """`fetch_parts`'s `order` for a plan of two parts or more (else None)."""
+    if len(parts) < 2:
+        return None
+    flat = [p for _, positions in parts for p in positions]
+    where = dict(zip(flat, range(len(flat)), strict=True))
+    return itemgetter(*[where[i] for i in range(len(flat))])
 
 
 class FetchPlans:
@@ -131,7 +168,7 @@ class FetchPlans:
         plan = self._plans.get(keys) if type(keys) is tuple else None
         if plan is None:
             parts, names = self._plan(keys)
-            plan = (parts, names, requests_of(keys, parts))
+            plan = (parts, names, requests_of(keys, parts), _order(parts))
             if type(keys) is tuple:
                 if len(self._plans) >= self._limit:
                     self._plans.clear()

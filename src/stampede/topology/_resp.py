@@ -215,21 +215,19 @@ class Connection(asyncio.Protocol):
         self._write(data, _Waiting(future, None, len(commands), deadline))
         return future
 
-    def send_then(
-        self, commands: Sequence[Sequence[Any]], callback: Callback, *, blocks: float | None = None
-    ) -> None:
-        """Write `commands` now (on a `usable` connection); `callback` gets their replies,
+    def send_then(self, commands: Sequence[Sequence[Any]], callback: Callback) -> None:
+        """Write `commands` (none the server holds on purpose, `blocking`: `Lane.send_now`
+        sends no WAIT) now, on a `usable` connection; `callback` gets their replies,
         or the `ConnectionLost` / `ReplyTimeout` that ended the connection first,
         exactly once, from inside the protocol (it must not raise).
 
         `TypeError` (nothing written) for an argument that cannot be sent;
-        `ConnectionLost` (nothing written) when the connection is closed. `blocks` as
-        for `send` (`Lane.send_now` has counted it: 0).
+        `ConnectionLost` (nothing written) when the connection is closed.
         """
         data = pack(commands)
         if self._closed is not None or self._transport is None:
             raise self._closed or ConnectionLost("not connected")
-        deadline = self._deadline(commands, None, blocks)
+        deadline = self._deadline(commands, None, 0)
         self._write(data, _Waiting(None, callback, len(commands), deadline))
 
     def _deadline(
@@ -308,8 +306,8 @@ class Connection(asyncio.Protocol):
             head = waiting[0]
             if isinstance(reply, ReplyError):
                 reply = _kind_of(reply)
-            elif isinstance(reply, list):
-                reply = _kinds_in(reply)
+            elif isinstance(reply, list) and not _PLAIN.issuperset(map(type, reply)):
+                reply = _kinds_in(reply)  # (a plain array, the common case, as it is)
             head.replies.append(reply)
             if len(head.replies) == head.count:
                 waiting.popleft()

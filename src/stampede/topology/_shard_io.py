@@ -29,6 +29,8 @@ Call = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
 
 def _mget(requests: list[list[bytes]]) -> tuple[Any, ...]:
+    if len(requests) == 1:  # a lone read's batch
+        return ("MGET", *requests[0])
     return ("MGET", *[key for keys in requests for key in keys])
 
 
@@ -63,6 +65,9 @@ class ShardReads:
         return self._lane.send_now([_mget(requests)], then)
 
     def finish(self, requests: list[list[bytes]], answer: Sent) -> list[Any] | None:
+        result = answer.result
+        if type(result) is list and len(result) == 1 and type(result[0]) is list:
+            return _split(requests, result[0])  # the MGET's array: what `_plain` finds
         values = _plain(answer)
         return None if values is _NOT_PLAIN else _split(requests, values)
 
