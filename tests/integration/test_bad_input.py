@@ -123,7 +123,7 @@ async def test_newest_wins_on_a_group_with_a_missing_key(st: Stampede) -> None:
     await st.topology.execute(keys[1].encode(), "DEL", keys[1])
     with _raises(TornReadError, r"NewestWins without rebuild cannot repair it.*Refetch\(loader\)"):
         await st.read(
-            "p:{1}", keys, retry=RetryPolicy(attempts=2, deadline=0.5), repair=NewestWins()
+            "p:{1}", keys, retry=RetryPolicy(attempts=2, deadline=30.0), repair=NewestWins()
         )
 
 

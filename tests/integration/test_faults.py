@@ -11,7 +11,7 @@ from stampede import PartialWriteError, RetryPolicy, ShardTimeout, TornReadError
 
 from ..support import open_stampede, spread_keys
 
-QUICK = RetryPolicy(attempts=3, base_delay=0.001, max_delay=0.005, deadline=0.5)
+QUICK = RetryPolicy(attempts=3, base_delay=0.001, max_delay=0.005, deadline=30.0)
 
 
 def node_named(env: Any, name: str) -> Any:

@@ -37,7 +37,7 @@ from stampede.wire import commit_key, new_token
 
 from ..support import open_stampede, spread_keys
 
-QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=0.2)
+QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
 YEAR_MS = 365 * 24 * 3600 * 1000
 
 

@@ -17,7 +17,7 @@ from ..support import write_newer
 pytestmark = pytest.mark.postgres
 
 DSN = os.environ.get("STAMPEDE_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=0.2)
+QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
 USERS = 30
 
 

@@ -17,7 +17,7 @@ from stampede.wire import new_token
 
 from ..support import spread_keys, write_newer
 
-QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=0.2)
+QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
 
 
 async def tear(st: Stampede, group: str, keys: list[str], payload: bytes = b"new") -> str:

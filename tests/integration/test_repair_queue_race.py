@@ -22,7 +22,7 @@ from stampede.verdict import Observation, Verdict
 
 from ..support import eventually, spread_keys, write_newer
 
-QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=0.2)
+QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
 PLAIN = re.compile(rb"\d+-\d+:\d+")  # `<id>:<enqueued_ms>`, the marker as every version wrote it
 
 

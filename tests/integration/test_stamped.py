@@ -26,7 +26,7 @@ from stampede.wire import new_token
 
 from ..support import raw_get, spread_keys
 
-QUICK = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.005, deadline=0.5)
+QUICK = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.005, deadline=30.0)
 
 
 async def test_write_then_read_is_consistent(st: Stampede) -> None:

@@ -128,7 +128,7 @@ async def test_a_part_added_later_reads_with_its_default(st: Stampede) -> None:
     grown = TypedGroup(
         {"profile": Profile, "settings": Settings, "prefs": Prefs}, defaults={"prefs": Prefs()}
     )
-    got = await grown.read(st, "user:{12}", retry=RetryPolicy(attempts=2, deadline=0.5))
+    got = await grown.read(st, "user:{12}", retry=RetryPolicy(attempts=2, deadline=30.0))
     assert got.consistent and got.defaulted == ("prefs",)
     assert got["prefs"] == Prefs() and got["profile"] == Profile(name="Bo", age=5)
     await grown.write(
