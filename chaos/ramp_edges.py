@@ -6,7 +6,8 @@
 |                    | 0.05-0.5 s `ttl` (1 in 4); three writers cancelled at every     |
 |                    | step, a fourth held 0.3 s before its first COMMIT call (every   |
 |                    | other transaction); one-key `st.delete`s; 0.2 s tombstone and   |
-|                    | version grace; the sweep every 0.25 s                           |
+|                    | version grace; the sweep every 0.25 s; on a cluster, three      |
+|                    | slots migrating key by key (a key and its version hash apart)   |
 | `ramp-lost-commit` | three writers lose the COMMIT calls of every other transaction  |
 |                    | (`LOSS_MODES`: before or after running, mixed, one shard, once; |
 |                    | a 0.3 s transaction timeout), three more write undisturbed; 1   |
@@ -41,8 +42,10 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from stampede._client import Stampede
 from stampede.options import Options
 from stampede.repair import NewestWins
+from stampede.wire._txn import side_key
 
 from .env import Run
+from .faults import migrate_slot
 from .history import load_events
 from .ramp_edge_checker import (
     DELETE_RULES,
@@ -144,11 +147,38 @@ def _export(run: Run) -> None:
         run.notes.append(f"text history: {out}")
 
 
+async def _migrations(run: Run, rng: random.Random, until: float) -> None:
+    """On a cluster, three slots of workload keys move while deletes and transactions
+    run, key by key: a key and its version hash one step apart (the data key first,
+    then the other way round), so writes, deletes and commits meet a slot split
+    between two masters (ASK, TRYAGAIN), and a write's floor must reach a hash on the
+    other node."""
+    cluster = run.env.cluster
+    if cluster is None:
+        return
+    span = until - time.monotonic()
+    moved = []
+    for turn, at in enumerate((0.1, 0.4, 0.7)):
+        await asyncio.sleep(max(0.0, until - span * (1 - at) - time.monotonic()))
+        data = key_name(rng.randrange(KEYS))
+        slot = run.topology.slot_of(data)
+        source = cluster.master_for_slot(slot)
+        target = next(m for m in cluster.masters if m is not source)
+        pair = [data, side_key(data, run.topology.slot_of)]
+        seconds = await migrate_slot(
+            cluster, run.history, slot=slot, target=target,
+            keys=pair if turn % 2 == 0 else pair[::-1], step=span / 30,
+        )  # fmt: skip
+        moved.append(f"{slot} ({data.decode()}, {seconds:.2f} s)")
+    run.notes.append(f"slots migrated key by key: {', '.join(moved)}")
+
+
 async def ramp_delete(
     run: Run, *, beside: Callable[[float], Awaitable[None]] | None = None
 ) -> None:
-    """Deletes and short TTLs in transactions, one-key group deletes, the sweep (and
-    `beside(until)`, another fault, for `ramp-evict`)."""
+    """Deletes and short TTLs in transactions, one-key group deletes, the sweep, on a
+    cluster slots migrating key by key (and `beside(until)`, another fault, for
+    `ramp-evict`, instead of the migrations)."""
     seed_value = _seed_of(run)
     options = Options(
         connection=CHAOS_CONNECTION, tombstone_grace=EDGE_GRACE, version_grace=EDGE_GRACE
@@ -164,8 +194,10 @@ async def ramp_delete(
         *(read_loop(st, run.history, 1000 + i, random.Random(seed_value * 7 + i), until,
                     kit.pick_read) for i in range(READERS)),
         sweeper(run, until, EDGE_GRACE),
-        *([] if beside is None else [beside(until)]),
+        beside(until) if beside else _migrations(run, random.Random(seed_value * 3), until),
     )  # fmt: skip
+    if beside is None and run.env.cluster is not None:
+        await asyncio.to_thread(run.env.servers.heal)
     await _finish(run, st, range(KEYS))
     _note(run, kit, f"held {kit.tally['held']}; st.delete {kit.tally['deleted']}")
 
