@@ -30,8 +30,10 @@ from stampede._txn.sweep import sweep
 from stampede._txn.write import Transaction, run_units
 from stampede.errors import ConfigurationError, ShardUnavailable
 from stampede.repair import NewestWins
+from stampede.results import GuardCode
 from stampede.testing.faults import DelegatingTopology
-from stampede.typing import RepairContext
+from stampede.topology._guard import GUARD, requests_for
+from stampede.typing import GuardStamp, RepairContext
 from stampede.verdict import Observation, judge
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, mark_record, side_key
@@ -592,6 +594,31 @@ async def test_a_group_delete_of_a_key_with_empty_braces_is_never_undone(
     await sweep(st.topology, grace=0.05)
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
     assert await raw_value(st, a) is None
+
+
+async def test_a_resent_write_of_a_key_with_empty_braces_still_raises_its_floor(
+    st: Stampede,
+) -> None:
+    """The guard leaves the floor of a key with braces but no tag to the client (it
+    cannot name the key's version hash). When that call's reply is lost after it ran,
+    the resend finds the write already there (SAME): the client raises the floor
+    then too, so a transaction pending at or below the write stays superseded."""
+    key = "resend{}a"
+    async with st.transaction() as tx:  # the key has a version hash
+        tx.set(key, b"1")
+        tx.set("resend:b", b"1")
+    raw, side = key.encode(), side_key(key.encode(), st.topology.slot_of)
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    value = b"%d:%s:2" % (version, token.encode())
+    stamp: GuardStamp = {"version": version, "token": token, "limit": 0, "keep_ms": 0}
+    (request,) = requests_for([raw], [value], [[0]], (), stamp)
+    # the first call ran, its reply lost: the key holds the write, its floor is not up
+    assert await st.topology.script(GUARD, [raw], list(request.argv)) == [10]
+    assert await st.topology.execute(side, "HGET", side, "g") is None
+    resent = await st.topology.write_guarded([raw], [value], **stamp)
+    assert resent.results == {raw: GuardCode.SAME}
+    floor = await st.topology.execute(side, "HGET", side, "g")
+    assert floor == b"%d:%s" % (version, token.encode())
 
 
 async def test_a_delete_committed_after_its_expiry_still_deletes(st: Stampede) -> None:

@@ -33,7 +33,7 @@ from ._durable import (
     wait_commands,
 )
 from ._endpoint import parse_url
-from ._floor import FLOOR_ELSEWHERE, raise_floors
+from ._floor import needs_floors, raise_floors
 from ._guard import GUARD, WriteRequest, split_codes
 from ._lane import Sent
 from ._node_ops import Body, Command, eval_fallback, marker_id, optimistic_once, transaction
@@ -250,7 +250,7 @@ class Cluster:
             outcome.failed.update(retried.failed)
             for node in {self._router.safe_shard(keys[p]) for p in again}:
                 outcome.acks[node] = 0
-        if FLOOR_ELSEWHERE in outcome.results.values():
+        if needs_floors(outcome.results.values()):
             await raise_floors(self, outcome, stamp)
         return outcome
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from .._lua import Script, as_eval
 from ..errors import ShardError
 from ._base import WriteOutcome, translated
-from ._floor import FLOOR_ELSEWHERE, raise_floors
+from ._floor import needs_floors, raise_floors
 from ._guard import GUARD, WriteRequest, split_codes
 from ._reply_errors import NoScriptError
 
@@ -148,6 +148,6 @@ async def durable_write(
         outcome.acks[name] = acks_of(replies[1:])
 
     await asyncio.gather(*(one(shard, pos) for shard, pos in partition.items()))
-    if FLOOR_ELSEWHERE in outcome.results.values():
+    if needs_floors(outcome.results.values()):
         await raise_floors(floors, outcome, stamp)
     return outcome

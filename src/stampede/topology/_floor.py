@@ -14,11 +14,17 @@ Two cases where it cannot:
   (after ASK) while it has not, where its absence proves nothing.
 
 There the guard replies `FLOOR_ELSEWHERE` for the key (and the cluster's router turns
-every key written by a guard call that followed ASK into it). `raise_floors` then
-sends `RAISE_FLOOR` for each to the key's hash, routed as any command (following
-ASK), before the write returns, and the key reads `WRITTEN`. A key whose floor call
-fails is reported failed with that error: its value was written, but nothing
-vouches for its floor, so the write does not count as done.
+every key written by a guard call that followed ASK into it, and every key such a
+call found already written into `SAME_ELSEWHERE`). `raise_floors` then sends
+`RAISE_FLOOR` for each to the key's hash, routed as any command (following ASK),
+before the write returns, and the key reads `WRITTEN` (`SAME`). A key the guard
+found already written (`SAME`: a resend after a lost reply, whose first call may
+have left the floor to the client) gets the same when its name has braces but no
+tag. A key whose floor call fails is reported failed with that error: its value was
+written, but nothing vouches for its floor, so the write does not count as done.
+(Left out: a resend that lands on the exporting node of a migrating slot after the
+key's hash moved reads `SAME` and raises nothing; the first call, had its reply
+arrived, would have said `FLOOR_ELSEWHERE`.)
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._lua import script
 from ..errors import ShardError
+from ..keys._slots import hash_tag
 from ..results import GuardCode
 from ..wire._txn import side_key
 from ._guard import CAS, GUARD_SCRIPT, GUARD_SHA
@@ -36,10 +43,21 @@ if TYPE_CHECKING:
     from ..typing import GuardStamp, Topology
     from ._base import WriteOutcome
 
-__all__ = ["FLOOR_ELSEWHERE", "RAISE_FLOOR", "after_ask", "raise_floor", "raise_floors"]
+__all__ = [
+    "FLOOR_ELSEWHERE",
+    "RAISE_FLOOR",
+    "SAME_ELSEWHERE",
+    "after_ask",
+    "needs_floors",
+    "raise_floor",
+    "raise_floors",
+]
 
 FLOOR_ELSEWHERE = 10
 """Guard code: written, but the call could not reach the key's version hash."""
+SAME_ELSEWHERE = 12
+"""`SAME`, from a guard call that followed ASK: its floor is for the client too."""
+_AFTER = {FLOOR_ELSEWHERE: GuardCode.WRITTEN, SAME_ELSEWHERE: GuardCode.SAME}
 
 RAISE_FLOOR = script("raise_floor")
 
@@ -49,11 +67,30 @@ async def raise_floor(topology: Topology, key: bytes, version: int, token: str) 
     await topology.script(RAISE_FLOOR, [side_key(key, topology.slot_of)], [version, token])
 
 
+def needs_floors(codes: Any) -> bool:
+    """Whether `raise_floors` has anything to look at in these codes (a view of an
+    outcome's results: usually none of the three, so no call at all)."""
+    return FLOOR_ELSEWHERE in codes or SAME_ELSEWHERE in codes or GuardCode.SAME in codes
+
+
+def _unnamed(key: bytes) -> bool:
+    """A key with braces but no tag: only the client can name its version hash."""
+    return hash_tag(key) is None and (b"{" in key or b"}" in key)
+
+
 async def raise_floors(topology: Topology, outcome: WriteOutcome, stamp: GuardStamp) -> None:
-    """Raise the floor of each key of `outcome` coded `FLOOR_ELSEWHERE` to the
-    write's stamp; each such key then reads `WRITTEN`, or failed with its error."""
+    """Raise the floor of each key of `outcome` coded `FLOOR_ELSEWHERE` or
+    `SAME_ELSEWHERE` (or `SAME` with a name only the client can turn into its hash)
+    to the write's stamp; each such key then reads `WRITTEN` (`SAME`), or failed
+    with its error."""
     done = outcome.results
-    keys = [key for key, code in done.items() if code == FLOOR_ELSEWHERE]
+    keys = [
+        key
+        for key, code in done.items()
+        if code in _AFTER or (code == GuardCode.SAME and _unnamed(key))
+    ]
+    if not keys:
+        return
     version, token = stamp["version"], stamp["token"]
     replies = await asyncio.gather(
         *(raise_floor(topology, key, version, token) for key in keys), return_exceptions=True
@@ -65,7 +102,7 @@ async def raise_floors(topology: Topology, outcome: WriteOutcome, stamp: GuardSt
         elif isinstance(reply, BaseException):
             raise reply
         else:
-            done[key] = GuardCode.WRITTEN
+            done[key] = _AFTER.get(done[key], done[key])
 
 
 def after_ask(command: tuple[Any, ...], reply: Any) -> Any:
@@ -77,4 +114,11 @@ def after_ask(command: tuple[Any, ...], reply: Any) -> Any:
         return reply
     if not isinstance(reply, list):
         return reply
-    return [FLOOR_ELSEWHERE if code == GuardCode.WRITTEN else code for code in reply]
+    return [
+        FLOOR_ELSEWHERE
+        if code == GuardCode.WRITTEN
+        else SAME_ELSEWHERE
+        if code == GuardCode.SAME and command[1] != CAS.sha and command[1] != CAS.source
+        else code
+        for code in reply
+    ]

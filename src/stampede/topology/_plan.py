@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ShardError
 from ._base import READ_WATCH, WriteOutcome
 from ._coalesce import Coalescer, Fanin
-from ._floor import FLOOR_ELSEWHERE, raise_floors
+from ._floor import needs_floors, raise_floors
 from ._guard import requests_for
 
 if TYPE_CHECKING:
@@ -206,6 +206,6 @@ async def write_parts(
             outcome.failed.update(dict.fromkeys(request.keys, codes))
         else:
             raise codes
-    if floors is not None and FLOOR_ELSEWHERE in done.values():
+    if floors is not None and needs_floors(done.values()):
         await raise_floors(floors, outcome, stamp)
     return outcome
