@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from stampede import (
+    Durability,
     Envelope,
     HybridClock,
     InvalidKeyError,
@@ -619,6 +620,32 @@ async def test_a_resent_write_of_a_key_with_empty_braces_still_raises_its_floor(
     assert resent.results == {raw: GuardCode.SAME}
     floor = await st.topology.execute(side, "HGET", side, "g")
     assert floor == b"%d:%s" % (version, token.encode())
+
+
+async def test_a_durable_write_of_a_key_with_empty_braces_waits_on_its_floor_too(
+    st: Stampede,
+) -> None:
+    """A durable write whose key's floor the client raises (braces but no tag) sends
+    that call with the write's `WAIT` as well, and the receipt counts the fewest
+    replicas either reached: with none here (no replicas), the floor is up and the
+    write is reported not durable."""
+    key = "durable{}a"
+    async with st.transaction() as tx:  # the key has a version hash
+        tx.set(key, b"1")
+        tx.set("durable:b", b"1")
+    side = side_key(key.encode(), st.topology.slot_of)
+    shard = st.topology.shard_of(key.encode())
+    durable = Durability(replicas=1, timeout=0.01)
+    await st.write("d", {key: b"1.5"}, durability=durable)  # its scripts loaded: no NOSCRIPT
+    await st.topology.execute_on(shard, "CONFIG", "RESETSTAT")
+    receipt = await st.write("d", {key: b"2"}, durability=durable)
+    assert receipt.durable is False and set(receipt.replicas.values()) == {0}
+    stats = await st.topology.execute_on(shard, "INFO", "commandstats")
+    text = stats.decode() if isinstance(stats, bytes) else str(stats)
+    waits = next(line for line in text.splitlines() if line.startswith("cmdstat_wait:"))
+    assert waits.split("calls=")[1].split(",")[0] == "2"  # the write's, then the floor's
+    floor = await st.topology.execute(side, "HGET", side, "g")
+    assert floor == b"%d:%s" % (receipt.version, receipt.token.encode())
 
 
 async def test_a_delete_committed_after_its_expiry_still_deletes(st: Stampede) -> None:

@@ -251,7 +251,7 @@ class Cluster:
             for node in {self._router.safe_shard(keys[p]) for p in again}:
                 outcome.acks[node] = 0
         if needs_floors(outcome.results.values()):
-            await raise_floors(self, outcome, stamp)
+            await raise_floors(self, outcome, stamp, wait_commands(stamp))
         return outcome
 
     async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:

@@ -149,5 +149,5 @@ async def durable_write(
 
     await asyncio.gather(*(one(shard, pos) for shard, pos in partition.items()))
     if needs_floors(outcome.results.values()):
-        await raise_floors(floors, outcome, stamp)
+        await raise_floors(floors, outcome, stamp, wait_commands(stamp))
     return outcome

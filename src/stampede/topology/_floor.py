@@ -20,7 +20,9 @@ call found already written into `SAME_ELSEWHERE`). `raise_floors` then sends
 before the write returns, and the key reads `WRITTEN` (`SAME`). A key the guard
 found already written (`SAME`: a resend after a lost reply, whose first call may
 have left the floor to the client) gets the same when its name has braces but no
-tag. A key whose floor call fails is reported failed with that error: its value was
+tag. A durable write sends each such call with its own `WAIT` (`WAITAOF`), and its
+outcome counts the fewest replicas the write and its floors reached per shard. A
+key whose floor call fails is reported failed with that error: its value was
 written, but nothing vouches for its floor, so the write does not count as done.
 (Left out: a resend that lands on the exporting node of a migrating slot after the
 key's hash moved reads `SAME` and raises nothing; the first call, had its reply
@@ -62,9 +64,18 @@ _AFTER = {FLOOR_ELSEWHERE: GuardCode.WRITTEN, SAME_ELSEWHERE: GuardCode.SAME}
 RAISE_FLOOR = script("raise_floor")
 
 
-async def raise_floor(topology: Topology, key: bytes, version: int, token: str) -> None:
-    """Raise the floor of `key`'s version hash to (`version`, `token`), if it has one."""
-    await topology.script(RAISE_FLOOR, [side_key(key, topology.slot_of)], [version, token])
+async def raise_floor(
+    topology: Topology, key: bytes, version: int, token: str, then: list[Any] | None = None
+) -> int | None:
+    """Raise the floor of `key`'s version hash to (`version`, `token`), if it has one;
+    with `then` (a durable write's `WAIT`, and `WAITAOF`), on the same connection,
+    returning how many replicas acknowledged it."""
+    side = side_key(key, topology.slot_of)
+    if then is None:
+        await topology.script(RAISE_FLOOR, [side], [version, token])
+        return None
+    _, count = await topology.durable_script(RAISE_FLOOR, [side], [version, token], then)
+    return int(count)
 
 
 def needs_floors(codes: Any) -> bool:
@@ -78,11 +89,14 @@ def _unnamed(key: bytes) -> bool:
     return hash_tag(key) is None and (b"{" in key or b"}" in key)
 
 
-async def raise_floors(topology: Topology, outcome: WriteOutcome, stamp: GuardStamp) -> None:
+async def raise_floors(
+    topology: Topology, outcome: WriteOutcome, stamp: GuardStamp, then: list[Any] | None = None
+) -> None:
     """Raise the floor of each key of `outcome` coded `FLOOR_ELSEWHERE` or
     `SAME_ELSEWHERE` (or `SAME` with a name only the client can turn into its hash)
     to the write's stamp; each such key then reads `WRITTEN` (`SAME`), or failed
-    with its error."""
+    with its error. A durable write passes its `then`: each floor waits for the same
+    replicas, and a shard's `acks` become the fewest of its write's and its floors'."""
     done = outcome.results
     keys = [
         key
@@ -93,7 +107,8 @@ async def raise_floors(topology: Topology, outcome: WriteOutcome, stamp: GuardSt
         return
     version, token = stamp["version"], stamp["token"]
     replies = await asyncio.gather(
-        *(raise_floor(topology, key, version, token) for key in keys), return_exceptions=True
+        *(raise_floor(topology, key, version, token, then) for key in keys),
+        return_exceptions=True,
     )
     for key, reply in zip(keys, replies, strict=True):
         if isinstance(reply, ShardError):
@@ -103,6 +118,9 @@ async def raise_floors(topology: Topology, outcome: WriteOutcome, stamp: GuardSt
             raise reply
         else:
             done[key] = _AFTER.get(done[key], done[key])
+            if reply is not None:
+                shard = topology.shard_of(side_key(key, topology.slot_of))
+                outcome.acks[shard] = min(reply, outcome.acks.get(shard, reply))
 
 
 def after_ask(command: tuple[Any, ...], reply: Any) -> Any:
