@@ -19,6 +19,7 @@ from stampede import Envelope, OutcomeUnknownError, Stampede, atomic, eventlog
 from stampede.options import ConnectOptions, load_options
 from stampede.testing import RedisProxy
 from stampede.topology import Cluster
+from stampede.wire._txn import side_key
 
 from ..support import FAST
 
@@ -239,14 +240,38 @@ async def test_a_non_idempotent_command_is_not_resent(
 
 
 async def test_reads_and_guarded_writes_are_resent(px: Proxied) -> None:
-    """A stamped write (guarded script) and a read whose replies were lost go through."""
+    """A stamped write (guarded script) and a read whose replies were lost go through.
+    The script is loaded first: a fresh server answers the first EVALSHA with NOSCRIPT,
+    and losing that reply would lose a call that ran nothing."""
     proxy = px.proxy_for(BALANCE)
+    await px.st.write(GROUP, {BALANCE: b"4"})
     write = proxy.drop_reply(named(b"EVALSHA", b"EVAL"))
     await px.st.write(GROUP, {BALANCE: b"5"})
     read = proxy.drop_reply(named(b"MGET", b"GET", b"EVALSHA"))
     result = await px.st.read(GROUP, [BALANCE])
     assert write.hits == 1 and read.hits == 1
     assert result.values == {BALANCE: b"5"}
+
+
+async def test_a_lost_guard_reply_still_raises_the_floor_of_a_key_with_empty_braces(
+    px: Proxied,
+) -> None:
+    """A key with braces but no tag (`odd{}a`): the guard cannot name its version hash
+    and leaves its floor to the client. When that call ran and its reply was lost,
+    the resend finds the write already there (SAME); the client still raises the
+    floor, so a transaction pending at the key at or below the write stays
+    superseded."""
+    key = "odd{}a"
+    async with px.st.transaction() as tx:  # the key has a version hash
+        tx.set(key, b"1")
+        tx.set("odd{}b", b"1")
+    await px.st.write("odd", {key: b"1.5"})  # the scripts loaded: the dropped call runs
+    side = side_key(key.encode(), px.st.topology.slot_of)
+    drop = px.proxy_for(key).drop_reply(named(b"EVALSHA", b"EVAL"))
+    receipt = await px.st.write("odd", {key: b"2"})
+    assert drop.hits == 1
+    floor = await px.st.topology.execute(side, "HGET", side, "g")
+    assert floor == b"%d:%s" % (receipt.version, receipt.token.encode())
 
 
 # -- no transport-level resends ----------------------------------------------------------
