@@ -11,7 +11,10 @@ from stampede import RetryPolicy, Stampede, TornReadError, keyslot
 from stampede._txn.scripts import COMMIT, PREPARE
 from stampede._txn.sweep import sweep
 from stampede._txn.units import run_units
+from stampede.results import GuardCode
 from stampede.testing import LocalCluster
+from stampede.topology._guard import GUARD, requests_for
+from stampede.typing import GuardStamp
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
@@ -157,3 +160,36 @@ async def test_a_delete_mid_migration_over_a_pending_transaction_never_comes_bac
         await sweep(st.topology, grace=0.05)
         assert await raw_value(st, a) is None
         assert (await st.read_atomic([a, b])).values[a] is None
+
+
+async def test_a_resent_write_mid_migration_still_raises_the_floor(
+    stampede_cluster: LocalCluster,
+) -> None:
+    """A key's version hash has moved to the importing node, the key itself not yet:
+    a guarded write on the exporting node cannot raise the floor there and leaves it
+    to the client. When that call's reply is lost after it ran, the resend finds the
+    write already there (SAME) and cannot reach the hash either: it says so (12), and
+    the client raises the floor on the importing node (ASK)."""
+    async with open_stampede(stampede_cluster, "cluster") as st:
+        a, b = "{mig2}:a", "{other2}:b"
+        async with st.transaction() as tx:  # a has a version hash
+            tx.set(a, b"old")
+            tx.set(b, b"old")
+        raw = a.encode()
+        side = side_key(raw, st.topology.slot_of)
+        slot = keyslot(a)
+        source = stampede_cluster.master_for_slot(slot)
+        target = next(m for m in stampede_cluster.masters if m is not source)
+        await asyncio.to_thread(stampede_cluster.begin_migration, slot, target)
+        await asyncio.to_thread(stampede_cluster.move_keys, slot, [side])
+        version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+        value = b"%d:%s:new" % (version, token.encode())
+        stamp: GuardStamp = {"version": version, "token": token, "limit": 0, "keep_ms": 0}
+        (request,) = requests_for([raw], [value], [[0]], (), stamp)
+        # the first call ran on the exporting node, its reply lost: no floor raised
+        assert await st.topology.script(GUARD, [raw], list(request.argv)) == [10]
+        resent = await st.topology.write_guarded([raw], [value], **stamp)
+        assert resent.results == {raw: GuardCode.SAME}
+        floor = await st.topology.execute(side, "HGET", side, "g")
+        assert floor == b"%d:%s" % (version, token.encode())
+        await asyncio.to_thread(stampede_cluster.finish_migration, slot)

@@ -150,6 +150,21 @@ do
       if state == 1 or state == 9 then
         key, cur = K[j], state == 1 and seen[j]
         state = 1
+      elseif state == 2 and batched then
+        -- already written (a resend after a lost reply, whose first call may have
+        -- left the floor to the client): its hash is looked at below too
+        local k = K[j]
+        local open = string.find(k, '{', 1, true)
+        local close = open and string.find(k, '}', open + 1, true)
+        local vh
+        if close and close > open + 1 then vh = k .. ':stampede:v'
+        elseif not open and not string.find(k, '}', 1, true) then vh = '{' .. k .. '}:stampede:v:u' end
+        if vh then
+          nh = nh + 1
+          if nh == 1 then h1 = vh
+          elseif nh == 2 then hashes = {h1, vh}
+          else hashes[nh] = vh end
+        end
       end
       out[j] = state
     end
@@ -214,10 +229,11 @@ if found and (type(found) ~= 'number' or found > 0) then
         vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
       end
       vi, left = vi + 1, left - 1
-      if out[j] == 1 then key = K[j] end
+      if out[j] == 1 or out[j] == 2 then key = K[j] end
     end
     if key and not raise_floor(key, ARGV[s + 1], ARGV[s + 2]) then
-      out[keys and at[j] or j] = 10
+      local i = keys and at[j] or j
+      out[i] = out[i] == 2 and 12 or 10  -- 12: SAME, its floor left to the client
     end
   end
 end

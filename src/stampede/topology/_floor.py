@@ -13,20 +13,17 @@ Two cases where it cannot:
   other: on the exporting node once the hash has moved, and on the importing node
   (after ASK) while it has not, where its absence proves nothing.
 
-There the guard replies `FLOOR_ELSEWHERE` for the key (and the cluster's router turns
-every key written by a guard call that followed ASK into it, and every key such a
-call found already written into `SAME_ELSEWHERE`). `raise_floors` then sends
-`RAISE_FLOOR` for each to the key's hash, routed as any command (following ASK),
-before the write returns, and the key reads `WRITTEN` (`SAME`). A key the guard
-found already written (`SAME`: a resend after a lost reply, whose first call may
-have left the floor to the client) gets the same when its name has braces but no
-tag. A durable write sends each such call with its own `WAIT` (`WAITAOF`), and its
+There the guard replies `FLOOR_ELSEWHERE` for the key, or `SAME_ELSEWHERE` for a key
+it found already written (a resend after a lost reply, whose first call may have
+left the floor to the client); the cluster's router turns every key written by a
+guard call that followed ASK into the first, and every key such a call found already
+written into the second. `raise_floors` then sends `RAISE_FLOOR` for each to the
+key's hash, routed as any command (following ASK), before the write returns, and the
+key reads `WRITTEN` (`SAME`). A key found already written whose name has braces but
+no tag gets the same (the guard cannot tell it from one whose first call raised it). A durable write sends each such call with its own `WAIT` (`WAITAOF`), and its
 outcome counts the fewest replicas the write and its floors reached per shard. A
 key whose floor call fails is reported failed with that error: its value was
 written, but nothing vouches for its floor, so the write does not count as done.
-(Left out: a resend that lands on the exporting node of a migrating slot after the
-key's hash moved reads `SAME` and raises nothing; the first call, had its reply
-arrived, would have said `FLOOR_ELSEWHERE`.)
 """
 
 from __future__ import annotations
@@ -58,7 +55,8 @@ __all__ = [
 FLOOR_ELSEWHERE = 10
 """Guard code: written, but the call could not reach the key's version hash."""
 SAME_ELSEWHERE = 12
-"""`SAME`, from a guard call that followed ASK: its floor is for the client too."""
+"""Guard code: `SAME` (already written), and the call could not reach the key's
+version hash either (or it followed ASK): its floor is for the client too."""
 _AFTER = {FLOOR_ELSEWHERE: GuardCode.WRITTEN, SAME_ELSEWHERE: GuardCode.SAME}
 
 RAISE_FLOOR = script("raise_floor")

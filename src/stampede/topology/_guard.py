@@ -22,6 +22,9 @@ reply  one integer per key:
        10  written as 1, but the call could not reach the key's version hash to
            raise its floor: the topology raises it before the write returns
            (`_floor`); no caller of `write_guarded` ever sees this code
+       12  nothing done, as 2, and the call could not reach the key's version hash
+           either (a resend whose first call replied 10): the client raises its
+           floor
         2  the same stamp is stored: an idempotent resend, nothing changed
         0  kept out: the stored write is newer
        -1  not written: the key holds another type (WRONGTYPE)
