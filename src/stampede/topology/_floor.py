@@ -20,10 +20,11 @@ guard call that followed ASK into the first, and every key such a call found alr
 written into the second. `raise_floors` then sends `RAISE_FLOOR` for each to the
 key's hash, routed as any command (following ASK), before the write returns, and the
 key reads `WRITTEN` (`SAME`). A key found already written whose name has braces but
-no tag gets the same (the guard cannot tell it from one whose first call raised it). A durable write sends each such call with its own `WAIT` (`WAITAOF`), and its
-outcome counts the fewest replicas the write and its floors reached per shard. A
-key whose floor call fails is reported failed with that error: its value was
-written, but nothing vouches for its floor, so the write does not count as done.
+no tag gets the same whatever the guard replied. A durable write sends each such
+call with its own `WAIT` (`WAITAOF`), and its outcome counts the fewest replicas the
+write and its floors reached per shard. A key whose floor call fails is reported
+failed with that error: its value was written, but nothing vouches for its floor,
+so the write does not count as done.
 """
 
 from __future__ import annotations
