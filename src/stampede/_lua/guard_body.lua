@@ -121,9 +121,10 @@ if twice then
 end
 -- Each key written: its value, keeping the envelope it replaces (`cur`, false: none;
 -- for a key the call writes twice, the list of every envelope its writes replace,
--- the stored one first: a reader may need any of them) on its kept list, whose name and the version hash's come from one look at the
--- key's braces (as kept_key.lua and version_hash.lua name them; none for a key with
--- braces but no tag), each made only when it is used. Plain values wait for one
+-- the stored one first: a reader may need any of them) on its kept list, whose
+-- name and the version hash's come from one look at the key's braces (as
+-- kept_key.lua and version_hash.lua name them; none for a key with braces but no
+-- tag), each made only when it is used. Plain values wait for one
 -- MSET (one SET when there is one), the version hashes for one EXISTS below.
 local plain, np, hashes, nh, h1 = nil, 0, nil, 0, nil
 do
@@ -133,7 +134,9 @@ do
     vi, left = s + 5, ARGV[s] == '1' and 1 or ARGV[s] == '2' and 2 or tonumber(ARGV[s])
   end
   for j = 1, w do
-    local key, cur = nil, false
+    -- `key`: written here; `noted`: already written (a resend after a lost reply,
+    -- whose first call may have left the floor to the client), only its hash noted
+    local key, cur, noted = nil, false, nil
     if keys then
       local i = at[j]
       key, cur, s, vi = keys[j], was[j], S[i], V[i]
@@ -150,46 +153,36 @@ do
       if state == 1 or state == 9 then
         key, cur = K[j], state == 1 and seen[j]
         state = 1
-      elseif state == 2 and batched then
-        -- already written (a resend after a lost reply, whose first call may have
-        -- left the floor to the client): its hash is looked at below too
-        local k = K[j]
-        local open = string.find(k, '{', 1, true)
-        local close = open and string.find(k, '}', open + 1, true)
-        local vh
-        if close and close > open + 1 then vh = k .. ':stampede:v'
-        elseif not open and not string.find(k, '}', 1, true) then vh = '{' .. k .. '}:stampede:v:u' end
-        if vh then
-          nh = nh + 1
-          if nh == 1 then h1 = vh
-          elseif nh == 2 then hashes = {h1, vh}
-          else hashes[nh] = vh end
-        end
+      elseif state == 2 then
+        noted = K[j]
       end
       out[j] = state
     end
-    if key then
-      local value, expires = ARGV[vi], ARGV[s + 3]
+    local named = key or noted
+    if named then
       local tagged  -- true: a hash tag; false: no brace; nil: braces but no tag
-      local open = string.find(key, '{', 1, true)
+      local open = string.find(named, '{', 1, true)
       if open then
-        local close = string.find(key, '}', open + 1, true)
+        local close = string.find(named, '}', open + 1, true)
         if close and close > open + 1 then tagged = true end
-      elseif not string.find(key, '}', 1, true) then
+      elseif not string.find(named, '}', 1, true) then
         tagged = false
       end
-      -- braces but no tag: only the client can name its version hash (10, below)
-      if tagged == nil then out[keys and at[j] or j] = 10 end
+      if key then
+        local value, expires = ARGV[vi], ARGV[s + 3]
+        -- braces but no tag: only the client can name its version hash (10, below)
+        if tagged == nil then out[keys and at[j] or j] = 10 end
 --! include guard_keep
-      if expires ~= '0' then redis.call('SET', key, value, 'PXAT', expires)
-      elseif not batched then redis.call('SET', key, value)
-      elseif np == 0 then plain, np = {key, value}, 2
-      else
-        plain[np + 1], plain[np + 2] = key, value
-        np = np + 2
+        if expires ~= '0' then redis.call('SET', key, value, 'PXAT', expires)
+        elseif not batched then redis.call('SET', key, value)
+        elseif np == 0 then plain, np = {key, value}, 2
+        else
+          plain[np + 1], plain[np + 2] = key, value
+          np = np + 2
+        end
       end
       if batched and tagged ~= nil then
-        local vh = tagged and key .. ':stampede:v' or '{' .. key .. '}:stampede:v:u'
+        local vh = tagged and named .. ':stampede:v' or '{' .. named .. '}:stampede:v:u'
         nh = nh + 1
         if nh == 1 then h1 = vh
         elseif nh == 2 then hashes = {h1, vh}

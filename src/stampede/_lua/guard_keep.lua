@@ -1,7 +1,8 @@
 --! fragment
 -- In the guard's write loop, for key `key` written over envelope `cur` (false:
--- nothing to keep; a list of them, oldest first, for a key the call writes twice), `tagged` the form of its name (true: a hash tag, false: no
--- brace, nil: braces but no tag, which keeps nothing), its
+-- nothing to keep; a list of them, oldest first, for a key the call writes
+-- twice), `tagged` the form of its name (true: a hash tag, false: no brace, nil:
+-- braces but no tag, which keeps nothing), its
 -- stamp's ARGV from `s` and its new value's expiry `expires`: a write that
 -- replaces an envelope keeps it for group reads that find the next write still in
 -- flight: pushed onto the key's kept list (named as kept_key.lua names it), newest

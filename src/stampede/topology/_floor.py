@@ -59,6 +59,8 @@ SAME_ELSEWHERE = 12
 """Guard code: `SAME` (already written), and the call could not reach the key's
 version hash either (or it followed ASK): its floor is for the client too."""
 _AFTER = {FLOOR_ELSEWHERE: GuardCode.WRITTEN, SAME_ELSEWHERE: GuardCode.SAME}
+_GUARD_ASKED = {GuardCode.WRITTEN: FLOOR_ELSEWHERE, GuardCode.SAME: SAME_ELSEWHERE}
+_CAS_ASKED = {1: FLOOR_ELSEWHERE}  # a compare-and-set's "set" (it has no SAME)
 
 RAISE_FLOOR = script("raise_floor")
 
@@ -131,11 +133,5 @@ def after_ask(command: tuple[Any, ...], reply: Any) -> Any:
         return reply
     if not isinstance(reply, list):
         return reply
-    return [
-        FLOOR_ELSEWHERE
-        if code == GuardCode.WRITTEN
-        else SAME_ELSEWHERE
-        if code == GuardCode.SAME and command[1] != CAS.sha and command[1] != CAS.source
-        else code
-        for code in reply
-    ]
+    asked = _CAS_ASKED if command[1] in (CAS.sha, CAS.source) else _GUARD_ASKED
+    return [asked.get(code, code) for code in reply]
