@@ -186,3 +186,78 @@ async def test_a_round_without_a_connection_at_hand_goes_the_task_way(
 async def test_a_round_of_no_calls_is_empty(st: Stampede) -> None:
     """Nothing to send: an empty answer at once (no answer to wait for)."""
     assert await asyncio.wait_for(st.topology.scripts(COMMIT, []), 1.0) == []
+
+
+# -- concurrent rounds share one write per server ----------------------------------------
+
+
+@pytest.fixture
+async def shared(stampede_primaries: LocalPrimaries) -> AsyncIterator[tuple[Stampede, RedisProxy]]:
+    """A client on one proxied primary, one connection open and warm."""
+    async with RedisProxy(stampede_primaries.nodes[0].address) as proxy:
+        options = ConnectOptions(socket_timeout=5.0, connect_timeout=1.0, connection_retries=1)
+        st = stampede.connect([proxy.url], connection=options)
+        try:
+            await _commit(st, b"warm")
+            yield st, proxy
+        finally:
+            await st.aclose()
+
+
+def _groups(n: int) -> list[list[str]]:
+    return [[f"quick:shared:{g}:{part}" for part in "abc"] for g in range(n)]
+
+
+async def test_concurrent_transactions_share_the_connection_they_have(
+    shared: tuple[Stampede, RedisProxy],
+) -> None:
+    """Sixteen transactions started in one loop turn go out together: their rounds
+    ride one connection (each written at once would have opened more), and each
+    still gets its own answers."""
+    st, proxy = shared
+    assert proxy.accepted == 1
+    groups = _groups(16)
+    receipts = await asyncio.gather(
+        *(_commit(st, b"v%d" % g, keys) for g, keys in enumerate(groups))
+    )
+    assert proxy.accepted == 1
+    for g, (keys, receipt) in enumerate(zip(groups, receipts, strict=True)):
+        assert receipt.pending == () and not receipt.atomic
+        got = await st.read_atomic(keys)
+        assert got.values == dict.fromkeys(keys, b"v%d" % g)
+    assert len({r.token for r in receipts}) == 16
+
+
+async def test_a_lost_reply_of_a_shared_write_resends_each_part(
+    shared: tuple[Stampede, RedisProxy],
+) -> None:
+    """The connection that carried several transactions' prepares is lost after the
+    server ran the first: each transaction goes on from that loss by its own rules
+    (a prepare is idempotent: sent again), and every one commits whole."""
+    st, proxy = shared
+    before = proxy.count(_calls(PREPARE.sha))
+    rule = proxy.drop_reply(_calls(PREPARE.sha))
+    groups = _groups(8)
+    receipts = await asyncio.gather(
+        *(_commit(st, b"w%d" % g, keys) for g, keys in enumerate(groups))
+    )
+    assert rule.hits == 1
+    assert proxy.count(_calls(PREPARE.sha)) - before > 8  # some sent twice
+    for g, (keys, receipt) in enumerate(zip(groups, receipts, strict=True)):
+        assert receipt.pending == ()
+        assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"w%d" % g)
+
+
+async def test_a_call_that_cannot_be_sent_fails_alone(st: Stampede) -> None:
+    """One caller's argument that cannot be encoded fails that caller only, with the
+    error the task path gives; the callers that shared its turn are answered."""
+    fine = Script("return ARGV[1]", name="echo")
+    await st.topology.scripts(fine, [([b"quick:{e}"], [b"load"])])
+    outcomes = await asyncio.gather(
+        st.topology.scripts(fine, [([b"quick:{e}"], [b"one"])]),
+        st.topology.scripts(fine, [([b"quick:{e}"], [object()])]),
+        st.topology.scripts(fine, [([b"quick:{e}"], [b"two"])]),
+        return_exceptions=True,
+    )
+    assert outcomes[0] == [b"one"] and outcomes[2] == [b"two"]
+    assert isinstance(outcomes[1], TypeError)

@@ -89,6 +89,8 @@ class RedisProxy(Addressed):
         self.port = 0
         self.commands: list[tuple[bytes, ...]] = []
         """Every command forwarded to the server, oldest first."""
+        self.accepted = 0
+        """Client connections accepted so far."""
         self._rules: list[ProxyRule] = []
         self._server: asyncio.Server | None = None
         self._links: set[asyncio.Task[None]] = set()
@@ -164,6 +166,7 @@ class RedisProxy(Addressed):
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        self.accepted += 1
         self._links.add(task)
         self._streams.add(writer)
         try:

@@ -203,6 +203,11 @@ class Lane:
             return best
         return None
 
+    async def connection(self) -> Connection:
+        """A shared connection for the next pipeline: an idle one, a new one while under
+        the limit, else the least busy (opening one retries as `_connect` does)."""
+        return await self._shared_connection()
+
     async def _shared_connection(self) -> Connection:
         """An idle connection, a new one while under the limit, else the least busy."""
         conn = self._pick()

@@ -10,6 +10,12 @@ the topology's own path for that pipeline, taking the answer as its first attemp
 send again. A pipeline that cannot be written now (no connection at hand) goes
 through `resume` at once. A transaction's prepare and commit rounds use it
 (`Shards.scripts`, `Cluster.scripts`).
+
+Rounds of concurrent callers share writes: every pipeline bound for one server in
+one event-loop turn is written at the end of that turn as one pipeline, on one
+connection (`_Cork`), and each caller gets its own commands' answers back. At 64
+transactions in flight that is one write, one reply read and one connection's
+worth of bookkeeping per server per turn, where it was one per transaction.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 
 from ._coalesce import Fanin
 from ._lane import Lane, Sent
+from ._resp import blocking
 
 __all__ = ["Resume", "script_round"]
 
@@ -31,60 +38,97 @@ per command its result."""
 async def script_round(
     lanes: Sequence[Lane], pipelines: Sequence[list[tuple[Any, ...]]], resume: Resume
 ) -> list[list[Any] | BaseException]:
-    """Pipeline `i` on `lanes[i]`, all written now; per pipeline its plain replies,
-    or what `resume` returned (or raised) for it (see the module).
-
-    The pipelines resumed run in tasks, concurrently: those not sent from the start,
-    those answered otherwise once every answer is in.
+    """Pipeline `i` on `lanes[i]`, all written at the end of this loop turn; per
+    pipeline its plain replies, or what `resume` returned (or raised) for it (see the
+    module). The pipelines resumed (not sent, or answered otherwise) run in tasks,
+    concurrently, once every answer is in.
     """
     if not pipelines:
         return []
-    fanin, unsent = _send_all(lanes, pipelines)
-    later = (
-        asyncio.gather(*(resume(i, None) for i in unsent), return_exceptions=True)
-        if unsent
-        else None
-    )
-    try:
-        out = await _settle(await fanin.future, resume)
-        if later is not None:
-            for i, replies in zip(unsent, await later, strict=True):
-                out[i] = replies
-    except BaseException:
-        if later is not None:
-            later.cancel()
-        raise
-    return out
-
-
-def _send_all(
-    lanes: Sequence[Lane], pipelines: Sequence[list[tuple[Any, ...]]]
-) -> tuple[Fanin, list[int]]:
-    """Each pipeline written now where a connection is at hand, its `Sent` going to
-    the `Fanin` (None in the place of one not sent); and the indexes not sent."""
     fanin = Fanin(len(pipelines))
-    unsent: list[int] = []
     for i, commands in enumerate(pipelines):
+        _send_soon(lanes[i], commands, _to(fanin, i))
+    return await _settle(await fanin.future, resume)
+
+
+class _Cork:
+    """The pipelines bound for one lane in this loop turn: written together when the
+    turn ends (`flush`), as one pipeline; each part's answer goes to its own `then`."""
+
+    __slots__ = ("commands", "lane", "loop", "parts")
+
+    def __init__(self, lane: Lane, loop: asyncio.AbstractEventLoop) -> None:
+        self.lane = lane
+        self.loop = loop
+        self.commands: list[tuple[Any, ...]] = []
+        self.parts: list[tuple[int, int, Callable[[Sent | None], None]]] = []
+
+    def flush(self) -> None:
+        if _CORKED.get(self.lane) is self:
+            del _CORKED[self.lane]
         try:
-            sent = lanes[i].send_now(commands, _to(fanin, i))
+            sent = self.lane.send_now(self.commands, self._answered)
         except Exception:
-            sent = False  # the task path meets it again, and reports it
-        if not sent:
-            unsent.append(i)
-    for i in unsent:
-        fanin.deliver(i, None)
-    return fanin, unsent
+            self._unsent()  # (cannot be encoded) each part's own path meets it, and reports it
+            return
+        if not sent:  # no connection at hand: the whole turn waits for one, not each part
+            task = self.loop.create_task(self._later())
+            _LATER.add(task)
+            task.add_done_callback(_LATER.discard)
+
+    async def _later(self) -> None:
+        try:
+            conn = await self.lane.connection()
+            conn.send_then(self.commands, Sent(self.commands, conn, self._answered))
+        except Exception:
+            self._unsent()
+
+    def _unsent(self) -> None:
+        for _, _, then in self.parts:
+            then(None)
+
+    def _answered(self, whole: Sent) -> None:
+        """The shared pipeline ended: each part gets a `Sent` of its own commands,
+        answered with its own replies (or the error that ended the connection)."""
+        result, commands = whole.result, self.commands
+        for lo, hi, then in self.parts:
+            part = Sent(commands[lo:hi], whole.conn, then)
+            part(result if isinstance(result, BaseException) else result[lo:hi])
+
+
+_LATER: set[asyncio.Task[None]] = set()
+"""Turns waiting for a connection (held here until done)."""
+
+_CORKED: dict[Lane, _Cork] = {}
+"""The lanes with pipelines waiting for the end of this loop turn."""
+
+
+def _send_soon(
+    lane: Lane, commands: list[tuple[Any, ...]], then: Callable[[Sent | None], None]
+) -> None:
+    """Queue `commands` for `lane`'s write at the end of this loop turn; `then` gets
+    their `Sent` once answered, or None when they could not be written (no connection
+    at hand, or something in them the server holds on purpose)."""
+    if blocking(commands):
+        then(None)
+        return
+    loop = asyncio.get_running_loop()
+    cork = _CORKED.get(lane)
+    if cork is None or cork.loop is not loop:  # (one left by a loop closed mid-turn)
+        cork = _CORKED[lane] = _Cork(lane, loop)
+        loop.call_soon(cork.flush)
+    start = len(cork.commands)
+    cork.commands.extend(commands)
+    cork.parts.append((start, len(cork.commands), then))
 
 
 async def _settle(answers: list[Sent | None], resume: Resume) -> list[Any]:
-    """Per pipeline its plain replies; those answered otherwise resumed from that
-    answer (all at once); None in the place of a pipeline not sent."""
+    """Per pipeline its plain replies; the others (not sent, or answered otherwise)
+    resumed from their answer, all at once."""
     out: list[Any] = [None] * len(answers)
     again: list[int] = []
     for i, answer in enumerate(answers):
-        if answer is None:
-            continue
-        plain = answer.plain()
+        plain = None if answer is None else answer.plain()
         if plain is None:
             again.append(i)
         else:
@@ -98,10 +142,10 @@ async def _settle(answers: list[Sent | None], resume: Resume) -> list[Any]:
     return out
 
 
-def _to(fanin: Fanin, index: int) -> Callable[[Sent], None]:
-    """`then` for `send_now`: pipeline `index`'s `Sent` goes to `fanin`."""
+def _to(fanin: Fanin, index: int) -> Callable[[Sent | None], None]:
+    """`then` for `_send_soon`: pipeline `index`'s answer goes to `fanin`."""
 
-    def then(sent: Sent) -> None:
+    def then(sent: Sent | None) -> None:
         fanin.deliver(index, sent)
 
     return then
