@@ -1,43 +1,34 @@
 --! fragment
--- Collect a version hash `side`: drop versions marked replaced more than `grace`
--- ago, mark prepared versions older than the current one (`curv`, `curt`) as
--- replaced, and keep at most the 8 newest replaced versions. (The marks of commit
--- decisions live in a hash of their own, commit_marks.lua: they are not read here.)
-  local fields = redis.call('HGETALL', side)
-  local marked, kept, prepared = {}, {}, {}
-  for j = 1, #fields, 2 do  -- by the name's first two bytes: no string made per field
-    local name = fields[j]
-    local head, colon = string.byte(name, 1, 2)
-    if colon == 58 then
-      if head == 120 then  -- x:
-        local st = string.sub(name, 3)
-        marked[st] = true
-        if now - tonumber(fields[j + 1]) > grace then
-          redis.call('HDEL', side, 'd:' .. st, 'm:' .. st, 'x:' .. st)
-        else
-          kept[#kept + 1] = st
-        end
-      elseif head == 109 then  -- m:
-        prepared[#prepared + 1] = name
+-- Collect a version hash `side` through its index `ix` (version_index.lua): mark the
+-- unmarked versions older than the current one (`curv`, `curt`) replaced, drop the
+-- versions marked more than `grace` ago and, past 8 marked, the earliest marked;
+-- then write the index back. `stamp` is now as 13 digits. (The marks of commit
+-- decisions, commit_marks.lua, are not read here.)
+  local cpad = curv and vpad(curv, curt)
+  if cpad and #ix.p > 0 then
+    local stay = {}
+    for j = 1, #ix.p, 47 do
+      local pad = string.sub(ix.p, j, j + 46)
+      if pad < cpad then  -- zero-padded: byte order is version order
+        redis.call('HSET', side, 'x:' .. vstamp(pad), now)
+        ix.i = ix.i .. pad .. 'x' .. stamp
+        ix.dirty = true
+      else
+        stay[#stay + 1] = pad
       end
     end
+    ix.p = table.concat(stay)
   end
-  if curv then  -- (a marked version is passed over before its stamp is parsed)
-    for _, name in ipairs(prepared) do
-      local st = string.sub(name, 3)
-      if not marked[st] then
-        local sv, sw = string.match(st, '^(%d+):([0-9A-Z]+)$')
-        if sv and older(sv, sw, curv, curt) then
-          redis.call('HSET', side, 'x:' .. st, now)
-          kept[#kept + 1] = st
-        end
-      end
-    end
+  local cutoff = string.format('%013d', now - grace)
+  local from, size = 1, #ix.i
+  while from < size and ((size - from + 1) > 8 * 61
+      or string.sub(ix.i, from + 48, from + 60) < cutoff) do
+    local st = vstamp(string.sub(ix.i, from, from + 46))
+    if st then redis.call('HDEL', side, 'd:' .. st, 'm:' .. st, 'x:' .. st) end
+    from = from + 61
   end
-  if #kept > 8 then
-    local old = oldest_first(kept)
-    for j = 1, #old - 8 do
-      local st = old[j]
-      redis.call('HDEL', side, 'd:' .. st, 'm:' .. st, 'x:' .. st)
-    end
+  if from > 1 then
+    ix.i = string.sub(ix.i, from)
+    ix.dirty = true
   end
+  vsave(side, ix)

@@ -13,8 +13,9 @@
 -- Replies the number of hashes deleted.
 --! include now
 --! include older
---! include oldest_first
+--! include version_index
 local grace, hold = tonumber(ARGV[1]), tonumber(ARGV[2])
+local stamp = string.format('%013d', now)
 local deleted = 0
 for i = 1, #KEYS / 2 do
   local key, side = KEYS[2 * i - 1], KEYS[2 * i]
@@ -43,6 +44,7 @@ for i = 1, #KEYS / 2 do
       end
     end
   end
+  local ix = vindex_from(redis.call('HGETALL', side))  -- indexed afresh
 --! include collect_versions
   local needed, inflight = false, false
   local left = redis.call('HGETALL', side)

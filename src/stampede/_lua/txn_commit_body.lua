@@ -7,16 +7,21 @@
 -- kept out (reply 0).
 --! include now
 --! include older
---! include oldest_first
 --! include commit_marks
+--! include version_index
 local grace = tonumber(ARGV[1])
+local stamp = string.format('%013d', now)
 local out = {}
 for i = 1, #KEYS / 2 do
 --! include txn_pair
   local v, t, at, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   local s = v .. ':' .. t
+  local ps = vpad(v, t)
+  local got = redis.call('HMGET', side, 'g', 'p', 'i')
+  local g, ix = got[1], vindex(side, got[2], got[3])
   if env ~= '' then
     redis.call('HSET', side, 'k', key, 'm:' .. s, now .. ':' .. at .. ':' .. meta)
+    vunmarked(ix, ps)
   else
     env = redis.call('HGET', side, 'd:' .. s)
     if at == '' then
@@ -34,7 +39,6 @@ for i = 1, #KEYS / 2 do
     if curv and not older(curv, curt, v, t) then out[i] = 2 else out[i] = -5 end
   else
 --! include compare
-    local g = redis.call('HGET', side, 'g')
     if g and state >= 0 then  -- superseded by a write that was no transaction's
       local gv, gt = string.match(g, '^(%d+):([0-9A-Z]+)$')
       if gv and not older(gv, gt, v, t) then state = 0 end
@@ -49,6 +53,7 @@ for i = 1, #KEYS / 2 do
       if cv and #ct == 26 then
         redis.call('HSET', side, 'd:' .. cv .. ':' .. ct, cur)
         redis.call('HSETNX', side, 'x:' .. cv .. ':' .. ct, now)
+        vmarked(ix, vpad(cv, ct), stamp)
       end
     end
     if state == 1 and at ~= '0' and tonumber(at) <= now then
@@ -56,6 +61,7 @@ for i = 1, #KEYS / 2 do
       if cur then redis.call('DEL', key) end
       redis.call('HSET', side, 'd:' .. s, env)
       redis.call('HSETNX', side, 'x:' .. s, now)
+      vmarked(ix, ps, stamp)
       curv, curt = v, t  -- older versions prepared here are superseded too (collected below)
       state = 3
     elseif state == 1 then
@@ -69,10 +75,12 @@ for i = 1, #KEYS / 2 do
         redis.call('PERSIST', side)
       end
       redis.call('HDEL', side, 'd:' .. s, 'x:' .. s)
+      vunmarked(ix, ps)  -- current now: its m: stays
       curv, curt = v, t
     elseif state == 0 then
       redis.call('HSET', side, 'd:' .. s, env)
       redis.call('HSETNX', side, 'x:' .. s, now)
+      vmarked(ix, ps, stamp)
     end
     if state >= 0 then mark_decided(side, v, t) end  -- the sweep's evidence
     out[i] = state

@@ -3,6 +3,7 @@
 -- limit, expire-at, envelope, metadata. Stores the version without touching the
 -- data key; replies per key: 1 prepared, or a refusal (-1, -2, -3, -4).
 --! include now
+--! include version_index
 local hold = tonumber(ARGV[1])
 local out = {}
 for i = 1, #KEYS / 2 do
@@ -17,7 +18,17 @@ for i = 1, #KEYS / 2 do
     if state == 1 then
       local s = v .. ':' .. t
       local left = redis.call('PEXPIRETIME', side)
-      redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, now .. ':' .. at .. ':' .. meta)
+      local m, ps = now .. ':' .. at .. ':' .. meta, vpad(v, t)
+      -- the index (version_index.lua) gains the version, unmarked, unless it holds it
+      -- already; a hash not indexed yet is left so (its next commit reads it whole)
+      local got = left ~= -2 and redis.call('HMGET', side, 'p', 'i') or {'', ''}
+      local p, ix = got[1], got[2]
+      if ps and p and ix and #p % 47 == 0 and #ix % 61 == 0 then
+        if not vfind(p, ps, 47) and not vfind(ix, ps, 61) then p = p .. ps end
+        redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m, 'p', p, 'i', ix)
+      else
+        redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m)
+      end
       if left == -2 or (left >= 0 and left < now + hold) then
         redis.call('PEXPIREAT', side, now + hold)
       end
