@@ -755,26 +755,43 @@ async def test_a_pending_key_is_completed_after_every_sibling_moved_on(st: Stamp
 
 
 async def test_commit_marks_of_another_shape_are_started_afresh(st: Stampede) -> None:
-    """The commit marks (the version hash's field `c`) are fixed-width records; a
-    value of another shape there (another program's) is replaced by a log that
-    starts with the next commit's record, which the sweep then finds: F3 again, with
-    b's marks overwritten before the transaction commits there."""
+    """The commit marks (the version hash's field `t`) are 26-byte tokens; a value of
+    another shape there (another program's) is replaced by a log that starts with
+    the next commit's token, which the sweep then finds: F3 again, with b's marks
+    overwritten before the transaction commits there."""
     a, b = spread_keys(st, "f3c", 2)
     async with st.transaction() as tx:
         tx.set(a, b"old")
         tx.set(b, b"old")
+    assert tx.receipt is not None
     side = side_key(b.encode(), st.topology.slot_of)
-    assert len(await st.topology.execute(side, "HGET", side, "c")) == 48
-    await st.topology.execute(side, "HSET", side, "c", b"not a log of records")
+    assert await st.topology.execute(side, "HGET", side, "t") == tx.receipt.token.encode()
+    await st.topology.execute(side, "HSET", side, "t", b"not a log of tokens")
     version, token = await _pending_at_first(st, a, b, b"new")
-    assert await st.topology.execute(side, "HGET", side, "c") == mark_record((version, token))
+    assert await st.topology.execute(side, "HGET", side, "t") == token.encode()
     async with st.transaction() as tx:
         tx.set(b, b"newer")
     assert tx.receipt is not None
-    log = await st.topology.execute(side, "HGET", side, "c")
-    assert log == mark_record((version, token)) + mark_record(
-        (tx.receipt.version, tx.receipt.token)
-    )
+    log = await st.topology.execute(side, "HGET", side, "t")
+    assert log == token.encode() + tx.receipt.token.encode()
+    await sweep(st.topology)
+    stored = Envelope.decode(await raw_value(st, a) or b"")
+    assert (stored.version, stored.token, stored.payload) == (version, token, b"new")
+
+
+async def test_commit_marks_written_before_they_moved_are_still_evidence(st: Stampede) -> None:
+    """A version hash written before the commit marks moved to `t` holds them in `c`
+    (48-byte records): the sweep still reads them, so F3 completes from them."""
+    a, b = spread_keys(st, "f3l", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+        tx.set(b, b"old")
+    version, token = await _pending_at_first(st, a, b, b"new")
+    async with st.transaction() as tx:
+        tx.set(b, b"newer")
+    side = side_key(b.encode(), st.topology.slot_of)
+    await st.topology.execute(side, "HDEL", side, "t")
+    await st.topology.execute(side, "HSET", side, "c", mark_record((version, token)))
     await sweep(st.topology)
     stored = Envelope.decode(await raw_value(st, a) or b"")
     assert (stored.version, stored.token, stored.payload) == (version, token, b"new")

@@ -1,31 +1,20 @@
 --! fragment
--- mark_decided(side, v, t): the commit decision of transaction (v, t) reached this
--- key. The sweep's evidence (sweep.py): a prepared version elsewhere whose
--- transaction was decided is rolled forward even once every sibling has moved on.
--- The marks are one field of the version hash, `c`, a log of fixed-width records
--- (the version zero-padded to 20 digits, ':', the 26-character token, ';'), so a
--- commit appends one record and its collection reads one field, however many marks
--- the key holds. Once the log holds more than 80 records it is cut back to the 64
--- newest stamps (one sort every 16 commits of a hot key, not one per commit). A
--- value of another shape there is not stampede's log: it is started afresh.
-local function mark_decided(side, v, t)
-  if #v > 20 or #t ~= 26 then return end  -- not a stamp of stampede's
-  local log = redis.call('HGET', side, 'c')
-  if not log or #log % 48 ~= 0 then log = '' end
-  log = log .. string.rep('0', 20 - #v) .. v .. ':' .. t .. ';'
-  if #log > 80 * 48 then
-    local records = {}
-    for j = 1, #log, 48 do records[#records + 1] = string.sub(log, j, j + 47) end
-    table.sort(records)  -- zero-padded: oldest stamp first
-    local unique, last = {}, nil
-    for j = 1, #records do
-      local r = records[j]
-      if r ~= last then
-        unique[#unique + 1] = r
-        last = r
-      end
-    end
-    log = table.concat(unique, '', math.max(1, #unique - 63), #unique)
-  end
-  redis.call('HSET', side, 'c', log)
+-- marked_decided(log, t): the commit marks `log` (the version hash's field `t`, or
+-- false) with the commit decision of the transaction of token `t` added. The sweep's
+-- evidence (sweep.py): a prepared version elsewhere whose transaction was decided is
+-- rolled forward even once every sibling has moved on. The log is the tokens of the
+-- transactions whose commit reached this key, 26 bytes each (a token names one
+-- transaction), in the order they arrived; a token already there is not added again.
+-- Once it holds more than 80 it is cut back to the 64 last added (one cut every 16
+-- commits of a hot key). A value of another shape there is started afresh. The
+-- caller writes the log back (returned; nil: unchanged).
+local function marked_decided(log, t)
+  if #t ~= 26 then return nil end  -- not a stampede token
+  if not log or #log % 26 ~= 0 then log = '' end
+  local at = string.find(log, t, 1, true)
+  while at and (at - 1) % 26 ~= 0 do at = string.find(log, t, at + 1, true) end
+  if at then return nil end
+  log = log .. t
+  if #log > 80 * 26 then log = string.sub(log, #log - 64 * 26 + 1) end
+  return log
 end

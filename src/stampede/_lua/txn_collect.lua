@@ -45,6 +45,7 @@ for i = 1, #KEYS / 2 do
     end
   end
   local ix = vindex_from(redis.call('HGETALL', side))  -- indexed afresh
+  local sets, dels = {}, {}
 --! include collect_versions
   local needed, inflight = false, false
   local left = redis.call('HGETALL', side)

@@ -4,7 +4,9 @@
 -- version whose expiry instant has passed is not written (reply 3): its write is
 -- gone, and the older value it replaced goes too. A version at or below the hash's
 -- floor `g` (see version_hash.lua), or already marked superseded here (`x:`), is
--- kept out (reply 0).
+-- kept out (reply 0). What a key's version hash reads is one HMGET; what it writes
+-- and deletes, past the fields a commit with its own envelope writes first, goes in
+-- one HSET and one HDEL at the end (`sets`, `dels`: nothing reads them back before).
 --! include now
 --! include older
 --! include commit_marks
@@ -17,16 +19,16 @@ for i = 1, #KEYS / 2 do
   local v, t, at, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   local s = v .. ':' .. t
   local ps = vpad(v, t)
-  local got = redis.call('HMGET', side, 'g', 'p', 'i')
-  local g, ix = got[1], vindex(side, got[2], got[3])
-  if env ~= '' then
+  local got = redis.call('HMGET', side, 'g', 'p', 'i', 'd:' .. s, 'm:' .. s, 'x:' .. s, 't')
+  local g, ix, marked = got[1], vindex(side, got[2], got[3]), got[6]
+  local sets, dels = {}, {}
+  if env ~= '' then  -- (written now: the hash exists before its expiry is set below)
     redis.call('HSET', side, 'k', key, 'm:' .. s, now .. ':' .. at .. ':' .. meta)
     vunmarked(ix, ps)
   else
-    env = redis.call('HGET', side, 'd:' .. s)
+    env = got[4]
     if at == '' then
-      local m = redis.call('HGET', side, 'm:' .. s)
-      at = m and string.match(m, '^%d+:(%d+):') or '0'
+      at = got[5] and string.match(got[5], '^%d+:(%d+):') or '0'
     end
   end
   local cur = redis.pcall('GET', key)
@@ -43,7 +45,7 @@ for i = 1, #KEYS / 2 do
       local gv, gt = string.match(g, '^(%d+):([0-9A-Z]+)$')
       if gv and not older(gv, gt, v, t) then state = 0 end
     end
-    if state >= 0 and redis.call('HEXISTS', side, 'x:' .. s) == 1 then
+    if state >= 0 and marked then
       -- marked superseded here already (replaced, kept out, older than a value that
       -- has since expired): completing it now would bring back what came before
       state = 0
@@ -51,16 +53,25 @@ for i = 1, #KEYS / 2 do
     if state == 1 and cur then  -- what it replaces is kept for the grace window
       local cv, ct = string.match(cur, '^(%d+):([0-9A-Z]+)')
       if cv and #ct == 26 then
-        redis.call('HSET', side, 'd:' .. cv .. ':' .. ct, cur)
-        redis.call('HSETNX', side, 'x:' .. cv .. ':' .. ct, now)
-        vmarked(ix, vpad(cv, ct), stamp)
+        local cs, cpad = cv .. ':' .. ct, vpad(cv, ct)
+        sets[#sets + 1] = 'd:' .. cs
+        sets[#sets + 1] = cur
+        if not cpad then
+          redis.call('HSETNX', side, 'x:' .. cs, now)
+        elseif not vfind(ix.i, cpad, 61) then  -- (a mark already there keeps its time)
+          sets[#sets + 1] = 'x:' .. cs
+          sets[#sets + 1] = now
+          vmarked(ix, cpad, stamp)
+        end
       end
     end
     if state == 1 and at ~= '0' and tonumber(at) <= now then
       -- its expiry instant has passed: the write is gone, and so is what it replaced
       if cur then redis.call('DEL', key) end
-      redis.call('HSET', side, 'd:' .. s, env)
-      redis.call('HSETNX', side, 'x:' .. s, now)
+      sets[#sets + 1] = 'd:' .. s
+      sets[#sets + 1] = env
+      sets[#sets + 1] = 'x:' .. s
+      sets[#sets + 1] = now
       vmarked(ix, ps, stamp)
       curv, curt = v, t  -- older versions prepared here are superseded too (collected below)
       state = 3
@@ -74,15 +85,25 @@ for i = 1, #KEYS / 2 do
         redis.call('SET', key, env)
         redis.call('PERSIST', side)
       end
-      redis.call('HDEL', side, 'd:' .. s, 'x:' .. s)
+      dels[#dels + 1] = 'd:' .. s  -- (no x: of it: it was not marked)
       vunmarked(ix, ps)  -- current now: its m: stays
       curv, curt = v, t
     elseif state == 0 then
-      redis.call('HSET', side, 'd:' .. s, env)
-      redis.call('HSETNX', side, 'x:' .. s, now)
+      sets[#sets + 1] = 'd:' .. s
+      sets[#sets + 1] = env
+      if not marked then
+        sets[#sets + 1] = 'x:' .. s
+        sets[#sets + 1] = now
+      end
       vmarked(ix, ps, stamp)
     end
-    if state >= 0 then mark_decided(side, v, t) end  -- the sweep's evidence
+    if state >= 0 then  -- the sweep's evidence
+      local log = marked_decided(got[7], t)
+      if log then
+        sets[#sets + 1] = 't'
+        sets[#sets + 1] = log
+      end
+    end
     out[i] = state
   end
   if not curv and cur then curv, curt = string.match(cur, '^(%d+):([0-9A-Z]+)') end

@@ -44,9 +44,6 @@ local function vindex(side, p, i)
   if p and i and #p % 47 == 0 and #i % 61 == 0 then return {p = p, i = i, dirty = false} end
   return vindex_from(redis.call('HGETALL', side))
 end
-local function vsave(side, ix)
-  if ix.dirty then redis.call('HSET', side, 'p', ix.p, 'i', ix.i) end
-end
 -- the version `pad` has its m: written (or is current now): unmarked
 local function vunmarked(ix, pad)
   if not pad then return end

@@ -25,7 +25,7 @@ from ..errors import MalformedEnvelope, ShardResponseError
 from ..topology._guard import CAS
 from ..typing import Topology
 from ..wire import COMMIT_SUFFIX, Envelope, decode_commit
-from ..wire._txn import Stamp, decode_meta, mark_record, parse_stamp, side_key
+from ..wire._txn import Stamp, decode_meta, mark_record, marked, parse_stamp, side_key
 from .scripts import COLLECT, COMMIT
 from .write import PREPARE_HOLD_MS
 
@@ -167,7 +167,7 @@ async def _roll_forward(
 
 async def _decided(topology: Topology, siblings: Sequence[bytes], stamp: Stamp) -> bool:
     """Was the transaction `stamp` committed? Yes when a sibling holds it, or a
-    sibling's commit marks (its version hash's field `c`, the 64 to 80 newest) say
+    sibling's commit marks (its version hash's field `t`, the 64 to 80 last) say
     that its commit reached it: a commit starts only once every prepare was
     acknowledged, so it must complete everywhere, even where every sibling has moved
     on since."""
@@ -179,8 +179,9 @@ async def _decided(topology: Topology, siblings: Sequence[bytes], stamp: Stamp) 
     record = mark_record(stamp)
     for sibling in siblings:
         side = side_key(sibling, topology.slot_of)
-        # (each record ends in its only `;`: a match is a whole record)
-        if record in (await topology.execute(side, "HGET", side, "c") or b""):
+        log, legacy = await topology.execute(side, "HMGET", side, "t", "c")
+        # (a legacy record ends in its only `;`: a match is a whole record)
+        if marked(log, stamp[1]) or record in (legacy or b""):
             return True
     return False
 

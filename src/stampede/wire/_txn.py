@@ -20,10 +20,12 @@ fields  k                     the data key's name (for the sweep)
                               once the grace window has passed
 ```
 
-The field `c` is the key's *commit marks*: the stamps of the transactions whose
+The field `t` is the key's *commit marks*: the tokens of the transactions whose
 commit decision reached the key (the sweep's evidence that a transaction was
-decided), a log of fixed-width records, `<version zero-padded to 20 digits>:<token>;`,
-the 64 to 80 newest.
+decided), 26 bytes each, the 64 to 80 last added (`marked`). A hash written
+before holds them in `c` instead, 48-byte records `<version zero-padded to 20
+digits>:<token>;` (`mark_record`), which the sweep still reads. The fields `p`
+and `i` index the versions the hash holds (docs/wire-formats.md).
 
 The JSON list uses UTF-8 with `surrogateescape` escapes for keys that are not
 UTF-8, as the commit record does.
@@ -42,6 +44,7 @@ __all__ = [
     "decode_meta",
     "encode_meta",
     "mark_record",
+    "marked",
     "parse_stamp",
     "side_key",
     "stamp_text",
@@ -67,8 +70,22 @@ def side_key(key: bytes, slot_of: Callable[[bytes], int]) -> bytes:
 
 
 def mark_record(stamp: Stamp) -> bytes:
-    """The record of `stamp` in a version hash's commit marks (its field `c`)."""
+    """The record of `stamp` in the commit marks of a hash written before they moved
+    to `t` (its field `c`)."""
     return b"%020d:%s;" % (stamp[0], stamp[1].encode("ascii"))
+
+
+def marked(log: bytes | None, token: str) -> bool:
+    """Does the commit-marks log `log` (a version hash's field `t`) hold `token`?"""
+    if not log or len(log) % 26:
+        return False
+    want = token.encode("ascii")
+    at = log.find(want)
+    while at >= 0:
+        if at % 26 == 0:
+            return True
+        at = log.find(want, at + 1)
+    return False
 
 
 def _anchored(key: bytes, slot: int, slot_of: Callable[[bytes], int]) -> bytes:
