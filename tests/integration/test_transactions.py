@@ -163,9 +163,9 @@ async def test_storage_returns_to_one_version_after_the_grace_window(
         for key in keys:
             side = side_key(key.encode(), st.topology.slot_of)
             fields = await st.topology.execute(side, "HKEYS", side)
-            # k: the data key's name; t: the marks of commit decisions (for the sweep);
+            # k: the data key's name; t, u: the marks of commit decisions (the sweep's);
             # p, i: the index of its versions
-            versions = [f for f in fields if f not in (b"k", b"t", b"p", b"i")]
+            versions = [f for f in fields if f not in (b"k", b"t", b"u", b"p", b"i")]
             assert len(versions) == 1 and versions[0].startswith(b"m:"), fields
 
 
@@ -173,8 +173,8 @@ async def test_a_hot_keys_version_hash_stays_bounded(
     topology_env: tuple[str, Any],
 ) -> None:
     """A key rewritten by 100 transactions keeps at most 8 replaced versions, and its
-    commit marks as one field (`t`) of tokens: at most 80, among them the 64 last,
-    in the order they came, cut back in bulk, not once per commit."""
+    commit marks as tokens in two fields (`u` then `t`, at most 16 in `t`): at most 80,
+    among them the 64 last, in the order they came, cut back in bulk."""
     kind, env = topology_env
     async with open_stampede(env, kind) as st:
         keys = spread_keys(st, "hotv", 2)
@@ -189,7 +189,8 @@ async def test_a_hot_keys_version_hash_stays_bounded(
             side = side_key(key.encode(), st.topology.slot_of)
             fields = await st.topology.execute(side, "HGETALL", side)
             hashed = dict(zip(fields[::2], fields[1::2], strict=True))
-            log = hashed[b"t"]
+            assert len(hashed[b"t"]) <= 16 * 26
+            log = hashed[b"u"] + hashed[b"t"]
             records = [log[i : i + 26].decode() for i in range(0, len(log), 26)]
             assert 64 <= len(records) <= 80, len(records)
             tokens = [token for _, token in stamps]
@@ -293,7 +294,7 @@ async def test_the_worker_sweeps_version_hashes(topology_env: tuple[str, Any]) -
             for key in keys:
                 side = side_key(key.encode(), st.topology.slot_of)
                 fields = await st.topology.execute(side, "HKEYS", side)
-                fields = [f for f in fields if f not in (b"t", b"p", b"i")]
+                fields = [f for f in fields if f not in (b"t", b"u", b"p", b"i")]
                 if [f for f in fields if f != b"k"] != [f for f in fields if f.startswith(b"m:")]:
                     return False
                 if len([f for f in fields if f.startswith(b"m:")]) != 1:

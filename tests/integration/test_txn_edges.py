@@ -754,6 +754,25 @@ async def test_a_pending_key_is_completed_after_every_sibling_moved_on(st: Stamp
     assert (stored.version, stored.token, stored.payload) == (version, token, b"new")
 
 
+async def test_a_pending_key_is_completed_from_the_older_marks(st: Stampede) -> None:
+    """F3 once b was rewritten 20 times more: the commit's token has moved from the
+    newest marks (`t`, 16 at most) to the older ones (`u`), where the sweep finds it."""
+    a, b = spread_keys(st, "f3u", 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"old")
+        tx.set(b, b"old")
+    version, token = await _pending_at_first(st, a, b, b"new")
+    for n in range(20):
+        async with st.transaction() as tx:
+            tx.set(b, b"newer %d" % n)
+    side = side_key(b.encode(), st.topology.slot_of)
+    recent, older = await st.topology.execute(side, "HMGET", side, "t", "u")
+    assert token.encode() not in recent and token.encode() in older
+    await sweep(st.topology)
+    stored = Envelope.decode(await raw_value(st, a) or b"")
+    assert (stored.version, stored.token, stored.payload) == (version, token, b"new")
+
+
 async def test_commit_marks_of_another_shape_are_started_afresh(st: Stampede) -> None:
     """The commit marks (the version hash's field `t`) are 26-byte tokens; a value of
     another shape there (another program's) is replaced by a log that starts with

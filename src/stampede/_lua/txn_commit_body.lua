@@ -98,7 +98,7 @@ for i = 1, #KEYS / 2 do
       vmarked(ix, ps, stamp)
     end
     if state >= 0 then  -- the sweep's evidence
-      local log = marked_decided(got[7], t)
+      local log = marked_decided(side, got[7], t)
       if log then
         sets[#sets + 1] = 't'
         sets[#sets + 1] = log

@@ -167,7 +167,7 @@ async def _roll_forward(
 
 async def _decided(topology: Topology, siblings: Sequence[bytes], stamp: Stamp) -> bool:
     """Was the transaction `stamp` committed? Yes when a sibling holds it, or a
-    sibling's commit marks (its version hash's field `t`, the 64 to 80 last) say
+    sibling's commit marks (its version hash's fields `t` and `u`, the 64 to 80 last) say
     that its commit reached it: a commit starts only once every prepare was
     acknowledged, so it must complete everywhere, even where every sibling has moved
     on since."""
@@ -179,9 +179,9 @@ async def _decided(topology: Topology, siblings: Sequence[bytes], stamp: Stamp) 
     record = mark_record(stamp)
     for sibling in siblings:
         side = side_key(sibling, topology.slot_of)
-        log, legacy = await topology.execute(side, "HMGET", side, "t", "c")
+        recent, older, legacy = await topology.execute(side, "HMGET", side, "t", "u", "c")
         # (a legacy record ends in its only `;`: a match is a whole record)
-        if marked(log, stamp[1]) or record in (legacy or b""):
+        if marked(recent, stamp[1]) or marked(older, stamp[1]) or record in (legacy or b""):
             return True
     return False
 

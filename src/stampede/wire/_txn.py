@@ -20,9 +20,10 @@ fields  k                     the data key's name (for the sweep)
                               once the grace window has passed
 ```
 
-The field `t` is the key's *commit marks*: the tokens of the transactions whose
-commit decision reached the key (the sweep's evidence that a transaction was
-decided), 26 bytes each, the 64 to 80 last added (`marked`). A hash written
+The fields `t` and `u` are the key's *commit marks*: the tokens of the transactions
+whose commit decision reached the key (the sweep's evidence that a transaction was
+decided), 26 bytes each, in the order they came: `t` the 16 last at most, `u` the 64
+before them at most (`marked` looks in one). A hash written
 before holds them in `c` instead, 48-byte records `<version zero-padded to 20
 digits>:<token>;` (`mark_record`), which the sweep still reads. The fields `p`
 and `i` index the versions the hash holds (docs/wire-formats.md).
@@ -76,7 +77,8 @@ def mark_record(stamp: Stamp) -> bytes:
 
 
 def marked(log: bytes | None, token: str) -> bool:
-    """Does the commit-marks log `log` (a version hash's field `t`) hold `token`?"""
+    """Does `log`, a part of the commit marks (a version hash's field `t` or `u`), hold
+    `token`?"""
     if not log or len(log) % 26:
         return False
     want = token.encode("ascii")
