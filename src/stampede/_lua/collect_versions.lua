@@ -3,9 +3,10 @@
 -- unmarked versions older than the current one (`curv`, `curt`) replaced, drop the
 -- versions marked more than `grace` ago and, past 8 marked, the earliest marked;
 -- then write what the caller gathered (`sets`, `dels`) and the index, in one HSET
--- and one HDEL. `stamp` is now as 13 digits. (The commit marks, commit_marks.lua,
--- are not read here.)
-  local cpad = curv and vpad(curv, curt)
+-- and one HDEL. `stamp` is now as 13 digits, `cutoff` now less `grace`. (The commit
+-- marks, commit_marks.lua, are not read here.)
+  local cpad = nil
+  if curv == v and curt == t then cpad = ps elseif curv then cpad = vpad(curv, curt) end
   if cpad and #ix.p > 0 then
     local stay = {}
     for j = 1, #ix.p, 47 do
@@ -21,7 +22,6 @@
     end
     ix.p = table.concat(stay)
   end
-  local cutoff = string.format('%013d', now - grace)
   local from, size = 1, #ix.i
   while from < size and ((size - from + 1) > 8 * 61
       or string.sub(ix.i, from + 48, from + 60) < cutoff) do

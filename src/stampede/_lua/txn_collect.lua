@@ -16,6 +16,7 @@
 --! include version_index
 local grace, hold = tonumber(ARGV[1]), tonumber(ARGV[2])
 local stamp = string.format('%013d', now)
+local cutoff = string.format('%013d', now - grace)
 local deleted = 0
 for i = 1, #KEYS / 2 do
   local key, side = KEYS[2 * i - 1], KEYS[2 * i]
@@ -46,6 +47,7 @@ for i = 1, #KEYS / 2 do
   end
   local ix = vindex_from(redis.call('HGETALL', side))  -- indexed afresh
   local sets, dels = {}, {}
+  local v, t, ps = nil, nil, nil  -- (no version of its own: collect_versions asks)
 --! include collect_versions
   local needed, inflight = false, false
   local left = redis.call('HGETALL', side)

@@ -13,6 +13,7 @@
 --! include version_index
 local grace = tonumber(ARGV[1])
 local stamp = string.format('%013d', now)
+local cutoff = string.format('%013d', now - grace)  -- marks older than this are dropped
 local out = {}
 for i = 1, #KEYS / 2 do
 --! include txn_pair
@@ -61,7 +62,7 @@ for i = 1, #KEYS / 2 do
         elseif not vfind(ix.i, cpad, 61) then  -- (a mark already there keeps its time)
           sets[#sets + 1] = 'x:' .. cs
           sets[#sets + 1] = now
-          vmarked(ix, cpad, stamp)
+          vmarked(ix, cpad, stamp, true)
         end
       end
     end

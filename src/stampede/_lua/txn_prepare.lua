@@ -20,14 +20,18 @@ for i = 1, #KEYS / 2 do
       local left = redis.call('PEXPIRETIME', side)
       local m, ps = now .. ':' .. at .. ':' .. meta, vpad(v, t)
       -- the index (version_index.lua) gains the version, unmarked, unless it holds it
-      -- already; a hash not indexed yet is left so (its next commit reads it whole)
-      local got = left ~= -2 and redis.call('HMGET', side, 'p', 'i') or {'', ''}
-      local p, ix = got[1], got[2]
-      if ps and p and ix and #p % 47 == 0 and #ix % 61 == 0 then
-        if not vfind(p, ps, 47) and not vfind(ix, ps, 61) then p = p .. ps end
-        redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m, 'p', p, 'i', ix)
+      -- already (in `p`, or marked: its x: is there); a hash not indexed yet is left
+      -- so (its next commit reads it whole). A new hash starts with an empty `i`.
+      if left == -2 then
+        redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m, 'p', ps or '', 'i', '')
       else
-        redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m)
+        local got = redis.call('HMGET', side, 'p', 'x:' .. s)
+        local p = got[1]
+        if ps and p and #p % 47 == 0 and not got[2] and not vfind(p, ps, 47) then
+          redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m, 'p', p .. ps)
+        else
+          redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m)
+        end
       end
       if left == -2 or (left >= 0 and left < now + hold) then
         redis.call('PEXPIREAT', side, now + hold)

@@ -55,9 +55,9 @@ local function vunmarked(ix, pad)
   end
 end
 -- the version `pad` was marked replaced at `stamp` (a 13-digit time), unless it was
--- already (HSETNX: the first mark stands)
-local function vmarked(ix, pad, stamp)
-  if not pad or vfind(ix.i, pad, 61) then return end
+-- already (HSETNX: the first mark stands); `fresh`: the caller knows it was not
+local function vmarked(ix, pad, stamp, fresh)
+  if not pad or (not fresh and vfind(ix.i, pad, 61)) then return end
   local at = vfind(ix.p, pad, 47)
   if at then ix.p = string.sub(ix.p, 1, at - 1) .. string.sub(ix.p, at + 47) end
   ix.i = ix.i .. pad .. 'x' .. stamp
