@@ -53,6 +53,33 @@ async def test_many_pipelines_share_a_connection_and_each_gets_its_own_replies(
         await lane.aclose()
 
 
+async def test_a_lane_goes_round_its_idle_connections(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """Pipelines one after another take the lane's idle connections in turn (each
+    pick looks at a few connections from where the last stopped, not at every one
+    from the first), and a lane of twenty connections, some of them closed by the
+    server, still serves every pipeline."""
+    lane = _lane(stampede_primaries.urls[0], limit=32)
+    try:
+        held = [await lane.hold() for _ in range(3)]
+        for conn in held:
+            lane.release(conn, broken=False)
+        ids = [await lane.call("CLIENT", "ID") for _ in range(6)]
+        assert len(set(ids)) == 3 and ids[:3] == ids[3:]
+        held = [await lane.hold() for _ in range(20)]
+        for conn in held:
+            lane.release(conn, broken=False)
+        assert lane.open_connections == 20
+        for client_id in ids:
+            await lane.call("CLIENT", "KILL", "ID", client_id)
+        got = await asyncio.gather(*(lane.call("ECHO", f"e{i}") for i in range(100)))
+        assert got == [f"e{i}".encode() for i in range(100)]
+        assert lane.open_connections <= 32
+    finally:
+        await lane.aclose()
+
+
 async def test_a_cancelled_callers_replies_never_reach_the_next_caller(
     stampede_primaries: LocalPrimaries,
 ) -> None:

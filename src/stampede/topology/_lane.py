@@ -3,10 +3,11 @@
 A `Lane` holds stampede's own connections to one server (`_resp.Connection`) and
 runs pipelines on them:
 
-- a pipeline goes on an idle connection when there is one; while every connection
-  is busy, a new one is opened (at most `limit`, `ConnectOptions.max_connections`),
-  and past that the pipeline is queued behind others on the least busy connection
-  (pipelining: replies still come back in order, to the right caller);
+- a pipeline goes on an idle connection among the next 8 (going round them, so many
+  connections cost a pipeline no more than a few); while those are busy, a new one
+  is opened (at most `limit`, `ConnectOptions.max_connections`), and past that the
+  pipeline is queued behind others on the least busy of them (pipelining: replies
+  still come back in order, to the right caller);
 - an error reply of one command comes back as that command's result;
 - a lost connection follows the one retry policy of `retries`: a pipeline of
   idempotent commands (reads, stampede's guarded writes) is sent again on a fresh
@@ -57,6 +58,9 @@ LOST = (ConnectionLost, ReplyTimeout)
 _BUSY = 2
 """Pipelines waiting on every connection before the lane opens another."""
 
+_LOOK = 8
+"""Connections `Lane._pick` looks at, at most, for one pipeline (going round them)."""
+
 
 class Sent:
     """The first attempt of a pipeline, written by `Lane.send_now`: its commands, its
@@ -104,6 +108,7 @@ class Lane:
         "_exclusive",
         "_limit",
         "_losses",
+        "_next",
         "_opening",
         "_shared",
         "_waiters",
@@ -132,6 +137,7 @@ class Lane:
         self._shared: list[Connection] = []
         self._exclusive: list[Connection] = []  # held by sessions
         self._opening = 0
+        self._next = 0  # where `_pick` starts looking next
         self._waiters: list[asyncio.Future[None]] = []
         self.check: Callable[[], Awaitable[object]] | None = None
         """Awaited before connecting again after a loss (see the module)."""
@@ -186,19 +192,32 @@ class Lane:
             await asyncio.sleep(backoff(attempt, self._base, self._cap))
 
     def _pick(self) -> Connection | None:
-        """The shared connection for the next pipeline when one is at hand: an idle
-        one, else the least busy while it is not too busy (or no more may be opened);
+        """The connection for the next pipeline when one is at hand (see the module):
         None when a connection must be opened or waited for first."""
+        shared = self._shared
+        count = len(shared)
+        if count == 0:
+            return None
+        start = self._next % count
         best: Connection | None = None
-        for conn in list(self._shared):
+        gone: list[Connection] = []
+        for step in range(min(count, _LOOK)):
+            conn = shared[(start + step) % count]
             if not conn.usable:
-                self._shared.remove(conn)
-                self._lost()
+                gone.append(conn)
                 continue
-            if conn.pending == 0:
-                return conn
-            if best is None or conn.pending < best.pending:
+            pending = conn.pending
+            if pending == 0:
                 best = conn
+                self._next = start + step + 1
+                break
+            if best is None or pending < best.pending:
+                best = conn
+        else:
+            self._next = start + min(count, _LOOK)
+        for conn in gone:
+            shared.remove(conn)
+            self._lost()
         if best is not None and (best.pending < _BUSY or self.open_connections >= self._limit):
             return best
         return None
@@ -206,10 +225,6 @@ class Lane:
     async def connection(self) -> Connection:
         """A shared connection for the next pipeline: an idle one, a new one while under
         the limit, else the least busy (opening one retries as `_connect` does)."""
-        return await self._shared_connection()
-
-    async def _shared_connection(self) -> Connection:
-        """An idle connection, a new one while under the limit, else the least busy."""
         conn = self._pick()
         if conn is not None:
             return conn
@@ -289,7 +304,7 @@ class Lane:
                 first.fresh = False
                 conn, result = first.conn, first.result
             else:
-                conn = await (self.hold() if blocks else self._shared_connection())
+                conn = await (self.hold() if blocks else self.connection())
                 try:
                     result = await (
                         self._alone(conn, commands, blocks)
