@@ -152,6 +152,34 @@ async def test_a_killed_primary_restarted_at_its_old_address_gets_no_writes(
         watched.sentinels[0].resume()
 
 
+async def test_a_lost_connection_is_made_again_only_where_the_sentinels_confirm(
+    watched: LocalSentinels, st: Stampede
+) -> None:
+    """Every Sentinel is silent (SIGSTOPped) when the client's connections to a primary
+    are cut: the client does not reconnect to that address unconfirmed (it may be an
+    old primary restarted empty while the Sentinels promoted its replica, as a loaded
+    failover test once showed: reads there found nothing). The read waits; once the
+    Sentinels answer again and confirm the primary, it completes with the value."""
+    name = watched.names[0]
+    group = _group_on(st, name)
+    await st.write(group, {f"{group}:a": b"before"})
+    primary = watched.node_at(watched.primary_of(name))
+    for sentinel in watched.sentinels:
+        sentinel.pause()
+    try:
+        command(primary, "CLIENT", "KILL", "TYPE", "normal")
+        reading = asyncio.ensure_future(
+            st.read(group, [f"{group}:a"], retry=RetryPolicy(deadline=60.0))
+        )
+        done, _ = await asyncio.wait([reading], timeout=2.0)
+        assert not done, "the client reconnected where no Sentinel confirmed a primary"
+    finally:
+        for sentinel in watched.sentinels:
+            sentinel.resume()
+    got = await reading
+    assert got.values == {f"{group}:a": b"before"}
+
+
 async def test_an_unknown_service_is_refused_at_open(watched: LocalSentinels) -> None:
     """A service no Sentinel monitors is a SetupError naming it."""
     client = stampede.connect(sentinels=watched.sentinel_urls, services=["nope"], connection=FOLLOW)

@@ -14,8 +14,11 @@ then follows failovers four ways:
   to the old primary are closed, those held by transactions too. A subscription
   is PINGed when quiet, and made again (asking about every shard) when it ends;
 - once a connection to a shard's primary was lost or refused, the lane asks the
-  Sentinels again before it opens the next one (`Lane.check`): it never reconnects
-  blindly to an old primary that came back as an empty primary at its address;
+  Sentinels again before it opens the next one (`Lane.check`), and opens it only
+  where they confirm the primary (the newest configuration names it, they do not
+  hold it down, and it answers `ROLE` as a primary): it never reconnects blindly
+  to an old primary that came back as an empty primary at its address, not even
+  when no Sentinel answers or the primary they name does not answer yet;
 - a call that meets a failed connection, a timeout, `READONLY`, `MASTERDOWN` or
   `LOADING` asks the Sentinels again, and a call that is safe to resend goes again
   to the primary they name, with backoff, for up to
@@ -113,7 +116,7 @@ class SentinelShards(Shards):
         self._asking: dict[int, asyncio.Future[bool]] = {}
         self._stale: set[int] = set()  # shards whose question came before the news
         self._epochs: dict[int, int] = {}  # config-epoch of where each lane points
-        self._held_down: dict[int, bool] = {}  # the Sentinels hold its primary down
+        self._unsure: dict[int, bool] = {}  # the last question confirmed no primary
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Future[Any]] = set()
         self.switches = 0
@@ -184,17 +187,20 @@ class SentinelShards(Shards):
         return await asyncio.shield(asking)
 
     async def _recheck(self, shard: int) -> None:
-        """`Lane.check`: before the lane reconnects after a loss. While the Sentinels
-        hold the primary down or fail it over, the lane does not reconnect (the
-        process at that address may be the old primary restarted empty, which the
-        Sentinels will demote): the call fails as a lost connection, and is resent to
-        the new primary once they name it."""
+        """`Lane.check`: before the lane reconnects after a loss. Unless the Sentinels
+        confirm a primary now (see `_relocate_once`), the lane does not reconnect: the
+        process at its address may be the old primary restarted empty, which the
+        Sentinels will demote. The call fails as a lost connection, and is resent to
+        the primary they confirm, once they do."""
+        confirmed = False
         with contextlib.suppress(*TRANSPORT_ERRORS):
             await self._ask_again(shard)
-        if self._held_down.get(shard):
+            confirmed = not self._unsure.get(shard, True)
+        if not confirmed:
             raise ConnectionLost(
-                f"the Sentinels hold the primary of {self._services[shard]} down or are "
-                "failing it over; waiting for the primary they promote"
+                f"the Sentinels confirm no primary of {self._services[shard]} now (it is "
+                "held down or failing over, no Sentinel answered, or the one they name "
+                "does not answer as a primary yet); waiting until they do"
             )
 
     async def _relocate(self, shard: int) -> bool:
@@ -205,15 +211,23 @@ class SentinelShards(Shards):
         return moved
 
     async def _relocate_once(self, shard: int) -> bool:
+        """Ask once; point the lane at the primary the Sentinels confirm. Whether they
+        confirmed one is kept for `_recheck`: not when no Sentinel answered, when they
+        hold the primary down or fail it over, or when the one they name does not
+        answer `ROLE` as a primary; yes when the answer is older than the
+        configuration the lane follows (a Sentinel that has not heard of the last
+        failover yet: the lane stays where the newer one put it)."""
+        self._unsure[shard] = True
         answer = await self._master_of(shard)
         if answer is None:
             return False
         epoch, address, unanimous, down = answer
         if epoch < self._epochs.get(shard, -1) and not unanimous:
-            return False  # a Sentinel that has not heard of the last failover yet
-        self._held_down[shard] = down
+            self._unsure[shard] = False
+            return False
         if down or not await self._is_primary(address):
             return False
+        self._unsure[shard] = False
         self._epochs[shard] = epoch
         return self._point(shard, address)
 
