@@ -76,6 +76,9 @@ timeout and the retry time it waits for the retry. The failover-graceful campaig
 2026-11-25 hit both: runs alternate the shard between two nodes, about a second apart."""
 
 
+SENTINEL_DOWN_MS = 3000
+"""The Sentinels' `down-after-milliseconds` in the Sentinel failover scenario."""
+
 SENTINEL_DEMOTES = 30.0
 """Seconds the Sentinels get to make a restarted old primary a replica before the
 scenario does it by hand (they usually take a few)."""
@@ -247,7 +250,10 @@ class SentinelPrimaries(FailoverServers):
     kind = "sentinel"
 
     def __init__(self) -> None:
-        self.servers = LocalSentinels(2, replicas=1, sentinels=3)
+        # down after 3 s, not 1: on a starved machine (two CPU hogs on two cores) a 1 s
+        # window let the Sentinels judge the just-promoted primary down and fail over
+        # again, to the old primary restarted empty (which nothing then could save)
+        self.servers = LocalSentinels(2, replicas=1, sentinels=3, down_after_ms=SENTINEL_DOWN_MS)
 
     def __enter__(self) -> Self:
         self.servers.start()
