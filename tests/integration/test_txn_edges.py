@@ -563,12 +563,17 @@ async def test_a_group_delete_over_a_pending_transaction_is_never_undone(
     """F1: st.delete of a key where a transaction is still pending: once the tombstone
     expires, neither a reader nor the sweep completes the older transaction there."""
     st = quick
-    a, b = spread_keys(st, "f1", 2)
+    await _group_delete_over_pending(st, *spread_keys(st, "f1", 2))
+
+
+async def _group_delete_over_pending(st: Stampede, a: str, b: str) -> None:
+    """A transaction over a and b, pending at a; then a group delete of a (newer than
+    the transaction): a reads as missing, before the sweep and after, and stays gone."""
     async with st.transaction() as tx:
         tx.set(a, b"old")
         tx.set(b, b"old")
     await _pending_at_first(st, a, b, b"new")
-    await st.delete(a, [a])  # a group delete, newer than the transaction
+    await st.delete(a, [a])
     await gone(st, a)
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
     await sweep(st.topology, grace=0.05)
@@ -583,18 +588,7 @@ async def test_a_group_delete_of_a_key_with_empty_braces_is_never_undone(
     only the client can work out (`stampede:v:{<n>}:<key>`), so the guard cannot raise
     its floor in its own call; the client raises it right after. Once the tombstone
     expires, neither a reader nor the sweep completes the older transaction there."""
-    st = quick
-    a, b = "f1{}a", "f1odd:b"
-    async with st.transaction() as tx:
-        tx.set(a, b"old")
-        tx.set(b, b"old")
-    await _pending_at_first(st, a, b, b"new")
-    await st.delete(a, [a])
-    await gone(st, a)
-    assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
-    await sweep(st.topology, grace=0.05)
-    assert (await st.read_atomic([a, b])).values == {a: None, b: b"new"}
-    assert await raw_value(st, a) is None
+    await _group_delete_over_pending(quick, "f1{}a", "f1odd:b")
 
 
 async def test_a_resent_write_of_a_key_with_empty_braces_still_raises_its_floor(

@@ -1,12 +1,10 @@
 --! fragment
 -- Collect a version hash `side` through its index `ix` (version_index.lua): mark the
--- unmarked versions older than the current one (`curv`, `curt`) replaced, drop the
--- versions marked more than `grace` ago and, past 8 marked, the earliest marked;
--- then write what the caller gathered (`sets`, `dels`) and the index, in one HSET
--- and one HDEL. `stamp` is now as 13 digits, `cutoff` now less `grace`. (The commit
--- marks, commit_marks.lua, are not read here.)
-  local cpad = nil
-  if curv == v and curt == t then cpad = ps elseif curv then cpad = vpad(curv, curt) end
+-- unmarked versions older than the current one (`cpad`, its padded stamp; nil: none)
+-- replaced, drop the versions marked more than `grace` ago and, past 8 marked, the
+-- earliest marked; then write what the caller gathered (`sets`, `dels`) and the
+-- index, in one HSET and one HDEL. `stamp` is now as 13 digits, `cutoff` now less
+-- `grace`. (The commit marks, commit_marks.lua, are not read here.)
   if cpad and #ix.p > 0 then
     local stay = {}
     for j = 1, #ix.p, 47 do

@@ -47,7 +47,7 @@ for i = 1, #KEYS / 2 do
   end
   local ix = vindex_from(redis.call('HGETALL', side))  -- indexed afresh
   local sets, dels = {}, {}
-  local v, t, ps = nil, nil, nil  -- (no version of its own: collect_versions asks)
+  local cpad = curv and vpad(curv, curt)
 --! include collect_versions
   local needed, inflight = false, false
   local left = redis.call('HGETALL', side)

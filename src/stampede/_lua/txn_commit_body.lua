@@ -108,6 +108,8 @@ for i = 1, #KEYS / 2 do
     out[i] = state
   end
   if not curv and cur then curv, curt = string.match(cur, '^(%d+):([0-9A-Z]+)') end
+  local cpad = nil  -- (its own stamp when it is current here: padded already)
+  if curv == v and curt == t then cpad = ps elseif curv then cpad = vpad(curv, curt) end
 --! include collect_versions
 end
 return out
