@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +26,9 @@ from stampede.errors import ShardResponseError, ShardUnavailable
 from stampede.options import ConnectOptions
 from stampede.testing import LocalPrimaries, RedisProxy
 from stampede.topology._base import each_script
+from stampede.topology._endpoint import parse_url
+from stampede.topology._lane import Lane, Sent
+from stampede.topology._rounds import _send_soon
 from stampede.topology._shards import Shards
 
 from ..support import open_stampede, spread_keys, tasks_created
@@ -264,3 +269,25 @@ async def test_a_call_that_cannot_be_sent_fails_alone(st: Stampede) -> None:
     )
     assert outcomes[0] == [b"one"] and outcomes[2] == [b"two"]
     assert isinstance(outcomes[1], TypeError)
+
+
+def test_a_turn_cut_short_by_its_loop_holds_nothing() -> None:
+    """A round queued in a loop turn that never ends (the loop stopped and closed
+    first) is held nowhere module-wide: it goes when its lane goes."""
+
+    class Arg:  # an argument that tells when it is gone
+        pass
+
+    lane = Lane(parse_url("redis://127.0.0.1:1"))
+    arg = Arg()
+    gone = weakref.ref(arg)
+    loop = asyncio.new_event_loop()
+    answers: list[Sent | None] = []
+    loop.call_soon(_send_soon, lane, [("ECHO", arg)], answers.append)
+    loop.call_soon(loop.stop)  # the same turn: the flush queued for the next never runs
+    loop.run_forever()
+    loop.close()
+    assert answers == []
+    del lane, arg
+    gc.collect()
+    assert gone() is None

@@ -113,6 +113,7 @@ class Lane:
         "_shared",
         "_waiters",
         "check",
+        "corked",
         "endpoint",
         "name",
         "retries",
@@ -143,6 +144,7 @@ class Lane:
         """Awaited before connecting again after a loss (see the module)."""
         self._losses = 0  # connections lost or refused so far
         self._checked = 0  # of those, how many a finished `check` came after
+        self.corked: Any = None  # this loop turn's round pipelines (`_rounds._Cork`)
 
     @property
     def limit(self) -> int:

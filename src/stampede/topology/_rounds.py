@@ -13,7 +13,8 @@ through `resume` at once. A transaction's prepare and commit rounds use it
 
 Rounds of concurrent callers share writes: every pipeline bound for one server in
 one event-loop turn is written at the end of that turn as one pipeline, on one
-connection (`_Cork`), and each caller gets its own commands' answers back. At 64
+connection (`_Cork`, held by the lane itself: a turn its loop never finishes goes
+with the lane), and each caller gets its own commands' answers back. At 64
 transactions in flight that is one write, one reply read and one connection's
 worth of bookkeeping per server per turn, where it was one per transaction.
 """
@@ -64,8 +65,8 @@ class _Cork:
         self.parts: list[tuple[int, int, Callable[[Sent | None], None]]] = []
 
     def flush(self) -> None:
-        if _CORKED.get(self.lane) is self:
-            del _CORKED[self.lane]
+        if self.lane.corked is self:
+            self.lane.corked = None
         try:
             sent = self.lane.send_now(self.commands, self._answered)
         except Exception:
@@ -99,9 +100,6 @@ class _Cork:
 _LATER: set[asyncio.Task[None]] = set()
 """Turns waiting for a connection (held here until done)."""
 
-_CORKED: dict[Lane, _Cork] = {}
-"""The lanes with pipelines waiting for the end of this loop turn."""
-
 
 def _send_soon(
     lane: Lane, commands: list[tuple[Any, ...]], then: Callable[[Sent | None], None]
@@ -113,9 +111,9 @@ def _send_soon(
         then(None)
         return
     loop = asyncio.get_running_loop()
-    cork = _CORKED.get(lane)
+    cork = lane.corked
     if cork is None or cork.loop is not loop:  # (one left by a loop closed mid-turn)
-        cork = _CORKED[lane] = _Cork(lane, loop)
+        cork = lane.corked = _Cork(lane, loop)
         loop.call_soon(cork.flush)
     start = len(cork.commands)
     cork.commands.extend(commands)
