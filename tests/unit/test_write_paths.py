@@ -24,11 +24,14 @@ from stampede import (
     OrderingError,
     Stampede,
 )
+from stampede._txn.units import sides_of
+from stampede.keys import keyslot
 from stampede.testing.faults import DelegatingTopology
 from stampede.testing.memory import MemoryTopology
 from stampede.topology._base import WriteOutcome
 from stampede.typing import GuardStamp
 from stampede.wire import Envelope
+from stampede.wire._txn import side_key
 
 SECOND = 1_000_000_000
 NOW = 1_760_000_000 * SECOND
@@ -288,3 +291,19 @@ async def test_one_slot_is_remembered_per_key_tuple_and_topology() -> None:
     assert same.asked == other.asked == 2  # each topology's answer remembered
     assert (await Stampede(same).write("g", values)).atomic  # the other's is not taken
     assert same.asked == 4
+
+
+def test_version_hashes_are_remembered_per_topology() -> None:
+    """`sides_of` gives each key's `side_key` under the topology asked, remembered per
+    topology: another topology (another hashing of keys) gets its own."""
+    keys = [b"a", b"b{x}", b"{c}d", b"{}e", b"u:{42}:name"]
+
+    class Folded(MemoryTopology):  # every key in slot 7: the anchored names differ
+        def slot_of(self, key: bytes) -> int:
+            return 7 if b"stampede:v:{" not in key else keyslot(key)
+
+    plain, folded = MemoryTopology(), Folded()
+    for _ in range(2):  # worked out, then remembered
+        for topology in (plain, folded, plain):
+            assert sides_of(topology, keys) == [side_key(k, topology.slot_of) for k in keys]
+    assert sides_of(plain, keys) != sides_of(folded, keys)

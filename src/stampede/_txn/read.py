@@ -37,9 +37,9 @@ from ..keys import to_bytes
 from ..results import AtomicRead
 from ..typing import Topology, VersionSource
 from ..wire import Envelope, is_reserved
-from ..wire._txn import Stamp, decode_meta, side_key, stamp_text
+from ..wire._txn import Stamp, decode_meta, stamp_text
 from .scripts import COMMIT, ROUND1, ROUND2
-from .units import run_units
+from .units import run_units, sides_of
 
 __all__ = ["read_atomic", "required_versions"]
 
@@ -92,7 +92,7 @@ async def read_atomic(
 ) -> AtomicRead[K]:
     """Read `names` (any keys, any shards) read-atomically; see the module notes."""
     keys = _check(names, attempts)
-    sides = [side_key(k, topology.slot_of) for k in keys]
+    sides = sides_of(topology, keys)
     moved: list[bytes] = []
     for attempt in range(1, attempts + 1):
         first = await run_units(topology, ROUND1, keys, sides, [()] * len(keys))

@@ -27,6 +27,7 @@ from ..typing import Topology
 from ..wire import COMMIT_SUFFIX, Envelope, decode_commit
 from ..wire._txn import Stamp, decode_meta, mark_record, marked, parse_stamp, side_key
 from .scripts import COLLECT, COMMIT
+from .units import sides_of
 from .write import PREPARE_HOLD_MS
 
 __all__ = ["UNDECIDED_MS", "Pending", "complete_pending", "sweep"]
@@ -125,7 +126,7 @@ async def complete_pending(topology: Topology, keys: Sequence[bytes], *, grace: 
     does before it writes: it never restamps a key over a transaction that is
     visible at a sibling, nor under one that may still commit)."""
     grace_ms = max(1, round(grace * 1000))
-    sides = [side_key(k, topology.slot_of) for k in keys]
+    sides = sides_of(topology, keys)
     present = await asyncio.gather(*(topology.execute(s, "EXISTS", s) for s in sides))
     done = 0
     undecided: list[bytes] = []

@@ -1,9 +1,11 @@
 """Running a transaction script over (key, version hash) pairs, one call per unit
-(`run_units`), and what a durable transaction's calls acknowledged (`Acks`)."""
+(`run_units`), the keys' version hashes (`sides_of`), and what a durable
+transaction's calls acknowledged (`Acks`)."""
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,8 +14,31 @@ from ..options import Durability
 from ..topology._base import call_units
 from ..topology._durable import waits
 from ..typing import Topology
+from ..wire._txn import side_key
 
-__all__ = ["Acks", "run_units"]
+__all__ = ["Acks", "run_units", "sides_of"]
+
+_SIDES_MAX = 65536
+_SIDES: dict[bytes, tuple[weakref.ref[Topology], bytes]] = {}
+"""Key -> (its topology, its version hash), for the keys transactions come back to."""
+
+
+def sides_of(topology: Topology, keys: Sequence[bytes]) -> list[bytes]:
+    """The version hash of each key (`side_key`), remembered per key with its topology
+    (by weak reference: another topology's is worked out again)."""
+    out: list[bytes] = []
+    for key in keys:
+        known = _SIDES.get(key)
+        if known is not None and known[0]() is topology:
+            out.append(known[1])
+            continue
+        side = side_key(key, topology.slot_of)
+        if hasattr(topology, "__weakref__"):
+            if len(_SIDES) >= _SIDES_MAX:
+                _SIDES.clear()
+            _SIDES[key] = (weakref.ref(topology), side)
+        out.append(side)
+    return out
 
 
 async def run_units(
@@ -35,13 +60,14 @@ async def run_units(
     acknowledged a call there.
     """
     groups = positions if positions is not None else call_units(topology, keys)
-    calls = [
-        (
-            [k for p in group for k in (keys[p], sides[p])],
-            [*head, *(a for p in group for a in args[p])],
-        )
-        for group in groups
-    ]
+    calls: list[tuple[list[bytes], list[Any]]] = []
+    for group in groups:
+        pairs: list[bytes] = []
+        argv: list[Any] = [*head]
+        for p in group:
+            pairs += (keys[p], sides[p])
+            argv += args[p]
+        calls.append((pairs, argv))
 
     if acks is None:
         replies = await topology.scripts(script, calls)

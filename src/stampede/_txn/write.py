@@ -51,9 +51,9 @@ from ..topology._base import call_units
 from ..typing import Topology, VersionSource
 from ..versions import Counter
 from ..wire import expire_at, new_token
-from ..wire._txn import encode_meta, side_key
+from ..wire._txn import encode_meta
 from .scripts import COMMIT, COMMIT_ONE, PREPARE
-from .units import Acks, run_units
+from .units import Acks, run_units, sides_of
 
 __all__ = ["PREPARE_HOLD_MS", "Transaction", "run_units"]
 
@@ -169,7 +169,7 @@ class Transaction:
         envs = [head if (p := self._writes[k]) is None else head + b":" + p for k in keys]
         at_data, at_gone = expire_at(self._ttl) or 0, expire_at(self._tombstone_grace) or 0
         ats = [at_gone if self._writes[k] is None else at_data for k in keys]
-        sides = [side_key(k, topology.slot_of) for k in keys]
+        sides = sides_of(topology, keys)
         meta = encode_meta(keys)
         acks = None if self._durability is None else Acks(self._durability)
         if len({topology.slot_of(k) for k in keys}) == 1:

@@ -40,13 +40,7 @@ from typing import Any
 
 from ..errors import OutcomeUnknownError
 from ._endpoint import Endpoint
-from ._resp import (
-    Connection,
-    ConnectionLost,
-    ConnectTimeout,
-    ReplyTimeout,
-    blocking,
-)
+from ._resp import Connection, ConnectionLost, ConnectTimeout, ReplyTimeout, blocking
 from ._retries import all_idempotent, backoff, describe
 from ._session import Session, check_auth
 
@@ -60,6 +54,7 @@ _BUSY = 2
 
 _LOOK = 8
 """Connections `Lane._pick` looks at, at most, for one pipeline (going round them)."""
+_ANSWERS = frozenset({list, int, bytes, type(None)})  # reply types no error hides in
 
 
 class Sent:
@@ -87,7 +82,10 @@ class Sent:
     def plain(self) -> list[Any] | None:
         """The replies, when the attempt got through with no error reply; else None."""
         result = self.result
-        if isinstance(result, BaseException) or any(isinstance(r, BaseException) for r in result):
+        if isinstance(result, BaseException) or not (
+            _ANSWERS.issuperset(map(type, result))  # (one scan in C, the usual case)
+            or not any(isinstance(r, BaseException) for r in result)
+        ):
             return None
         replies: list[Any] = result
         return replies

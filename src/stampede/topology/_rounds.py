@@ -49,7 +49,22 @@ async def script_round(
     fanin = Fanin(len(pipelines))
     for i, commands in enumerate(pipelines):
         _send_soon(lanes[i], commands, _to(fanin, i))
-    return await _settle(await fanin.future, resume)
+    answers: list[Sent | None] = await fanin.future
+    out: list[Any] = [None] * len(answers)
+    again: list[int] = []
+    for i, answer in enumerate(answers):
+        plain = None if answer is None else answer.plain()
+        if plain is None:
+            again.append(i)
+        else:
+            out[i] = plain
+    if again:  # the others (not sent, or answered otherwise) resumed from their answer
+        redone = await asyncio.gather(
+            *(resume(i, answers[i]) for i in again), return_exceptions=True
+        )
+        for i, replies in zip(again, redone, strict=True):
+            out[i] = replies
+    return out
 
 
 class _Cork:
@@ -118,26 +133,6 @@ def _send_soon(
     start = len(cork.commands)
     cork.commands.extend(commands)
     cork.parts.append((start, len(cork.commands), then))
-
-
-async def _settle(answers: list[Sent | None], resume: Resume) -> list[Any]:
-    """Per pipeline its plain replies; the others (not sent, or answered otherwise)
-    resumed from their answer, all at once."""
-    out: list[Any] = [None] * len(answers)
-    again: list[int] = []
-    for i, answer in enumerate(answers):
-        plain = None if answer is None else answer.plain()
-        if plain is None:
-            again.append(i)
-        else:
-            out[i] = plain
-    if again:
-        redone = await asyncio.gather(
-            *(resume(i, answers[i]) for i in again), return_exceptions=True
-        )
-        for i, replies in zip(again, redone, strict=True):
-            out[i] = replies
-    return out
 
 
 def _to(fanin: Fanin, index: int) -> Callable[[Sent | None], None]:

@@ -319,7 +319,8 @@ class Shards(FixedShards):
         )
 
     def _single(self, keys: Sequence[bytes], what: str) -> int:
-        indexes = {self._index(k) for k in keys}
+        places, place = self._places, self._place  # (`_index` inline: a round's hot path)
+        indexes = {(places.get(k) or place(k))[1] for k in keys}
         if len(indexes) != 1:
             raise ConfigurationError(f"{what} needs every key on one shard")
         return indexes.pop()
