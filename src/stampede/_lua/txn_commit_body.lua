@@ -81,7 +81,11 @@ for i = 1, #KEYS / 2 do
         redis.call('SET', key, env, 'PXAT', at)
         local want = math.max(tonumber(at), now) + grace
         local left = redis.call('PEXPIRETIME', side)
-        if left == -1 or left < want then redis.call('PEXPIREAT', side, want) end
+        -- a hash with no expiry keeps none while a newer version is prepared here (a
+        -- prepare leaves such a hash so: it would go before that version commits)
+        if (left == -1 and not vnewer(ix, ps)) or (left >= 0 and left < want) then
+          redis.call('PEXPIREAT', side, want)
+        end
       else
         redis.call('SET', key, env)
         redis.call('PERSIST', side)

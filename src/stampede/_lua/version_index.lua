@@ -63,3 +63,12 @@ local function vmarked(ix, pad, stamp, fresh)
   ix.i = ix.i .. pad .. 'x' .. stamp
   ix.dirty = true
 end
+-- does the index hold an unmarked version newer than `pad` (prepared here, still to
+-- commit: the hash must outlive the hold a prepare gave it)?
+local function vnewer(ix, pad)
+  if not pad then return false end
+  for j = 1, #ix.p, 47 do
+    if string.sub(ix.p, j, j + 46) > pad then return true end
+  end
+  return false
+end
