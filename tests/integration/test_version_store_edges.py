@@ -9,6 +9,7 @@ from typing import Any
 
 from stampede import Envelope, Stampede
 from stampede._txn.scripts import COMMIT, PREPARE
+from stampede._txn.sweep import sweep
 from stampede._txn.write import run_units
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
@@ -71,3 +72,27 @@ async def test_an_expiring_commit_keeps_the_hash_of_a_newer_pending_transaction(
     assert got.values == {a: t3.encode(), b: t3.encode()}
     stored = Envelope.decode(await raw_value(st, a) or b"")
     assert (stored.version, stored.token) == (v3, t3)
+
+
+def _in_sweep_order(st: Stampede, keys: list[str]) -> list[str]:
+    """`keys` in the order the sweep visits their shards."""
+    names = list(st.topology.shard_names)
+    return sorted(keys, key=lambda k: names.index(st.topology.shard_of(k.encode())))
+
+
+async def test_a_sibling_group_deleted_keeps_its_commit_marks_for_the_sweep(
+    st: Stampede,
+) -> None:
+    """T committed at b, still pending at a (its commit there was not acknowledged: the
+    receipt lists a as pending). b is then deleted by a group delete. The sweep visits
+    b's version hash first: it must not delete it (and the commit marks that vouch for
+    T) before it has rolled T forward at a, or T is never completed there."""
+    b, a = _in_sweep_order(st, spread_keys(st, "gdm", 2))
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    await _prepare(st, [a, b], [a, b], version, token)
+    assert await _commit(st, [b], version, token, 5000) == [1]
+    await st.delete(b, [b])
+    await sweep(st.topology)
+    stored = Envelope.decode(await raw_value(st, a) or b"")
+    assert (stored.version, stored.token) == (version, token)
+    assert (await st.read_atomic([a, b])).values == {a: token.encode(), b: None}

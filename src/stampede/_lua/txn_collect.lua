@@ -8,8 +8,9 @@
 --   * what a commit would collect is collected (replaced more than `grace` ago,
 --     beyond the 8 newest);
 --   * a hash left with nothing a reader needs (no kept or prepared version, no
---     metadata of the key's current value) is deleted; one whose data key expires
---     lives no longer than that instant plus `grace`.
+--     metadata of the key's current value) is deleted, or, while it holds commit
+--     marks (the sweep's evidence), left to live `hold` at most; one
+--     whose data key expires lives no longer than that instant plus `grace`.
 -- Replies the number of hashes deleted.
 --! include now
 --! include older
@@ -62,7 +63,12 @@ for i = 1, #KEYS / 2 do
       needed = true
     end
   end
-  if not needed then
+  if not needed and (kept['t'] or kept['u'] or kept['c']) then
+    -- its commit marks are the sweep's evidence for a sibling still pending (sweep.py):
+    -- they stay as long as a prepared version waits there, the hold, and no longer
+    local until_ = redis.call('PEXPIRETIME', side)
+    if until_ == -1 or until_ > now + hold then redis.call('PEXPIREAT', side, now + hold) end
+  elseif not needed then
     deleted = deleted + redis.call('DEL', side)
   elseif not inflight then
     local at = redis.call('PEXPIRETIME', key)
