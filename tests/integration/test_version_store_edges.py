@@ -96,3 +96,29 @@ async def test_a_sibling_group_deleted_keeps_its_commit_marks_for_the_sweep(
     stored = Envelope.decode(await raw_value(st, a) or b"")
     assert (stored.version, stored.token) == (version, token)
     assert (await st.read_atomic([a, b])).values == {a: token.encode(), b: None}
+
+
+async def test_a_sibling_rewritten_with_a_ttl_keeps_its_commit_marks_for_the_sweep(
+    st: Stampede,
+) -> None:
+    """T (no TTL) committed at b, still pending at a. b is then rewritten by a
+    transaction U with a short TTL, which gives b's version hash (until then without
+    expiry) one: it must keep the commit marks that vouch for T past U's expiry plus
+    the grace window, or the sweep that comes later never completes T at a."""
+    a, b = spread_keys(st, "ttm", 2)
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    await _prepare(st, [a, b], [a, b], version, token)
+    assert await _commit(st, [b], version, token, 5000) == [1]
+    v2, t2 = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    at = await _server_ms(st, b) + 50
+    await _prepare(st, [b], [b], v2, t2, at=at)
+    assert await _commit(st, [b], v2, t2, 50) == [1]
+    await gone(st, b)
+
+    async def past() -> bool:  # past U's expiry plus the grace window it was given
+        return await _server_ms(st, a) > at + 50 + 20
+
+    await eventually(past)
+    await sweep(st.topology, grace=0.05)
+    stored = Envelope.decode(await raw_value(st, a) or b"")
+    assert (stored.version, stored.token) == (version, token)

@@ -81,6 +81,12 @@ for i = 1, #KEYS / 2 do
         redis.call('SET', key, env, 'PXAT', at)
         local want = math.max(tonumber(at), now) + grace
         local left = redis.call('PEXPIRETIME', side)
+        if left == -1 and got[7] and got[7] ~= t then
+          -- the commit marks of the values before, which had no expiry, stay the
+          -- sweep's evidence for as long as a sibling's prepared version waits (the
+          -- prepare hold, as the writer gives it)
+          want = math.max(want, now + math.max(3600000, 10 * grace))
+        end
         -- a hash with no expiry keeps none while a newer version is prepared here (a
         -- prepare leaves such a hash so: it would go before that version commits)
         if (left == -1 and not vnewer(ix, ps)) or (left >= 0 and left < want) then
