@@ -5,12 +5,18 @@ before the fix it names; every one runs on both topologies."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from stampede import Envelope, Stampede
+from stampede._lua import Script
 from stampede._txn.scripts import COMMIT, PREPARE
 from stampede._txn.sweep import sweep
 from stampede._txn.write import run_units
+from stampede.errors import ShardUnavailable
+from stampede.testing.faults import DelegatingTopology
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
@@ -116,6 +122,65 @@ async def test_a_sibling_rewritten_with_a_ttl_keeps_its_commit_marks_for_the_swe
     await gone(st, b)
 
     async def past() -> bool:  # past U's expiry plus the grace window it was given
+        return await _server_ms(st, a) > at + 50 + 20
+
+    await eventually(past)
+    await sweep(st.topology, grace=0.05)
+    stored = Envelope.decode(await raw_value(st, a) or b"")
+    assert (stored.version, stored.token) == (version, token)
+
+
+class ShardDown(DelegatingTopology):
+    """Every call bound for `down` fails as a lost connection does."""
+
+    def __init__(self, inner: Any, down: str) -> None:
+        super().__init__(inner)
+        self.down = down
+
+    def _check(self, shard: str) -> None:
+        if shard == self.down:
+            raise ShardUnavailable("shard down (injected)", shard=shard)
+
+    async def fetch(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        for key in keys:
+            self._check(self.inner.shard_of(key))
+        return await self.inner.fetch(keys)
+
+    async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
+        self._check(self.inner.shard_of(key))
+        return await self.inner.execute(key, *args, resend=resend)
+
+    async def execute_on(self, shard: str, *args: Any) -> Any:
+        self._check(shard)
+        return await self.inner.execute_on(shard, *args)
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        self._check(self.inner.shard_of(keys[0]))
+        return await self.inner.script(script, keys, args)
+
+
+async def test_a_sweep_that_fails_half_way_leaves_the_commit_marks_it_needs(
+    st: Stampede,
+) -> None:
+    """T (no TTL) committed at b, still pending at a, whose shard is down (why its
+    commit there failed). b is rewritten by U with a short TTL. A sweep runs while a's
+    shard is down: it visits b's shard, then fails at a's. It must not have cut b's
+    version hash down to U's expiry on the way, or once a's shard is back (after
+    U's expiry plus the grace window) the next sweep finds no evidence of T."""
+    b, a = _in_sweep_order(st, spread_keys(st, "half", 2))
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    await _prepare(st, [a, b], [a, b], version, token)
+    assert await _commit(st, [b], version, token, 5000) == [1]
+    v2, t2 = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    at = await _server_ms(st, b) + 1000
+    await _prepare(st, [b], [b], v2, t2, at=at)
+    assert await _commit(st, [b], v2, t2, 50) == [1]
+    with pytest.raises(ShardUnavailable):
+        await sweep(ShardDown(st.topology, st.topology.shard_of(a.encode())), grace=0.05)
+    assert await raw_value(st, b) is not None  # (the sweep met U still there)
+    await gone(st, b)
+
+    async def past() -> bool:  # past U's expiry plus the grace window the sweep gave
         return await _server_ms(st, a) > at + 50 + 20
 
     await eventually(past)

@@ -18,7 +18,7 @@ can also be called directly.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import MalformedEnvelope, ShardResponseError
@@ -51,22 +51,35 @@ async def sweep(
     writes of its group) vouches for nothing and is deleted too."""
     grace_ms = max(1, round(grace * 1000))
     hold_ms = max(1, round(hold * 1000))
+    # Two passes: every hash rolls forward before any is collected, so that a
+    # collection never takes commit marks (evidence for a sibling still pending,
+    # `_decided`) from a sweep that has not completed everything they vouch for; a
+    # pass that fails on the way (a shard down) collects nothing.
+    async for key in _scan(topology, _PATTERNS, b"hash", count):
+        await _forward(topology, key, grace_ms)
     visited = 0
+    async for key in _scan(topology, _PATTERNS, b"hash", count):
+        visited += await _collect(topology, key, grace_ms, hold_ms)
+    async for key in _scan(topology, (_RECORDS,), b"string", count):
+        visited += await _collect_record(topology, key)
+    return visited
+
+
+async def _scan(
+    topology: Topology, patterns: Sequence[bytes], kind: bytes, count: int
+) -> AsyncIterator[bytes]:
+    """Every key of type `kind` matching one of `patterns`, on every shard."""
     for shard in topology.shard_names:
-        for pattern, kind in (*((p, b"hash") for p in _PATTERNS), (_RECORDS, b"string")):
+        for pattern in patterns:
             cursor = b"0"
             while True:
                 cursor, found = await topology.execute_on(
                     shard, "SCAN", cursor, "MATCH", pattern, "COUNT", count, "TYPE", kind
                 )
                 for key in found:
-                    if kind == b"hash":
-                        visited += await _collect(topology, key, grace_ms, hold_ms)
-                    else:
-                        visited += await _collect_record(topology, key)
+                    yield key
                 if cursor in (b"0", 0, "0"):
                     break
-    return visited
 
 
 async def _collect_record(topology: Topology, key: bytes) -> int:
@@ -83,12 +96,21 @@ async def _collect_record(topology: Topology, key: bytes) -> int:
     return 1
 
 
+async def _forward(topology: Topology, side: bytes, grace_ms: int) -> None:
+    key = await topology.execute(side, "HGET", side, "k")
+    if key is None:
+        return
+    try:
+        await _roll_forward(topology, key, side, grace_ms)
+    except ShardResponseError:  # the data key holds another type now: leave it
+        return
+
+
 async def _collect(topology: Topology, side: bytes, grace_ms: int, hold_ms: int) -> int:
     key = await topology.execute(side, "HGET", side, "k")
     if key is None:
         return 0
     try:
-        await _roll_forward(topology, key, side, grace_ms)
         await topology.script(COLLECT, [key, side], [grace_ms, hold_ms])
     except ShardResponseError:  # the data key holds another type now: leave it
         return 0
