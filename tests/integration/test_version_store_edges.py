@@ -187,3 +187,47 @@ async def test_a_sweep_that_fails_half_way_leaves_the_commit_marks_it_needs(
     await sweep(st.topology, grace=0.05)
     stored = Envelope.decode(await raw_value(st, a) or b"")
     assert (stored.version, stored.token) == (version, token)
+
+
+async def test_a_superseded_version_dropped_past_eight_never_comes_back(st: Stampede) -> None:
+    """An older transaction prepared at a, then ten newer commits there (the last with
+    a short TTL): the older version, marked superseded and then dropped past eight
+    marked, has no fields left; once the newest value has expired its late commit
+    writes nothing, and a reader of a beside its sibling reads a as missing."""
+    a, b = spread_keys(st, "drop8", 2)
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    await _prepare(st, [a, b], [a, b], version, token)
+    assert await _commit(st, [b], version, token, 5000) == [1]
+    for n in range(9):
+        async with st.transaction() as tx:
+            tx.set(a, b"%d" % n)
+    async with st.transaction(ttl=0.05) as tx:
+        tx.set(a, b"short")
+    side = side_key(a.encode(), st.topology.slot_of)
+    stamp = b"%d:%s" % (version, token.encode())
+    fields = await st.topology.execute(side, "HMGET", side, b"d:" + stamp, b"x:" + stamp)
+    assert fields == [None, None]
+    await gone(st, a)
+    assert (await _commit(st, [a], version, token, 5000))[0] in (-5, 0, 2)
+    assert await raw_value(st, a) is None
+    assert (await st.read_atomic([a, b])).values == {a: None, b: token.encode()}
+
+
+async def test_a_prepare_resent_over_its_superseded_version_keeps_the_index(
+    st: Stampede,
+) -> None:
+    """A prepare that arrives again once its version was kept out at the key (a lost
+    reply resent late): the version stays marked, in the index too, and its commit is
+    still kept out."""
+    a = "resend:{1}:a"
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    await _prepare(st, [a], [a, "resend:{2}:b"], version, token)
+    async with st.transaction() as tx:
+        tx.set(a, b"newer")
+    await _prepare(st, [a], [a, "resend:{2}:b"], version, token)
+    side = side_key(a.encode(), st.topology.slot_of)
+    p, i = await st.topology.execute(side, "HMGET", side, "p", "i")
+    pad = b"%020d:%s" % (version, token.encode())
+    assert pad not in p and pad in i
+    assert await _commit(st, [a], version, token, 5000) == [0]
+    assert (await raw_value(st, a) or b"").endswith(b":newer")
