@@ -291,3 +291,29 @@ def test_a_turn_cut_short_by_its_loop_holds_nothing() -> None:
     del lane, arg
     gc.collect()
     assert gone() is None
+
+
+async def test_a_part_answered_before_its_shared_connection_was_lost_keeps_its_reply(
+    proxied: tuple[Stampede, RedisProxy],
+) -> None:
+    """Two callers' scripts share one write; the server runs both, the first's reply
+    arrives and the connection is lost before the second's. The first caller has its
+    answer (it is not an unknown outcome, nor sent again); only the second's is
+    unknown, and each ran once."""
+    st, proxy = proxied
+    bump = Script("return redis.call('INCR', KEYS[1])", name="bump")
+    a, b = b"quick:{pa}", b"quick:{pb}"
+    assert await st.topology.scripts(bump, [([a], []), ([b], [])]) == [1, 1]  # loaded
+    rule = proxy.drop_reply(lambda cmd: _calls(bump.sha)(cmd) and cmd[3] == b)
+    outcomes: list[Any] = await asyncio.gather(
+        st.topology.scripts(bump, [([a], [])]),
+        st.topology.scripts(bump, [([b], [])]),
+        return_exceptions=True,
+    )
+    first, second = outcomes
+    assert rule.hits == 1
+    assert first == [2]
+    assert isinstance(second, OutcomeUnknownError)
+    assert proxy.count(_calls(bump.sha)) == 4  # nothing sent again
+    assert await st.topology.execute(a, "GET", a) == b"2"
+    assert await st.topology.execute(b, "GET", b) == b"2"

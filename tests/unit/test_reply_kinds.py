@@ -1,6 +1,6 @@
 """Array replies: nested error replies get their kinds; plain ones are left as they are.
 
-`_resp._kinds_in` first scans the item types in C and returns a reply of ints, bytes
+`_reply_errors.kinds_in` first scans the item types in C and returns a reply of ints, bytes
 and nils at once (the guard's codes, an MGET's values); anything else takes the loop.
 """
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stampede.topology._reply_errors import MovedError, NoScriptError, ReplyError
-from stampede.topology._resp import _kinds_in
+from stampede.topology._reply_errors import kinds_in as _kinds_in
 
 
 def _slowly(reply: list[Any]) -> list[Any]:

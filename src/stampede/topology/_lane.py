@@ -30,6 +30,7 @@ outcome handed to `then` as a `Sent` as soon as it is read. A caller that cannot
 use that outcome as it is (a lost reply, an error reply) passes the `Sent` to
 `pipeline(commands, first=sent)`, which takes it as its first attempt and goes on
 by the rules above: nothing is sent again that `pipeline` would not send again.
+`send_parts` writes several such pipelines in one write, each with its own `Sent`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from ..errors import OutcomeUnknownError
 from ._endpoint import Endpoint
 from ._resp import Connection, ConnectionLost, ConnectTimeout, ReplyTimeout, blocking
 from ._retries import all_idempotent, backoff, describe
+from ._sent import Sent
 from ._session import Session, check_auth
 
 __all__ = ["LOST", "Lane", "Sent", "Session"]
@@ -54,41 +56,6 @@ _BUSY = 2
 
 _LOOK = 8
 """Connections `Lane._pick` looks at, at most, for one pipeline (going round them)."""
-_ANSWERS = frozenset({list, int, bytes, type(None)})  # reply types no error hides in
-
-
-class Sent:
-    """The first attempt of a pipeline, written by `Lane.send_now`: its commands, its
-    connection and, once answered, `result` (the replies, or the `ConnectionLost` /
-    `ReplyTimeout` that ended the connection). `Lane.pipeline(first=...)` takes it
-    once, for the same commands."""
-
-    __slots__ = ("_then", "commands", "conn", "fresh", "result")
-
-    def __init__(
-        self, commands: Sequence[Sequence[Any]], conn: Connection, then: Callable[[Sent], None]
-    ) -> None:
-        self.commands = commands
-        self.conn = conn
-        self._then = then
-        self.result: Any = None
-        self.fresh = True
-        """Not yet taken by `Lane.pipeline` as its first attempt."""
-
-    def __call__(self, result: Any) -> None:
-        self.result = result
-        self._then(self)
-
-    def plain(self) -> list[Any] | None:
-        """The replies, when the attempt got through with no error reply; else None."""
-        result = self.result
-        if isinstance(result, BaseException) or not (
-            _ANSWERS.issuperset(map(type, result))  # (one scan in C, the usual case)
-            or not any(isinstance(r, BaseException) for r in result)
-        ):
-            return None
-        replies: list[Any] = result
-        return replies
 
 
 class Lane:
@@ -270,12 +237,21 @@ class Lane:
         shared connection is at hand and nothing in them blocks (WAIT); False, with
         nothing sent, otherwise. `then(sent)` runs once, when the attempt ends (see
         the module); `TypeError` (nothing sent) for an argument that cannot be sent."""
-        if blocking(commands):
-            return False
-        conn = self._pick()
+        return not blocking(commands) and self.send_parts([(commands, then)])
+
+    def send_parts(
+        self,
+        parts: Sequence[tuple[Sequence[Sequence[Any]], Callable[[Sent], None]]],
+        conn: Connection | None = None,
+    ) -> bool:
+        """`send_now` of several pipelines (none blocking) in one write, on `conn` (by
+        default one at hand; False, nothing sent, when none is): each `then` gets its
+        own pipeline's `Sent`, so one answered before the connection ends keeps its
+        replies (`Connection.send_parts`)."""
+        conn = self._pick() if conn is None else conn
         if conn is None:
             return False
-        conn.send_then(commands, Sent(commands, conn, then))
+        conn.send_parts([(commands, Sent(commands, conn, then)) for commands, then in parts])
         return True
 
     async def pipeline(

@@ -8,7 +8,10 @@ timeout fails the whole pipeline.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
+    "PLAIN",
     "AskError",
     "AuthError",
     "BusyLoadingError",
@@ -26,6 +29,7 @@ __all__ = [
     "TryAgainError",
     "is_auth_refusal",
     "kind_of",
+    "kinds_in",
 ]
 
 
@@ -143,3 +147,19 @@ def is_auth_refusal(reply: object) -> bool:
     return reply.code in _AUTH_CODES or (
         "AUTH" in text and ("password" in text or "invalid username" in text)
     )
+
+
+def kinds_in(reply: list[Any]) -> list[Any]:
+    """An array reply with its nested error replies given their kinds (EXEC, scripts)."""
+    if PLAIN.issuperset(map(type, reply)):  # no error, no array in it: one C-level scan
+        return reply
+    for i, item in enumerate(reply):
+        if isinstance(item, ReplyError):
+            reply[i] = kind_of(item)
+        elif isinstance(item, list):
+            kinds_in(item)
+    return reply
+
+
+PLAIN = frozenset({int, bytes, type(None)})
+"""The types of an array reply's items that `kinds_in` leaves as they are."""

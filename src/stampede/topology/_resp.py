@@ -22,6 +22,7 @@ pipelines strictly in the order they were sent, so:
 `send_then(commands, callback)` is `send` without the future: the callback gets the
 replies (or the error that ended the connection) as soon as they are read, inside
 the protocol's own callback, with no trip through the event loop's ready queue.
+`send_parts` writes several such pipelines at once, each answered on its own.
 
 RESP2 is all stampede needs (strings, integers, arrays, nil). At connect it
 authenticates (`AUTH`, ACL user or password alone), selects the database and sets
@@ -40,6 +41,7 @@ import hiredis
 from ._encode import blocking as blocking
 from ._encode import pack as pack
 from ._endpoint import Endpoint
+from ._reply_errors import PLAIN as _PLAIN
 from ._reply_errors import AskError as AskError
 from ._reply_errors import AuthError as AuthError
 from ._reply_errors import BusyLoadingError as BusyLoadingError
@@ -57,6 +59,7 @@ from ._reply_errors import ReplyTimeout as ReplyTimeout
 from ._reply_errors import TryAgainError as TryAgainError
 from ._reply_errors import is_auth_refusal as is_auth_refusal
 from ._reply_errors import kind_of as _kind_of
+from ._reply_errors import kinds_in as _kinds_in
 
 __all__ = [
     "AskError",
@@ -87,7 +90,7 @@ Callback = Callable[[Any], None]
 class _Waiting:
     """One pipeline waiting for its replies: a future, or a callback, to hand them to."""
 
-    __slots__ = ("callback", "count", "deadline", "future", "replies")
+    __slots__ = ("callback", "count", "deadline", "ends", "future", "replies")
 
     def __init__(
         self,
@@ -101,6 +104,8 @@ class _Waiting:
         self.count = count
         self.deadline = deadline
         self.replies: list[Any] = []
+        self.ends = True
+        """The last pipeline of its write (`Connection.pending` counts writes)."""
 
 
 class Connection(asyncio.Protocol):
@@ -117,6 +122,7 @@ class Connection(asyncio.Protocol):
         self._drained: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
+        self._writes = 0  # writes not yet answered in full
 
     # -- opening ----------------------------------------------------------------
 
@@ -189,8 +195,8 @@ class Connection(asyncio.Protocol):
 
     @property
     def pending(self) -> int:
-        """Pipelines sent and not yet answered."""
-        return len(self._waiting)
+        """Writes (pipelines, or `send_parts` groups) not yet answered in full."""
+        return self._writes
 
     def send(
         self,
@@ -212,7 +218,7 @@ class Connection(asyncio.Protocol):
             future.set_exception(self._closed or ConnectionLost("not connected"))
             return future
         deadline = self._deadline(commands, timeout, blocks)
-        self._write(data, _Waiting(future, None, len(commands), deadline))
+        self._write(data, deadline, _Waiting(future, None, len(commands), deadline))
         return future
 
     def send_then(self, commands: Sequence[Sequence[Any]], callback: Callback) -> None:
@@ -224,11 +230,28 @@ class Connection(asyncio.Protocol):
         `TypeError` (nothing written) for an argument that cannot be sent;
         `ConnectionLost` (nothing written) when the connection is closed.
         """
-        data = pack(commands)
+        self.send_parts([(commands, callback)])
+
+    def send_parts(self, parts: Sequence[tuple[Sequence[Sequence[Any]], Callback]]) -> None:
+        """`send_then` of several pipelines in one write: each callback gets its own
+        pipeline's replies, so a pipeline answered before the connection ends keeps
+        its replies (only those still waiting fail)."""
+        data = b"".join([pack(commands) for commands, _ in parts])
         if self._closed is not None or self._transport is None:
             raise self._closed or ConnectionLost("not connected")
-        deadline = self._deadline(commands, None, 0)
-        self._write(data, _Waiting(None, callback, len(commands), deadline))
+        deadline = self._deadline((), None, 0)
+        last: _Waiting | None = None
+        for commands, callback in parts:
+            waiting = _Waiting(None, callback, len(commands), deadline)
+            if commands:
+                self._waiting.append(last := waiting)
+                waiting.ends = False
+            else:  # nothing to answer: done at once (a reply would never be its own)
+                self._call_back(waiting, [])
+        if last is not None:
+            last.ends = True
+            self._writes += 1
+        self._write(data, deadline)
 
     def _deadline(
         self, commands: Sequence[Sequence[Any]], timeout: float | None, blocks: float | None
@@ -240,11 +263,12 @@ class Connection(asyncio.Protocol):
         wait += blocking(commands) if blocks is None else blocks
         return self._loop.time() + wait
 
-    def _write(self, data: bytes, waiting: _Waiting) -> None:
-        deadline = waiting.deadline
+    def _write(self, data: bytes, deadline: float | None, waiting: _Waiting | None = None) -> None:
         if deadline is not None and (self._timer is None or deadline < self._timer_at):
             self._arm(deadline)
-        self._waiting.append(waiting)
+        if waiting is not None:
+            self._waiting.append(waiting)
+            self._writes += 1
         assert self._transport is not None
         self._transport.write(data)
 
@@ -311,6 +335,7 @@ class Connection(asyncio.Protocol):
             head.replies.append(reply)
             if len(head.replies) == head.count:
                 waiting.popleft()
+                self._writes -= head.ends
                 future = head.future
                 if future is None:
                     self._call_back(head, head.replies)
@@ -349,6 +374,7 @@ class Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._writes = 0
         while self._waiting:
             waiting = self._waiting.popleft()
             future = waiting.future
@@ -367,19 +393,3 @@ class Connection(asyncio.Protocol):
             self._loop.call_exception_handler(
                 {"message": "a send_then callback raised", "exception": exc, "protocol": self}
             )
-
-
-def _kinds_in(reply: list[Any]) -> list[Any]:
-    """An array reply with its nested error replies given their kinds (EXEC, scripts)."""
-    if _PLAIN.issuperset(map(type, reply)):  # no error, no array in it: one C-level scan
-        return reply
-    for i, item in enumerate(reply):
-        if isinstance(item, ReplyError):
-            reply[i] = _kind_of(item)
-        elif isinstance(item, list):
-            _kinds_in(item)
-    return reply
-
-
-_PLAIN = frozenset({int, bytes, type(None)})
-"""The types of an array reply's items that `_kinds_in` leaves as they are."""

@@ -12,11 +12,13 @@ through `resume` at once. A transaction's prepare and commit rounds use it
 (`Shards.scripts`, `Cluster.scripts`).
 
 Rounds of concurrent callers share writes: every pipeline bound for one server in
-one event-loop turn is written at the end of that turn as one pipeline, on one
+one event-loop turn is written at the end of that turn in one write, on one
 connection (`_Cork`, held by the lane itself: a turn its loop never finishes goes
-with the lane), and each caller gets its own commands' answers back. At 64
-transactions in flight that is one write, one reply read and one connection's
-worth of bookkeeping per server per turn, where it was one per transaction.
+with the lane), each caller's commands a pipeline of its own there: each
+caller gets its own commands' answers back, and keeps them when the connection is
+lost after they came. At 64 transactions in flight that is one write, one reply
+read and one connection's worth of bookkeeping per server per turn, where it was
+one per transaction.
 """
 
 from __future__ import annotations
@@ -69,21 +71,22 @@ async def script_round(
 
 class _Cork:
     """The pipelines bound for one lane in this loop turn: written together when the
-    turn ends (`flush`), as one pipeline; each part's answer goes to its own `then`."""
+    turn ends (`flush`), in one write on one connection, each part a pipeline of its
+    own there (`Lane.send_parts`): a part answered before the connection ends keeps
+    its answer, and only the parts still waiting meet the loss."""
 
-    __slots__ = ("commands", "lane", "loop", "parts")
+    __slots__ = ("lane", "loop", "parts")
 
     def __init__(self, lane: Lane, loop: asyncio.AbstractEventLoop) -> None:
         self.lane = lane
         self.loop = loop
-        self.commands: list[tuple[Any, ...]] = []
-        self.parts: list[tuple[int, int, Callable[[Sent | None], None]]] = []
+        self.parts: list[tuple[list[tuple[Any, ...]], Callable[[Sent | None], None]]] = []
 
     def flush(self) -> None:
         if self.lane.corked is self:
             self.lane.corked = None
         try:
-            sent = self.lane.send_now(self.commands, self._answered)
+            sent = self.lane.send_parts(self.parts)
         except Exception:
             self._unsent()  # (cannot be encoded) each part's own path meets it, and reports it
             return
@@ -94,22 +97,13 @@ class _Cork:
 
     async def _later(self) -> None:
         try:
-            conn = await self.lane.connection()
-            conn.send_then(self.commands, Sent(self.commands, conn, self._answered))
+            self.lane.send_parts(self.parts, await self.lane.connection())
         except Exception:
             self._unsent()
 
     def _unsent(self) -> None:
-        for _, _, then in self.parts:
+        for _, then in self.parts:
             then(None)
-
-    def _answered(self, whole: Sent) -> None:
-        """The shared pipeline ended: each part gets a `Sent` of its own commands,
-        answered with its own replies (or the error that ended the connection)."""
-        result, commands = whole.result, self.commands
-        for lo, hi, then in self.parts:
-            part = Sent(commands[lo:hi], whole.conn, then)
-            part(result if isinstance(result, BaseException) else result[lo:hi])
 
 
 _LATER: set[asyncio.Task[None]] = set()
@@ -130,9 +124,7 @@ def _send_soon(
     if cork is None or cork.loop is not loop:  # (one left by a loop closed mid-turn)
         cork = lane.corked = _Cork(lane, loop)
         loop.call_soon(cork.flush)
-    start = len(cork.commands)
-    cork.commands.extend(commands)
-    cork.parts.append((start, len(cork.commands), then))
+    cork.parts.append((commands, then))
 
 
 def _to(fanin: Fanin, index: int) -> Callable[[Sent | None], None]:
