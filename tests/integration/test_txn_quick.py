@@ -21,10 +21,11 @@ import pytest
 import stampede
 from stampede import OutcomeUnknownError, Stampede, TransactionAborted
 from stampede._lua import Script
-from stampede._txn.scripts import COMMIT, PREPARE
+from stampede._txn.scripts import COMMIT, COMMIT_ONE, PREPARE
 from stampede.errors import ShardResponseError, ShardUnavailable
 from stampede.options import ConnectOptions
 from stampede.testing import LocalPrimaries, RedisProxy
+from stampede.testing._admin import command
 from stampede.topology._base import each_script
 from stampede.topology._endpoint import parse_url
 from stampede.topology._lane import Lane, Sent
@@ -317,3 +318,31 @@ async def test_a_part_answered_before_its_shared_connection_was_lost_keeps_its_r
     assert proxy.count(_calls(bump.sha)) == 4  # nothing sent again
     assert await st.topology.execute(a, "GET", a) == b"2"
     assert await st.topology.execute(b, "GET", b) == b"2"
+
+
+async def test_a_one_slot_commit_resent_and_then_refused_is_not_reported_aborted(
+    proxied: tuple[Stampede, RedisProxy], stampede_primaries: LocalPrimaries
+) -> None:
+    """The one-slot call ran and its reply was lost; the resend (it is idempotent)
+    meets an error reply (here NOPERM: the ACL changed meanwhile). The refusal says
+    nothing of the first send, which applied: the transaction is not reported
+    aborted (nothing written) but as an unknown outcome."""
+    st, proxy = proxied
+    node = stampede_primaries.nodes[0]
+    keys = ["quick:{one}:a", "quick:{one}:b"]
+    await _commit(st, b"before", keys)  # COMMIT_ONE loaded
+
+    def refuse_the_resend(cmd: tuple[bytes, ...]) -> bool:
+        if _calls(COMMIT_ONE.sha)(cmd):
+            command(node, "ACL", "SETUSER", "default", "-evalsha")
+        return False
+
+    proxy.drop_reply(_calls(COMMIT_ONE.sha))
+    proxy.delay_reply(refuse_the_resend, 0.0)
+    try:
+        with pytest.raises(OutcomeUnknownError):
+            await _commit(st, b"after", keys)
+    finally:
+        command(node, "ACL", "SETUSER", "default", "+evalsha")
+    assert proxy.count(_calls(COMMIT_ONE.sha)) >= 2
+    assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"after")

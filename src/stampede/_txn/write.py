@@ -48,6 +48,7 @@ from ..errors import (
 from ..options import Durability
 from ..results import GuardCode, TransactionReceipt
 from ..topology._base import call_units
+from ..topology._retries import watch_losses
 from ..typing import Topology, VersionSource
 from ..versions import Counter
 from ..wire import expire_at, new_token
@@ -222,21 +223,24 @@ class Transaction:
         everything = [list(range(len(keys)))]
         attempt = 0
         while True:
-            codes = await run_units(
-                self._topology,
-                COMMIT_ONE,
-                keys,
-                sides,
-                args,
-                head=[self._grace_ms],
-                positions=everything,
-                acks=acks,
-            )
+            with watch_losses() as lost:
+                codes = await run_units(
+                    self._topology,
+                    COMMIT_ONE,
+                    keys,
+                    sides,
+                    args,
+                    head=[self._grace_ms],
+                    positions=everything,
+                    acks=acks,
+                )
             error = next((c for c in codes if isinstance(c, ShardError)), None)
             if error is None:
                 return codes
-            if attempt == 0 and isinstance(error, ShardResponseError):
-                # the server refused the call itself, the first time: nothing ran
+            if attempt == 0 and not lost.count and isinstance(error, ShardResponseError):
+                # the server refused the call itself, the first time, and no reply was
+                # lost before (a resend refused says nothing of the send it follows,
+                # which may have run): nothing ran
                 raise TransactionAborted(
                     f"the one-slot call failed ({error})", keys=keys, cause=error
                 ) from error

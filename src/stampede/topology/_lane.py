@@ -42,7 +42,7 @@ from typing import Any
 from ..errors import OutcomeUnknownError
 from ._endpoint import Endpoint
 from ._resp import Connection, ConnectionLost, ConnectTimeout, ReplyTimeout, blocking
-from ._retries import all_idempotent, backoff, describe
+from ._retries import all_idempotent, backoff, describe, note_loss
 from ._sent import Sent
 from ._session import Session, check_auth
 
@@ -293,6 +293,7 @@ class Lane:
                 if not isinstance(result, LOST):
                     raise result
                 self._lost()
+                note_loss()
                 if not safe:
                     raise OutcomeUnknownError(
                         describe(commands), shard=self.name, cause=result

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from .._backoff import backoff as shared_backoff
@@ -32,12 +34,15 @@ __all__ = [
     "MARKER_PREFIX",
     "MARKER_TTL_MS",
     "READ_ONLY",
+    "Losses",
     "Markers",
     "all_idempotent",
     "backoff",
     "describe",
     "idempotent_script",
     "is_idempotent",
+    "note_loss",
+    "watch_losses",
 ]
 
 READ_ONLY: frozenset[str] = frozenset(
@@ -133,6 +138,36 @@ def describe(commands: Sequence[Sequence[Any]]) -> str:
         else:
             shown.append(name)
     return ", ".join(shown[:8]) + (", ..." if len(shown) > 8 else "")
+
+
+class Losses:
+    """The replies lost (a dropped connection, a timeout) under `watch_losses`: a
+    call resent after one and then refused may have applied all the same (its
+    refusal says nothing of the send whose reply was lost)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+_LOSSES: ContextVar[Losses | None] = ContextVar("stampede_losses", default=None)
+
+
+@contextmanager
+def watch_losses() -> Iterator[Losses]:
+    """Inside: every reply a lane loses in this context (its tasks too) is counted."""
+    token = _LOSSES.set(losses := Losses())
+    try:
+        yield losses
+    finally:
+        _LOSSES.reset(token)
+
+
+def note_loss() -> None:
+    """A lane lost a reply (`Lane.pipeline`): counted for `watch_losses`, if any."""
+    if (losses := _LOSSES.get()) is not None:
+        losses.count += 1
 
 
 def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
