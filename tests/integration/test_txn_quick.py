@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import weakref
 from collections.abc import AsyncIterator
 from typing import Any
@@ -346,3 +347,42 @@ async def test_a_one_slot_commit_resent_and_then_refused_is_not_reported_aborted
         command(node, "ACL", "SETUSER", "default", "+evalsha")
     assert proxy.count(_calls(COMMIT_ONE.sha)) >= 2
     assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"after")
+
+
+async def test_noscript_on_one_part_of_a_shared_write_reruns_that_part_alone(
+    proxied: tuple[Stampede, RedisProxy],
+) -> None:
+    """Two callers' scripts share a write; the server knows one script and not the
+    other: the unknown one goes again as EVAL, the known one is answered as it is."""
+    st, proxy = proxied
+    known = Script("return 'known'", name="known")
+    unknown = Script(f"return 'unknown' -- {os.urandom(8).hex()}", name="unknown")
+    await st.topology.scripts(known, [([b"quick:{k}"], [])])
+    evals = proxy.count(lambda cmd: cmd[0] == b"EVAL")
+    outcomes: list[Any] = await asyncio.gather(
+        st.topology.scripts(known, [([b"quick:{k}"], [])]),
+        st.topology.scripts(unknown, [([b"quick:{u}"], [])]),
+    )
+    assert outcomes == [[b"known"], [b"unknown"]]
+    assert proxy.count(lambda cmd: cmd[0] == b"EVAL") - evals == 1
+
+
+async def test_a_caller_cancelled_while_its_part_waits_leaves_the_others_answered(
+    proxied: tuple[Stampede, RedisProxy],
+) -> None:
+    """Three callers in one turn, the second cancelled before the turn's write: it
+    hears CancelledError, the others their own answers, nothing waits for ever."""
+    st, _ = proxied
+    echo = Script("return ARGV[1]", name="echo")
+    await st.topology.scripts(echo, [([b"quick:{c}"], [b"load"])])
+    calls = [
+        asyncio.ensure_future(st.topology.scripts(echo, [([b"quick:{c}"], [b"%d" % i])]))
+        for i in range(3)
+    ]
+    await asyncio.sleep(0)  # each caller's part is queued for the end of the turn
+    calls[1].cancel()
+    assert await asyncio.wait_for(calls[0], 5) == [b"0"]
+    assert await asyncio.wait_for(calls[2], 5) == [b"2"]
+    with pytest.raises(asyncio.CancelledError):
+        await calls[1]
+    assert await st.topology.scripts(echo, [([b"quick:{c}"], [b"after"])]) == [b"after"]
