@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import os
 import weakref
@@ -30,7 +31,7 @@ from stampede.testing._admin import command
 from stampede.topology._base import each_script
 from stampede.topology._endpoint import parse_url
 from stampede.topology._lane import Lane, Sent
-from stampede.topology._rounds import _send_soon
+from stampede.topology._rounds import _LATER, _send_soon
 from stampede.topology._shards import Shards
 
 from ..support import open_stampede, spread_keys, tasks_created
@@ -386,3 +387,38 @@ async def test_a_caller_cancelled_while_its_part_waits_leaves_the_others_answere
     with pytest.raises(asyncio.CancelledError):
         await calls[1]
     assert await st.topology.scripts(echo, [([b"quick:{c}"], [b"after"])]) == [b"after"]
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["before-it-ran", "while-it-waits"])
+async def test_a_turn_waiting_for_a_connection_answers_its_callers_when_cancelled(
+    started: bool,
+) -> None:
+    """A turn with no connection at hand waits for one in a task of its own; that task
+    cancelled (a loop shutting down cancels every task), before it ran or while it
+    waits, still answers each caller (not sent: each goes on its own way), never
+    leaving one waiting forever."""
+
+    def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # accepted, never answered: the handshake waits
+
+    held: list[asyncio.StreamWriter] = []
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    lane = Lane(dataclasses.replace(parse_url(f"redis://127.0.0.1:{port}"), client_name="t"))
+    before = set(_LATER)
+    answers: list[Sent | None] = []
+    _send_soon(lane, [("PING",)], answers.append)
+    for _ in range(100):  # the turn ends, and its flush starts the wait
+        await asyncio.sleep(0)
+        if _LATER - before:
+            break
+    (waiting,) = _LATER - before
+    for _ in range(3 if started else 0):  # into the handshake, which never ends
+        await asyncio.sleep(0)
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert answers == [None]
+    for writer in held:
+        writer.close()
+    server.close()
+    await server.wait_closed()

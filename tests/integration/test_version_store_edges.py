@@ -18,7 +18,7 @@ from stampede._txn.write import run_units
 from stampede.errors import ShardUnavailable
 from stampede.testing.faults import DelegatingTopology
 from stampede.wire import new_token
-from stampede.wire._txn import encode_meta, side_key
+from stampede.wire._txn import encode_meta, mark_record, side_key
 
 from ..support import eventually, gone, raw_value, spread_keys
 
@@ -104,17 +104,23 @@ async def test_a_sibling_group_deleted_keeps_its_commit_marks_for_the_sweep(
     assert (await st.read_atomic([a, b])).values == {a: token.encode(), b: None}
 
 
+@pytest.mark.parametrize("legacy", [False, True], ids=["marks", "legacy-marks"])
 async def test_a_sibling_rewritten_with_a_ttl_keeps_its_commit_marks_for_the_sweep(
-    st: Stampede,
+    st: Stampede, legacy: bool
 ) -> None:
     """T (no TTL) committed at b, still pending at a. b is then rewritten by a
     transaction U with a short TTL, which gives b's version hash (until then without
     expiry) one: it must keep the commit marks that vouch for T past U's expiry plus
-    the grace window, or the sweep that comes later never completes T at a."""
-    a, b = spread_keys(st, "ttm", 2)
+    the grace window, or the sweep that comes later never completes T at a. The same
+    for a hash whose marks are in the form written before they moved to `t` (`c`)."""
+    a, b = spread_keys(st, "ttm-legacy" if legacy else "ttm", 2)
     version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
     await _prepare(st, [a, b], [a, b], version, token)
     assert await _commit(st, [b], version, token, 5000) == [1]
+    if legacy:  # T's mark as an older stampede wrote it
+        side = side_key(b.encode(), st.topology.slot_of)
+        await st.topology.execute(side, "HDEL", side, "t")
+        await st.topology.execute(side, "HSET", side, "c", mark_record((version, token)))
     v2, t2 = st.versions.now(), new_token()  # type: ignore[attr-defined]
     at = await _server_ms(st, b) + 50
     await _prepare(st, [b], [b], v2, t2, at=at)

@@ -20,7 +20,7 @@ for i = 1, #KEYS / 2 do
   local v, t, at, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   local s = v .. ':' .. t
   local ps = vpad(v, t)
-  local got = redis.call('HMGET', side, 'g', 'p', 'i', 'd:' .. s, 'm:' .. s, 'x:' .. s, 't')
+  local got = redis.call('HMGET', side, 'g', 'p', 'i', 'd:' .. s, 'm:' .. s, 'x:' .. s, 't', 'c')
   local g, ix, marked = got[1], vindex(side, got[2], got[3]), got[6]
   local sets, dels = {}, {}
   if env ~= '' then  -- (written now: the hash exists before its expiry is set below)
@@ -81,10 +81,11 @@ for i = 1, #KEYS / 2 do
         redis.call('SET', key, env, 'PXAT', at)
         local want = math.max(tonumber(at), now) + grace
         local left = redis.call('PEXPIRETIME', side)
-        if left == -1 and got[7] and got[7] ~= t then
+        if left == -1 and ((got[7] and got[7] ~= t) or got[8]) then
           -- the commit marks of the values before, which had no expiry, stay the
           -- sweep's evidence for as long as a sibling's prepared version waits (the
-          -- prepare hold, as the writer gives it)
+          -- prepare hold, as the writer gives it); `c`: the marks of a hash written
+          -- before they moved to `t`
           want = math.max(want, now + math.max(3600000, 10 * grace))
         end
         -- a hash with no expiry keeps none while a newer version is prepared here (a

@@ -93,12 +93,17 @@ class _Cork:
         if not sent:  # no connection at hand: the whole turn waits for one, not each part
             task = self.loop.create_task(self._later())
             _LATER.add(task)
-            task.add_done_callback(_LATER.discard)
+            task.add_done_callback(self._ended)
 
     async def _later(self) -> None:
         try:
             self.lane.send_parts(self.parts, await self.lane.connection())
         except Exception:
+            self._unsent()
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        _LATER.discard(task)
+        if task.cancelled():  # (before or while it waited: nothing was sent) no caller waits
             self._unsent()
 
     def _unsent(self) -> None:
