@@ -18,7 +18,7 @@ from stampede.typing import GuardStamp
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
-from ..support import gone, open_stampede, raw_value
+from ..support import eventually, gone, open_stampede, raw_value
 
 HOT = "{hot}"
 
@@ -193,3 +193,62 @@ async def test_a_resent_write_mid_migration_still_raises_the_floor(
         floor = await st.topology.execute(side, "HGET", side, "g")
         assert floor == b"%d:%s" % (version, token.encode())
         await asyncio.to_thread(stampede_cluster.finish_migration, slot)
+
+
+async def test_a_sweep_that_misses_a_pending_key_moved_mid_pass_keeps_the_evidence(
+    stampede_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction with a TTL committed at x and still pending at y (its writer died
+    between the two). While the sweep's first pass walks the nodes, y's slot moves
+    from a node not yet scanned to one already scanned: the pass never sees y's
+    version hash, so nothing rolls it forward, and the second pass collects x's. x's
+    commit marks (the evidence that completes y) must still outlive its value: once
+    the TTL has passed, the next sweep completes y, and y's older value, which the
+    transaction replaced, is gone with it (it stayed, brought back)."""
+    async with open_stampede(stampede_cluster, "cluster", version_grace=0.05) as st:
+        names = st.topology.shard_names
+        first = names[0]  # scanned first: y's hash arrives there once it was walked
+        tags = (f"swept{i}" for i in range(10_000))
+        y = next(f"{{{t}}}:y" for t in tags if st.topology.shard_of(f"{{{t}}}:y".encode()) != first)
+        x = next(f"{{{t}}}:x" for t in tags if st.topology.shard_of(f"{{{t}}}:x".encode()) != first)
+        raw = [x.encode(), y.encode()]
+        async with st.transaction() as tx:  # the values before, with no expiry
+            tx.set(x, b"old")
+            tx.set(y, b"old")
+        version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+        sides = [side_key(k, st.topology.slot_of) for k in raw]
+        seconds, micros = await st.topology.execute(raw[0], "TIME")
+        at = int(seconds) * 1000 + int(micros) // 1000 + 3000
+        env = b"%d:%s:new" % (version, token.encode())
+        args = [(version, token, 0, at, env, encode_meta(raw))] * 2
+        assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
+        commit = [(version, token, at, 0, b"", b"")]
+        assert await run_units(st.topology, COMMIT, raw[:1], sides[:1], commit, head=[50]) == [1]
+
+        slot = keyslot(y)
+        source = st.topology.shard_of(raw[1])
+        target = next(m for m in stampede_cluster.masters if m.address == first)
+        scan = st.topology.execute_on
+        moved: list[int] = []
+
+        async def scan_moving(shard: str, *args: object) -> object:
+            if shard == source and not moved:  # the first pass reaches y's node
+                moved.append(slot)
+                await asyncio.to_thread(stampede_cluster.migrate_slot, slot, target)
+            return await scan(shard, *args)
+
+        monkeypatch.setattr(st.topology, "execute_on", scan_moving)
+        await sweep(st.topology, grace=0.05)
+        monkeypatch.undo()
+        assert moved and stampede_cluster.master_for_slot(slot) is target
+        assert await raw_value(st, y) is not None  # pending there still: not seen
+        await gone(st, x)  # the transaction's TTL has passed
+
+        async def past_grace() -> bool:  # and the grace window after it, by the server
+            seconds, micros = await st.topology.execute(raw[0], "TIME")
+            return int(seconds) * 1000 + int(micros) // 1000 > at + 100
+
+        await eventually(past_grace)
+        await sweep(st.topology, grace=0.05)
+        assert await raw_value(st, y) is None
+        assert (await st.read_atomic([x, y])).values == {x: None, y: None}

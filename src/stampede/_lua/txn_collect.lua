@@ -10,7 +10,8 @@
 --   * a hash left with nothing a reader needs (no kept or prepared version, no
 --     metadata of the key's current value) is deleted, or, while it holds commit
 --     marks (the sweep's evidence), left to live `hold` at most; one
---     whose data key expires lives no longer than that instant plus `grace`.
+--     whose data key expires lives no longer than that instant plus `grace` (while
+--     it holds commit marks: `hold` from now, if that is later).
 -- Replies the number of hashes deleted.
 --! include now
 --! include older
@@ -74,6 +75,13 @@ for i = 1, #KEYS / 2 do
     local at = redis.call('PEXPIRETIME', key)
     if at > 0 then
       local want = math.max(at, now) + grace
+      if kept['t'] or kept['u'] or kept['c'] then
+        -- its commit marks too outlive the value, for the hold: a sibling still
+        -- pending that this sweep's first pass did not see (its slot moved to a node
+        -- already walked, or its transaction came after the walk) needs them once
+        -- the value is gone, to be completed there and not left at what it replaced
+        want = math.max(want, now + hold)
+      end
       local until_ = redis.call('PEXPIRETIME', side)
       if until_ == -1 or until_ > want then redis.call('PEXPIREAT', side, want) end
     end
