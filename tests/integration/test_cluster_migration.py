@@ -7,18 +7,20 @@ import random
 
 import pytest
 
-from stampede import RetryPolicy, Stampede, TornReadError, keyslot
+from stampede import RetryPolicy, Stampede, TornReadError, atomic, keyslot
 from stampede._txn.scripts import COMMIT, PREPARE
 from stampede._txn.sweep import sweep
 from stampede._txn.units import run_units
+from stampede.options import load_options
 from stampede.results import GuardCode
-from stampede.testing import LocalCluster
+from stampede.testing import LocalCluster, RedisProxy
+from stampede.topology import Cluster
 from stampede.topology._guard import GUARD, requests_for
 from stampede.typing import GuardStamp
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
-from ..support import eventually, gone, open_stampede, raw_value
+from ..support import FAST, eventually, gone, open_stampede, raw_value
 
 HOT = "{hot}"
 
@@ -252,3 +254,42 @@ async def test_a_sweep_that_misses_a_pending_key_moved_mid_pass_keeps_the_eviden
         await sweep(st.topology, grace=0.05)
         assert await raw_value(st, y) is None
         assert (await st.read_atomic([x, y])).values == {x: None, y: None}
+
+
+async def test_a_multi_redirected_while_no_node_gives_the_slot_map_follows_moved(
+    stampede_cluster: LocalCluster,
+) -> None:
+    """atomic.multi meets MOVED (its slot moved since the map was loaded) and reloads
+    the map, but no node answers CLUSTER SLOTS: the reload's own error (a transport
+    exception, no StampedeError) ended the call. The block goes to the owner MOVED
+    named, once."""
+    proxies = {}
+    for node in stampede_cluster.masters:
+        proxy = RedisProxy(node.address)
+        await proxy.start()
+        proxies[node.address] = proxy
+    by_target = {f"{p.target[0]}:{p.target[1]}": p for p in proxies.values()}
+
+    def remap(addr: tuple[str, int]) -> tuple[str, int]:
+        proxy = by_target[f"{addr[0]}:{addr[1]}"]
+        return proxy.host, proxy.port
+
+    topology = Cluster(
+        proxies[stampede_cluster.masters[0].address].url, options=FAST, address_remap=remap
+    )
+    try:
+        await topology.open()
+        st = Stampede(topology, options=load_options(None, {"connection": FAST}))
+        key = "{multimoved}:n"
+        slot = keyslot(key)
+        source = stampede_cluster.master_for_slot(slot)
+        target = next(m for m in stampede_cluster.masters if m is not source)
+        await asyncio.to_thread(stampede_cluster.migrate_slot, slot, target)
+        for proxy in proxies.values():  # no node gives the map any more
+            proxy.drop_before_forward(lambda cmd: cmd[0].upper() == b"CLUSTER", times=None)
+        assert await atomic.multi(st, [("INCR", key)]) == [1]
+        assert await st.topology.execute(key.encode(), "GET", key) == b"1"
+    finally:
+        await topology.aclose()
+        for proxy in proxies.values():
+            await proxy.aclose()

@@ -295,10 +295,10 @@ class Cluster:
             node = self._single(keys, what)
             try:
                 return await call(self._router.lane_at(node))
-            except (MovedError, AskError, TryAgainError):
+            except (MovedError, AskError, TryAgainError) as exc:
                 # Mid-migration a transaction cannot follow ASK with its keys split,
                 # so wait for the slot to settle.
-                await self._router.refresh()
+                await self._router.settle(exc)
                 await asyncio.sleep(min(0.2, 0.005 * 2**attempt))
             except ERRORS as exc:
                 raise translate(exc, node) from exc

@@ -11,6 +11,7 @@ of a known script that meets NOSCRIPT goes again as EVAL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -250,7 +251,8 @@ class Router:
         for attempt in range(_MAX_REDIRECTS):
             if isinstance(error, MovedError):
                 target, asking = self.table.moved(error.slot, error.host, error.port), False
-                await self.refresh()
+                with contextlib.suppress(*ERRORS):  # a failed reload: MOVED says enough
+                    await self.refresh()
             elif isinstance(error, AskError):
                 target, asking = self.table.address(error.host, error.port), True
             else:  # TRYAGAIN: keys of a multi-key command are split mid-migration
@@ -266,6 +268,16 @@ class Router:
             f"still redirected after {_MAX_REDIRECTS} hops; is a resharding stuck?",
             shard=self.safe_shard(key),
         )
+
+    async def settle(self, error: BaseException) -> None:
+        """After a redirection of a call that cannot follow it (MULTI/EXEC, WATCH): the
+        owner a MOVED names, then the map reloaded. A reload that fails (no node
+        answers CLUSTER SLOTS) leaves the map as MOVED left it: the caller tries again
+        as it would, and fails with its own `ShardError`, never the reload's."""
+        if isinstance(error, MovedError):
+            self.table.moved(error.slot, error.host, error.port)
+        with contextlib.suppress(*ERRORS):
+            await self.refresh()
 
     async def hop(self, target: str, cmd: tuple[Any, ...], *, asking: bool) -> Any:
         """Send `cmd` to `target` (after ASKING on the same connection when asked to).
