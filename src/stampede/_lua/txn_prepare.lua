@@ -2,9 +2,15 @@
 -- PREPARE  ARGV[1] hold ms, then per (data key, version hash) pair: version, token,
 -- limit, expire-at, envelope, metadata. Stores the version without touching the
 -- data key; replies per key: 1 prepared, or a refusal (-1, -2, -3, -4).
+-- A version older than what the key holds now (a newer write landed first: a group
+-- write or delete, whose floor could not rise in a hash that did not exist yet, or a
+-- newer transaction's commit, which marks only what was prepared before it) is
+-- stored marked replaced (`x:`), as its commit would mark it: once that newer value
+-- is gone (a tombstone or TTL ran out), no reader or sweep may complete it here.
 --! include now
 --! include version_index
 local hold = tonumber(ARGV[1])
+local stamp = string.format('%013d', now)
 local out = {}
 for i = 1, #KEYS / 2 do
 --! include txn_pair
@@ -14,8 +20,25 @@ for i = 1, #KEYS / 2 do
     out[i] = -1
   else
 --! include compare
+    local newer = state == 0
     if state == 0 or state == 2 then state = 1 end
-    if state == 1 then
+    if newer then
+      local s = v .. ':' .. t
+      local left = redis.call('PEXPIRETIME', side)
+      local got = redis.call('HMGET', side, 'p', 'i', 'x:' .. s)
+      local m, ps = now .. ':' .. at .. ':' .. meta, vpad(v, t)
+      if got[3] then  -- marked already: the first mark stands
+        redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m)
+      else
+        local ix = vindex(side, got[1], got[2])
+        vmarked(ix, ps, stamp, true)
+        redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m, 'x:' .. s, now,
+          'p', ix.p, 'i', ix.i)
+      end
+      if left == -2 or (left >= 0 and left < now + hold) then
+        redis.call('PEXPIREAT', side, now + hold)
+      end
+    elseif state == 1 then
       local s = v .. ':' .. t
       local left = redis.call('PEXPIRETIME', side)
       local m, ps = now .. ':' .. at .. ':' .. meta, vpad(v, t)
