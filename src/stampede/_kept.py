@@ -8,7 +8,8 @@ versions in one round trip per shard and returns the newest write that every
 key (and, in commit mode, the commit record) still has: the last whole state of
 the group, instead of waiting for the in-flight write to finish. It never goes
 below the oldest value a key holds now, so it never returns less than a write
-acknowledged before the read began.
+acknowledged before the read began (a transaction's commit, which reaches only
+the keys it writes, drops the kept versions of each: txn_commit_body.lua).
 """
 
 from __future__ import annotations

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from stampede import Stampede
+from stampede import RetryPolicy, Stampede, TornReadError
 from stampede._txn.scripts import COMMIT, PREPARE
 from stampede._txn.sweep import sweep
 from stampede._txn.write import run_units
+from stampede.topology._guard import KEEP_MS
+from stampede.typing import GuardStamp
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
@@ -63,3 +65,30 @@ async def test_a_prepare_landing_under_a_newer_write_is_never_completed_later(
     await sweep(st.topology, grace=0.05)
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"old"}
     assert await raw_value(st, a) is None
+
+
+@pytest.mark.parametrize("how", ["tx.delete", "tx.set"])
+async def test_a_group_read_never_returns_a_kept_version_under_a_transaction(
+    st: Stampede, how: str
+) -> None:
+    """A group {a, b} written whole (w1); a newer group write w2 in flight (at a, not
+    yet at b: a keeps w1 for group reads); then a transaction, acknowledged, deletes
+    or rewrites a. A group read begun after it must not return w1 as the group's
+    last whole state: a's w1 was replaced by an acknowledged write older than the
+    read (deleted data would come back). It reads torn instead."""
+    a, b = spread_keys(st, f"keptx-{how}", 2)
+    group = f"keptx-{how}"
+    await st.write(group, {a: b"w1", b: b"w1"})
+    # w2 landed at a only (in flight): a keeps w1
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    value = b"%d:%s:w2" % (version, token.encode())
+    stamp: GuardStamp = {"version": version, "token": token, "limit": 0, "keep_ms": KEEP_MS}
+    await st.topology.write_guarded([a.encode()], [value], **stamp)
+    async with st.transaction() as tx:
+        if how == "tx.delete":
+            tx.delete(a)
+        else:
+            tx.set(a, b"t")
+    quick = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=5.0)
+    with pytest.raises(TornReadError):  # never w1 as a whole group
+        await st.read(group, [a, b], retry=quick)

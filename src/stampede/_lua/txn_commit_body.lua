@@ -11,6 +11,7 @@
 --! include older
 --! include commit_marks
 --! include version_index
+--! include kept_key
 local grace = tonumber(ARGV[1])
 local stamp = string.format('%013d', now)
 local cutoff = string.format('%013d', now - grace)  -- marks older than this are dropped
@@ -65,6 +66,15 @@ for i = 1, #KEYS / 2 do
           vmarked(ix, cpad, stamp, true)
         end
       end
+    end
+    if (state == 1) and cur then
+      -- the values a group write kept at this key for group reads (`<key>:stampede:p`)
+      -- go: each is older than this commit, which is no write of that group, so a
+      -- group read that took one as its group's last whole state would return what
+      -- an acknowledged transaction replaced (deleted data back); the read reads the
+      -- group torn instead (repair.md). Best effort (pcall), as the guard keeps them.
+      local kk = kept_key(key)
+      if kk then redis.pcall('DEL', kk) end
     end
     if state == 1 and at ~= '0' and tonumber(at) <= now then
       -- its expiry instant has passed: the write is gone, and so is what it replaced
