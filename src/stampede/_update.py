@@ -11,6 +11,7 @@ from .errors import InvalidKeyError, RepliesLostError, WriteConflict
 from .keys import to_bytes
 from .results import Receipt
 from .topology._base import WriteOutcome
+from .topology._floor import floor_commands
 from .topology._guard import FUTURE, MIXED
 from .topology._node_ops import watch_update
 from .typing import Topology, VersionSource
@@ -100,9 +101,16 @@ async def update_group(
         receipt = Receipt(group, version, token, tuple(keys), mode, atomic=True)
         return out
 
+    def floors(values: list[bytes]) -> list[tuple[object, ...]]:
+        # a write that is no transaction's raises its keys' floors, as the guard does
+        # (a transaction pending at a key stays superseded once this value is gone)
+        return floor_commands(topology, keys, values[: len(keys)])
+
     for _ in range(max_attempts):
         try:
-            done = await watch_update(topology, watched, apply, expire_at_ms=expire_at(ttl))
+            done = await watch_update(
+                topology, watched, apply, expire_at_ms=expire_at(ttl), then=floors
+            )
         except RepliesLostError:
             done = True  # EXEC's reply was lost, but its operation marker says it applied
         if done:

@@ -92,3 +92,36 @@ async def test_a_group_read_never_returns_a_kept_version_under_a_transaction(
     quick = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=5.0)
     with pytest.raises(TornReadError):  # never w1 as a whole group
         await st.read(group, [a, b], retry=quick)
+
+
+def _other_shard(st: Stampede, key: str, prefix: str) -> str:
+    """A key on another shard than `key`."""
+    here = st.topology.shard_of(key.encode())
+    return next(
+        k for k in (f"{prefix}:{i}" for i in range(256)) if st.topology.shard_of(k.encode()) != here
+    )
+
+
+async def test_an_update_over_a_pending_transaction_is_never_undone(st: Stampede) -> None:
+    """A transaction over a and b, committed at b and still pending at a (its writer
+    died); then update() rewrites a, newer, with a TTL. Once that value expires,
+    neither a reader nor the sweep completes the older transaction at a: update()
+    raises a's floor as every other write that is no transaction's does."""
+    a = "upd:{1}:a"
+    b = _other_shard(st, a, "upd:b")
+    raw = [a.encode(), b.encode()]
+    sides = [side_key(k, st.topology.slot_of) for k in raw]
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    env = b"%d:%s:old" % (version, token.encode())
+    args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
+    assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
+    commit = [(version, token, 0, 0, b"", b"")]
+    assert await run_units(st.topology, COMMIT, raw[1:], sides[1:], commit, head=[5000]) == [1]
+    receipt = await st.update("upd:{1}", [a], lambda cur: {a: b"updated"}, ttl=0.05)
+    assert (receipt.version, receipt.token) > (version, token)
+    await gone(st, a)
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"old"}
+    assert await raw_value(st, a) is None, "an older version came back over an update"
+    await sweep(st.topology, grace=0.05)
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"old"}
+    assert await raw_value(st, a) is None

@@ -14,7 +14,8 @@ async with stampede.Stampede(topology) as st:
 
 It is a model, not a Redis: the commands it understands are the ones stampede's
 reads, writes and repairs send (GET, SET, DEL, MGET, INCR, EXISTS, PTTL,
-PEXPIRETIME, list commands for kept versions, SCAN, PING); anything else, and any
+PEXPIRETIME, list commands for kept versions, SCAN, PING, and update()'s raise of
+version hash floors, of which it keeps none); anything else, and any
 other Lua script, is a `ShardResponseError` saying so. Integration tests belong on
 real servers (`LocalPrimaries`, `LocalCluster`); this is for fast tests of the
 logic around them. `TearingTopology(MemoryTopology())` tears writes, as on servers.
@@ -34,6 +35,7 @@ from ..errors import ConfigurationError, ShardResponseError
 from ..keys import SlotMap, keyslot
 from ..results import GuardCode
 from ..topology._base import FixedShards, WriteOutcome
+from ..topology._floor import RAISE_FLOOR
 from ..topology._guard import CAS, KEEP_MS, KEPT_DEPTH, KEPT_MAX
 from ..topology._node_ops import Body, Command
 from ..versions import COUNTER
@@ -336,6 +338,16 @@ class MemoryTopology(FixedShards):
 
     def _cmd_del(self, shard: str, args: list[bytes]) -> int:
         return sum(self._shard(k).pop(k, None) is not None for k in args)
+
+    def _cmd_eval(self, shard: str, args: list[bytes]) -> int:
+        # update() raises each key's version hash floor in its MULTI; this model keeps
+        # no version hashes (no transactions), so there is none to raise
+        if args[0] == RAISE_FLOOR.source and args[1] == b"1":
+            return 0
+        raise ShardResponseError(
+            "the in-memory topology runs no Lua but stampede's own; test it on real servers",
+            shard=shard,
+        )
 
     def _cmd_exists(self, shard: str, args: list[bytes]) -> int:
         return sum(self._entry(k) is not None for k in args)

@@ -1,6 +1,7 @@
 """The floor a guarded write could not raise in its own call.
 
-A write that is no transaction's (a group write, a delete, a repair) and makes stamp S
+A write that is no transaction's (a group write, a delete, a repair, an `update()`,
+whose MULTI/EXEC runs `floor_commands` after its SETs) and makes stamp S
 current at a key raises the floor of the key's version hash to S (`version_hash.lua`):
 a transaction pending there at or below S is then known to be superseded, and no
 reader or sweep completes it, even once the value that superseded it is gone (a
@@ -30,6 +31,7 @@ so the write does not count as done.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._lua import script
@@ -48,6 +50,7 @@ __all__ = [
     "RAISE_FLOOR",
     "SAME_ELSEWHERE",
     "after_ask",
+    "floor_commands",
     "needs_floors",
     "raise_floor",
     "raise_floors",
@@ -77,6 +80,21 @@ async def raise_floor(
         return None
     _, count = await topology.durable_script(RAISE_FLOOR, [side], [version, token], then)
     return int(count)
+
+
+def floor_commands(
+    topology: Topology, keys: Sequence[bytes], values: Sequence[bytes]
+) -> list[tuple[Any, ...]]:
+    """For keys set outside any script (`update()`'s MULTI/EXEC, one slot): the
+    `RAISE_FLOOR` call of each key's version hash to the stamp of the envelope it is
+    set to, to run in the same MULTI, after the SETs. EVAL, not EVALSHA: a NOSCRIPT
+    inside EXEC would come after the writes had applied."""
+    out: list[tuple[Any, ...]] = []
+    for key, value in zip(keys, values, strict=True):
+        version, token, *_ = value.split(b":", 2)
+        side = side_key(key, topology.slot_of)
+        out.append(("EVAL", RAISE_FLOOR.source, 1, side, version, token))
+    return out
 
 
 def needs_floors(codes: Any) -> bool:

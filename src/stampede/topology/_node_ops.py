@@ -245,8 +245,10 @@ def updater_body(
     keys: Sequence[bytes],
     update: Callable[[list[bytes | None]], Awaitable[list[bytes] | None]],
     expire_at_ms: int | None,
+    then: Callable[[list[bytes]], Sequence[Command]] | None = None,
 ) -> Body:
-    """The `Body` of `watch_update`: MGET the keys, SET what `update` returns."""
+    """The `Body` of `watch_update`: MGET the keys, SET what `update` returns, then
+    the commands `then` makes of those values (in the same MULTI)."""
 
     async def body(read: Read) -> Sequence[Command] | None:
         current = await read("MGET", *keys)
@@ -254,7 +256,8 @@ def updater_body(
         if new is None:
             return None
         tail = ("PXAT", expire_at_ms) if expire_at_ms else ()
-        return [("SET", key, value, *tail) for key, value in zip(keys, new, strict=True)]
+        sets = [("SET", key, value, *tail) for key, value in zip(keys, new, strict=True)]
+        return sets if then is None else [*sets, *then(new)]
 
     return body
 
@@ -265,11 +268,14 @@ async def watch_update(
     update: Callable[[list[bytes | None]], Awaitable[list[bytes] | None]],
     *,
     expire_at_ms: int | None = None,
+    then: Callable[[list[bytes]], Sequence[Command]] | None = None,
 ) -> bool:
-    """WATCH `keys` (one unit), read them, and SET what `update` returns in MULTI/EXEC.
+    """WATCH `keys` (one unit), read them, and SET what `update` returns in MULTI/EXEC
+    (followed by what `then` makes of it).
 
     False when a watched key changed (the caller retries), True when the
     transaction ran or `update` returned None (nothing to write).
     """
-    ok, _ = await topology.optimistic(keys, updater_body(keys, update, expire_at_ms))
+    body = updater_body(keys, update, expire_at_ms, then)
+    ok, _ = await topology.optimistic(keys, body)
     return ok
