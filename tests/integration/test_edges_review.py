@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stampede import RetryPolicy, Stampede, TornReadError
+from stampede import InvalidKeyError, RetryPolicy, Stampede, TornReadError
 from stampede._txn.scripts import COMMIT, PREPARE
 from stampede._txn.sweep import sweep
 from stampede._txn.write import run_units
@@ -125,3 +125,15 @@ async def test_an_update_over_a_pending_transaction_is_never_undone(st: Stampede
     await sweep(st.topology, grace=0.05)
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"old"}
     assert await raw_value(st, a) is None
+
+
+async def test_an_update_never_replaces_a_value_of_another_type(st: Stampede) -> None:
+    """A key of the group holds another program's list: update() refuses it
+    (InvalidKeyError, nothing written), as a group write and a transaction do,
+    instead of reading it as missing and replacing the list with its SET."""
+    a, b = "updtype:{1}:a", "updtype:{1}:b"
+    await st.topology.execute(a.encode(), "RPUSH", a, b"theirs")
+    with pytest.raises(InvalidKeyError, match="WRONGTYPE"):
+        await st.update("updtype:{1}", [a, b], lambda cur: {a: b"x", b: b"x"})
+    assert await st.topology.execute(a.encode(), "LRANGE", a, 0, -1) == [b"theirs"]
+    assert await raw_value(st, b) is None

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._lua import Script, as_eval
-from ..errors import OutcomeUnknownError, RepliesLostError
+from ..errors import InvalidKeyError, OutcomeUnknownError, RepliesLostError
 from ._lane import LOST, Lane, Sent, Session
 from ._resp import ConnectionLost, NoScriptError
 from ._retries import MARKER_TTL_MS, all_idempotent, describe
@@ -251,8 +251,19 @@ def updater_body(
     the commands `then` makes of those values (in the same MULTI)."""
 
     async def body(read: Read) -> Sequence[Command] | None:
-        current = await read("MGET", *keys)
-        new = await update(list(current))
+        current = list(await read("MGET", *keys))
+        missing = [k for k, v in zip(keys, current, strict=True) if v is None]
+        # MGET answers nil for a key of another type as for a missing one, and SET
+        # would replace it: refused, as the guard and a transaction refuse it
+        if missing and await read("EXISTS", *missing):
+            for key in missing:
+                if await read("EXISTS", key):
+                    raise InvalidKeyError(
+                        f"key {key!r} holds a non-string value (WRONGTYPE); stampede's keys "
+                        "must be plain strings: rename or delete it (nothing was written)",
+                        key=key,
+                    )
+        new = await update(current)
         if new is None:
             return None
         tail = ("PXAT", expire_at_ms) if expire_at_ms else ()
