@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from ._write import as_payload, draw_version, limit_for, raise_for, require_one_slot
-from .errors import InvalidKeyError, RepliesLostError, WriteConflict
+from .errors import InvalidKeyError, InvalidValueError, RepliesLostError, WriteConflict
 from .keys import to_bytes
 from .results import Receipt
 from .topology._base import WriteOutcome
@@ -81,6 +81,18 @@ async def update_group(
         new = fn({n: (None if e is None else e.value) for n, e in zip(names, stored, strict=True)})
         if inspect.isawaitable(new):
             new = await new
+        if not isinstance(new, Mapping):
+            raise InvalidValueError(
+                f"update function returned {type(new).__name__}; it must return a mapping "
+                "of every key it was given to its new payload (nothing was written)"
+            )
+        given = set(keys)
+        extra = [k for k in new if to_bytes(k) not in given]
+        if extra:
+            raise InvalidKeyError(
+                f"update function returned a value for {extra!r}, a key it was not given; "
+                "name every key to write in update()'s keys (nothing was written)"
+            )
         missing = [n for n in names if n not in new]
         if missing:
             raise InvalidKeyError(

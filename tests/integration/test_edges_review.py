@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stampede import InvalidKeyError, RetryPolicy, Stampede, TornReadError
+from stampede import InvalidKeyError, RetryPolicy, Stampede, StampedeError, TornReadError
 from stampede._txn.scripts import COMMIT, PREPARE
 from stampede._txn.sweep import sweep
 from stampede._txn.write import run_units
@@ -137,3 +137,20 @@ async def test_an_update_never_replaces_a_value_of_another_type(st: Stampede) ->
         await st.update("updtype:{1}", [a, b], lambda cur: {a: b"x", b: b"x"})
     assert await st.topology.execute(a.encode(), "LRANGE", a, 0, -1) == [b"theirs"]
     assert await raw_value(st, b) is None
+
+
+@pytest.mark.parametrize("returned", ["none", "extra"])
+async def test_an_update_function_returning_what_cannot_be_written_is_refused(
+    st: Stampede, returned: str
+) -> None:
+    """fn returning None (not a mapping), or a value for a key it was not given (which
+    was silently dropped: the caller believed it written), is bad input: a
+    StampedeError, nothing written."""
+    a, other = "updret:{1}:a", "updret:{1}:zz"
+
+    def fn(cur: dict[str, bytes | None]) -> Any:
+        return None if returned == "none" else {a: b"1", other: b"2"}
+
+    with pytest.raises(StampedeError, match="nothing was written"):
+        await st.update("updret:{1}", [a], fn)
+    assert await raw_value(st, a) is None and await raw_value(st, other) is None
