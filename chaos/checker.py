@@ -17,6 +17,8 @@ explains them):
 | `stale-read`           | a read returned a write older than one acknowledged before the |
 |                        | read began (or nothing at all)                                 |
 | `stamp-mismatch`       | a read's stamp is not the stamp of the write its values are    |
+|                        | (nor, at the write's version, of a repair that saw that write: |
+|                        | completed, or of unknown outcome)                              |
 | `lost-write`           | an acknowledged write is not readable at the end and no        |
 |                        | acknowledged write or repair with a higher stamp replaced it   |
 | `stale-repair`         | a repair wrote a stamp or payloads older than a write that was |
@@ -174,6 +176,10 @@ def _checkas_stamp(h: Index, read: Op, write: Write, stamp: Stamp, report: Check
         return
     if write.wid in h.repair_stamps.get(stamp, ()) and stamp[0] == write.stamp[0]:
         return  # a repair completed the write under its own stamp, of the write's version
+    if stamp[0] == write.stamp[0] and any(
+        t0 < read.t1 and write.wid in seen for t0, seen in h.unsure_repairs.get(read.group, ())
+    ):
+        return  # the same, by a repair whose outcome is unknown (cancelled by its deadline)
     owner = h.by_stamp.get(stamp)
     if owner is not None and h.at_risk(owner, before=read.t1) is not None:
         return

@@ -245,6 +245,16 @@ class Index:
                 stamp = as_stamp(done.get("stamp"))
                 if stamp is not None:
                     self.repair_stamps[stamp] |= _wids(done.get("values") or {})
+        # Repairs whose outcome is unknown (cancelled by their read's deadline, failed,
+        # or never answered): each may have rolled the writes it saw forward under a
+        # stamp of its own (the write's version, a new token) before it stopped.
+        self.unsure_repairs: dict[str, list[tuple[float, set[WriteId]]]] = collections.defaultdict(
+            list
+        )
+        for op in self.repairs:
+            if op.done is None or op.done["type"] != "ok":
+                seen = {k: v[1] for k, v in (op.invoke.get("seen") or {}).items() if v}
+                self.unsure_repairs[op.group].append((op.t0, _wids(seen)))
 
     def _add_late(self) -> None:
         """Attach `hold` and `late-send` faults to the writes they belong to."""

@@ -259,6 +259,28 @@ def test_stamp_that_is_not_the_values_write_is_caught() -> None:
     assert "stamp-mismatch" in h.kinds()
 
 
+def test_a_write_rolled_forward_by_a_cancelled_repair_is_no_stamp_mismatch() -> None:
+    """A repair cancelled by its read's deadline has no known outcome: it may have
+    re-stamped the write it saw (its version, a token of its own) before it stopped,
+    so a read of that write under such a stamp is no violation; under a stamp of
+    another version, or with no repair that saw the write, it still is."""
+
+    def history(repair_saw: str, version: int) -> Hist:
+        h = Hist()
+        h.write("w1:1", 0, 1, (5, "A"))
+        wid, seen_stamp = repair_saw, (5, "A")
+        writer, seq = wid.split(":")
+        seen = {k: [list(seen_stamp), payload_of(writer, int(seq), k).decode()] for k in KEYS}
+        h.add(2, "invoke", "x:1", f="repair", group="g", mode="stamp", began=1.5, seen=seen)
+        h.add(3, "fail", "x:1", f="repair", error="CancelledError")
+        h.read("r:1", 4, 5, both("w1:1"), (version, "R"), final=True)
+        return h
+
+    assert check(history("w1:1", 5).events).ok
+    assert "stamp-mismatch" in history("w1:1", 6).kinds()  # another version
+    assert "stamp-mismatch" in history("w9:1", 5).kinds()  # the repair saw another write
+
+
 def test_group_without_a_consistent_final_read_is_caught() -> None:
     """Every written group must read consistent at the end."""
     h = Hist()
