@@ -71,6 +71,30 @@ async def test_newest_wins_cannot_invent_a_missing_key(st: Stampede) -> None:
         await st.read("miss", keys, retry=QUICK, repair=NewestWins())
 
 
+async def test_newest_wins_completes_a_transaction_delete_only_over_its_keys(
+    st: Stampede,
+) -> None:
+    """A transaction that deleted one key of a group is no delete of the group: a group
+    read with NewestWins never deletes the keys it did not name (their acknowledged
+    values stay), and says what to use instead; a transaction that deleted every key
+    of the group is completed as a group delete."""
+    a, b = spread_keys(st, "txdel", 2)
+    await st.write("txdel", {a: b"va", b: b"vb"})
+    async with st.transaction() as tx:
+        tx.delete(a)
+    with pytest.raises(TornReadError, match="a transaction's delete"):
+        await st.read("txdel", [a, b], retry=QUICK, repair=NewestWins())
+    assert Envelope.decode(await st.topology.execute(b.encode(), "GET", b)).payload == b"vb"
+    c, d = spread_keys(st, "txall", 2)
+    await st.write("txall", {c: b"vc", d: b"vd"})
+    async with st.transaction() as tx:  # both keys deleted: one shard's tombstone lost
+        tx.delete(c)
+        tx.delete(d)
+    await st.topology.execute(d.encode(), "DEL", d)
+    result = await st.read("txall", [c, d], retry=QUICK, repair=NewestWins())
+    assert result.status is Status.NOT_FOUND or result.values == {c: None, d: None}
+
+
 async def test_commit_mode_rolls_forward(st: Stampede) -> None:
     """Whole data without its record is rolled forward by writing the record, not rewritten."""
     keys = spread_keys(st, "roll")

@@ -18,7 +18,8 @@ from ..errors import InvalidValueError, RepairError, TornReadError
 from ..results import RepairAction, RepairOutcome
 from ..typing import RepairContext
 from ..verdict import Observation, Verdict
-from ..wire import expire_at
+from ..wire import Envelope, expire_at
+from ..wire._txn import decode_meta, side_key
 from ._base import best_effort, guarded_delete, rewrite, roll_forward
 
 if TYPE_CHECKING:
@@ -65,6 +66,17 @@ def _torn(obs: Observation, verdict: Verdict, why: str) -> TornReadError:
     return err
 
 
+async def _deleted_by_transaction(
+    ctx: RepairContext, obs: Observation, newest: Envelope
+) -> frozenset[bytes] | None:
+    """The keys a transaction wrote when the tombstone `newest` is that transaction's
+    (its key's version hash holds its `m:` record), else None (a group delete)."""
+    key = next(k for k, e in zip(obs.keys, obs.envelopes, strict=True) if e == newest)
+    side = side_key(key, ctx.topology.slot_of)
+    field = b"m:%d:%s" % (newest.version, newest.token.encode())
+    return decode_meta(await ctx.topology.execute(side, "HGET", side, field))
+
+
 class NewestWins:
     """The key with the newest (version, token) is the truth.
 
@@ -89,6 +101,17 @@ class NewestWins:
         current = best_effort(obs)
         newest = obs.newest()
         if newest is not None and newest.tombstone:
+            named = await _deleted_by_transaction(ctx, obs, newest)
+            if named is not None and not set(obs.keys) <= named:
+                raise _torn(
+                    obs,
+                    verdict,
+                    "Its newest write is a transaction's delete of "
+                    f"{sorted(named)!r}, not of the whole group: NewestWins cannot tell "
+                    "what the group's other keys should hold, and deletes no key a write "
+                    "did not delete. Use Refetch(loader) to reload the group from the "
+                    "source of truth.",
+                )
             gone: dict[bytes, bytes | None] = dict.fromkeys(obs.keys)
             return await rewrite(ctx, obs, gone, verdict.reason, expire_at_ms=expire_at(ctx.grace))
         if self.rebuild is None:
