@@ -39,7 +39,7 @@ from .errors import ConfigurationError, InvalidValueError, ModelValidationError,
 from .keys import to_bytes
 from .results import ReadResult, Receipt
 from .typing import PayloadCodec
-from .verdict import Status
+from .verdict import Mode, Status
 
 if TYPE_CHECKING:
     from ._client import ModeName, ReadOptions, Stampede
@@ -332,6 +332,8 @@ class TypedGroup(Generic[T]):
         if len(stamps) != 1 or not missing:
             return None
         (version, token) = stamps.pop()
+        if obs.mode is Mode.COMMIT and not _committed_without(obs, version, token, keys, missing):
+            return None
         parts: dict[str, BaseModel | None] = {}
         values: dict[str, bytes | None] = {}
         for part, key in keys.items():
@@ -365,3 +367,17 @@ class TypedGroup(Generic[T]):
             raise ModelValidationError(
                 to_bytes(key), model.__name__, exc.error_count(), fields=fields
             ) from None
+
+
+def _committed_without(
+    obs: Observation, version: int, token: str, keys: dict[str, str], missing: list[str]
+) -> bool:
+    """In commit mode: the group's record commits the write the present parts hold
+    (its stamp) and that write did not cover the missing parts (else they were lost,
+    or the write is uncommitted: no default stands in for them)."""
+    record = obs.commit()
+    if record is None or (record.version, record.token) != (version, token):
+        return False
+    present = {to_bytes(key) for part, key in keys.items() if part not in missing}
+    absent = {to_bytes(keys[part]) for part in missing}
+    return record.keys.issuperset(present) and not (record.keys & absent)

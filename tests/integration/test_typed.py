@@ -17,6 +17,7 @@ from stampede import (
     PayloadCodec,
     RetryPolicy,
     Stampede,
+    TornReadError,
     TypedGroup,
 )
 
@@ -189,3 +190,43 @@ def test_the_mypy_plugin_types_a_part_and_refuses_an_unknown_one(tmp_path: Path)
     assert status == 1, out
     assert 'Revealed type is "sample.Profile"' in out
     assert 'typed group has no part "nickname"' in out
+
+
+async def test_a_default_never_stands_in_for_a_part_the_commit_record_names(
+    st: Stampede,
+) -> None:
+    """In commit mode, a defaulted part is filled in only for a committed write that
+    did not cover it: a part the write's record names, missing (evicted, lost), or
+    data the record does not vouch for, is a torn group, not one whole with a default."""
+    grown = TypedGroup(
+        {"profile": Profile, "settings": Settings, "prefs": Prefs}, defaults={"prefs": Prefs()}
+    )
+    retry = RetryPolicy(attempts=2, deadline=30.0)
+    await grown.write(
+        st,
+        "user:{13}",
+        {
+            "profile": Profile(name="Cy", age=7),
+            "settings": Settings(),
+            "prefs": Prefs(language="fr"),
+        },
+        mode="commit",
+    )
+    await st.topology.execute(b"user:{13}:prefs", "DEL", b"user:{13}:prefs")  # evicted
+    with pytest.raises(TornReadError):
+        await grown.read(st, "user:{13}", mode="commit", retry=retry)
+    # an old two-part group, then a write of its two parts the record never covered
+    await USERS.write(
+        st, "user:{14}", profile=Profile(name="Di", age=8), settings=Settings(), mode="commit"
+    )
+    await USERS.write(
+        st, "user:{14}", profile=Profile(name="Di", age=9), settings=Settings(), mode="stamp"
+    )
+    with pytest.raises(TornReadError):
+        await grown.read(st, "user:{14}", mode="commit", retry=retry)
+    # a committed two-part group still reads whole with the default
+    await USERS.write(
+        st, "user:{15}", profile=Profile(name="Ed", age=1), settings=Settings(), mode="commit"
+    )
+    got = await grown.read(st, "user:{15}", mode="commit", retry=retry)
+    assert got.consistent and got.defaulted == ("prefs",)
