@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from stampede import Stampede, TornReadError
+from stampede import RetryPolicy, Stampede, TornReadError
 
 from ..support import open_stampede, spread_keys
 
@@ -91,3 +91,25 @@ async def _writing(st: Stampede, keys: list[str], writers: list[Any]) -> int | N
         seen.add((await st.read("hot", keys)).version)
         await asyncio.sleep(0.01)
     return (await st.read("hot", keys)).version
+
+
+@pytest.mark.parametrize("layout", ["tagged", "spread"])
+async def test_a_key_of_another_type_reads_as_missing_on_both_topologies(
+    st: Stampede, layout: str
+) -> None:
+    """A key of a group holding a list (another program's) reads as missing, as MGET
+    answers on independent shards: the group is torn (partial), not failed with the
+    node's WRONGTYPE error on a cluster; and that node keeps its cross-slot read."""
+    keys = ["w:{1}:a", "w:{1}:b"] if layout == "tagged" else spread_keys(st, "w", 2)
+    await st.write("w:{1}" if layout == "tagged" else "w", dict.fromkeys(keys, b"x"))
+    raw = keys[0].encode()
+    await st.topology.execute(raw, "DEL", raw)
+    await st.topology.execute(raw, "RPUSH", raw, b"theirs")
+    group = "w:{1}" if layout == "tagged" else "w"
+    with pytest.raises(TornReadError) as torn:
+        await st.read(group, keys, retry=RetryPolicy(attempts=1, deadline=30.0))
+    assert torn.value.observation is not None
+    assert torn.value.observation.raw[0] is None
+    io = getattr(st.topology, "_io", None)
+    if io is not None:  # a cluster: the node still reads keys of many slots at once
+        assert not io._no_read_script  # noqa: SLF001 - no public view of it

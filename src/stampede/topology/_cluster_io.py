@@ -44,6 +44,11 @@ def _first_key(command: tuple[Any, ...]) -> bytes:
     return bytes(command[3]) if int(command[2]) > 0 else bytes(command[4])
 
 
+def _wrong_type(reply: Any) -> bool:
+    """A GET's WRONGTYPE reply: the key holds another type (read as missing)."""
+    return isinstance(reply, ReplyError) and reply.code == "WRONGTYPE"
+
+
 def _refuses_flags(reply: BaseException) -> bool:
     """True when a node answered a cross-slot script with an error that says it cannot
     run one at all (a server before 7.0: no script flags), not one that passes: a
@@ -101,10 +106,12 @@ class NodeIO:
             (reply,) = await eval_fallback(run, commands)
             if not isinstance(reply, BaseException):
                 return list(reply)
-            if _refuses_flags(reply):
+            if _refuses_flags(reply) and "WRONGTYPE" not in str(reply):
                 self._no_read_script.add(node)  # e.g. Redis 6: no script flags
             commands = [("GET", k) for k in keys]
-        return await self.router.pipeline(node, commands, keys, first=first)
+        replies = await self.router.pipeline(node, commands, keys, first=first)
+        # a key of another type reads as missing, as MGET (and the script) answer it
+        return [None if _wrong_type(r) else r for r in replies]
 
     def write_command(self, node: str, requests: list[WriteRequest]) -> tuple[Any, ...] | None:
         """The one guarded call `write_batch` starts with for `requests` on `node` (None
