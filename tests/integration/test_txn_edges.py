@@ -881,3 +881,19 @@ async def test_a_late_prepare_meeting_a_newer_transaction_is_superseded_not_a_cl
     receipt = await late.commit()
     assert set(receipt.superseded) == {k.encode() for k in keys}
     assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"newer")
+
+
+async def test_read_atomic_names_a_key_of_another_type(st: Stampede) -> None:
+    """A key holding a list (another program's) is refused by name, as a transaction
+    refuses it (`InvalidKeyError`), not with the read script's raw WRONGTYPE error;
+    the keys read beside it do not matter."""
+    tx = st.transaction()
+    tx.set("rt:{1}:a", b"1")
+    tx.set("rt:{1}:b", b"2")
+    await tx.commit()
+    await st.topology.execute(b"rt:{1}:a", "DEL", b"rt:{1}:a")
+    await st.topology.execute(b"rt:{1}:a", "RPUSH", b"rt:{1}:a", b"theirs")
+    with pytest.raises(InvalidKeyError) as refused:
+        await st.read_atomic(["rt:{1}:b", "rt:{1}:a"])
+    assert refused.value.key == b"rt:{1}:a"
+    assert "WRONGTYPE" in str(refused.value) and "rt:{1}:a" in str(refused.value)

@@ -97,6 +97,7 @@ async def read_atomic(
     for attempt in range(1, attempts + 1):
         first = await run_units(topology, ROUND1, keys, sides, [()] * len(keys))
         _raise_errors(first)
+        _refuse_other_types(keys, first)
         raws: list[bytes | None] = [pair[0] for pair in first]
         envelopes = [_decode(k, r) for k, r in zip(keys, raws, strict=True)]
         siblings = [decode_meta(pair[1]) for pair in first]
@@ -170,6 +171,18 @@ def _check(names: Sequence[K], attempts: int) -> list[bytes]:
             key=own,
         )
     return keys
+
+
+def _refuse_other_types(keys: Sequence[bytes], first: Sequence[Any]) -> None:
+    """`InvalidKeyError` naming a key that holds another type (ROUND1 marks it), as a
+    transaction refuses one."""
+    for key, pair in zip(keys, first, strict=True):
+        if len(pair) > 3:
+            raise InvalidKeyError(
+                f"read_atomic(): key {key!r} holds a non-string value (WRONGTYPE); "
+                "stampede's keys must be plain strings: rename or delete it",
+                key=key,
+            )
 
 
 def _refuse_mixed(

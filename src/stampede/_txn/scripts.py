@@ -27,6 +27,7 @@ COLLECT     ARGV[1] grace ms, ARGV[2] hold ms; per pair: what the sweep does for
             prepares, collects as a commit does, deletes a hash nothing needs);
             replies how many hashes it deleted
 ROUND1      per pair: [the data key's value, the metadata of its version] (nil if none)
+            (a fourth element: the key holds another type)
 ROUND2      per pair ARGV: a stamp; per pair [code, envelope]: v the value to return,
             p a prepared version to return and complete, g gone (read as missing),
             r collected since round 1 (read again), l lost (no record; refuse)
