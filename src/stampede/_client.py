@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Literal, Self, TypedDict, TypeVar
 
 from . import metrics, tracing
@@ -230,6 +230,7 @@ class Stampede:
         default strategy) and otherwise raises `TornReadError` with what was seen.
         """
         gkey = _group(group)
+        keys = _listed(keys, f"the keys of group {group!r}")
         planned = planned_keys(gkey, keys)
         if not keys:
             raise InvalidKeyError(f"read of group {group!r} names no keys", key=group)
@@ -328,6 +329,7 @@ class Stampede:
     async def read_atomic(self, keys: Sequence[K], *, attempts: int = 3) -> AtomicRead[K]:
         """Read any keys so that no transaction is seen in part: one round trip per
         shard, two when a transaction's sibling was missed (`result.rounds`)."""
+        keys = _listed(keys, "read_atomic()'s keys")
         with tracing.span("read_atomic", keys=len(keys)) as traced:
             result = await read_atomic(
                 self.topology,
@@ -345,6 +347,19 @@ def kind_name(value: object) -> str:
     if isinstance(value, type):
         return f"the class {value.__name__} (not an instance of it)"
     return f"a value of type {type(value).__name__}"
+
+
+def _listed(keys: Sequence[K], what: str) -> Sequence[K]:
+    """`keys` as given when it is a collection (a str or bytes is refused later);
+    a generator's keys as a list, read once; `InvalidKeyError` for no iterable."""
+    if isinstance(keys, Collection):
+        return keys
+    try:
+        return list(keys)
+    except TypeError:
+        raise InvalidKeyError(
+            f"{what} must be a list of key names, got {kind_name(keys)}", key=None
+        ) from None
 
 
 def _group(group: bytes | str) -> bytes:

@@ -456,3 +456,22 @@ async def test_a_late_write_meeting_a_newer_one_is_superseded_not_a_clock_skew(
     )
     assert set(late.superseded) == set(raw)
     assert (await st.read("held", keys)).values == dict.fromkeys(keys, b"newer")
+
+
+async def test_reads_refuse_keys_that_are_no_list_and_take_a_generator(st: Stampede) -> None:
+    """`read` and `read_atomic` given no list of keys (None, a number) raise
+    InvalidKeyError saying so (not TypeError); a generator of keys reads like its list."""
+    for bad in (None, 5):
+        with pytest.raises(InvalidKeyError, match="list of key names"):
+            await st.read("g", bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidKeyError, match="list of key names"):
+            await st.read_atomic(bad)  # type: ignore[arg-type]
+    await st.write("g:{7}", {"g:{7}:a": b"x", "g:{7}:b": b"y"})
+    got = await st.read("g:{7}", (k for k in ["g:{7}:a", "g:{7}:b"]))  # type: ignore[arg-type]
+    assert got.consistent
+    assert list(got.values.values()) == [b"x", b"y"]
+    tx = st.transaction()
+    tx.set("g:{8}:a", b"1")
+    await tx.commit()
+    atomic = await st.read_atomic(k for k in ["g:{8}:a"])  # type: ignore[arg-type]
+    assert list(atomic.values.values()) == [b"1"]
