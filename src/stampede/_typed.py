@@ -35,7 +35,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import ConfigurationError, InvalidValueError, ModelValidationError, TornReadError
+from .errors import (
+    ConfigurationError,
+    InvalidKeyError,
+    InvalidValueError,
+    ModelValidationError,
+    TornReadError,
+)
 from .keys import to_bytes
 from .results import ReadResult, Receipt
 from .typing import PayloadCodec
@@ -267,6 +273,12 @@ class TypedGroup(Generic[T]):
     async def read_atomic(self, st: Stampede, groups: Sequence[str]) -> dict[str, T | None]:
         """Every part of each of `groups`, read atomically (see `Stampede.read_atomic`):
         group -> its parts as models, or None when none of its keys exists."""
+        if isinstance(groups, str | bytes):
+            raise InvalidKeyError(
+                f"read_atomic() takes a list of group names, got one name {groups!r}; "
+                f"write [{groups!r}]",
+                key=groups,
+            )
         keys = {group: self.keys(group) for group in groups}
         got = await st.read_atomic([k for per in keys.values() for k in per.values()])
         out: dict[str, T | None] = {}

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from stampede import (
     ConfigurationError,
+    InvalidKeyError,
     JsonCodec,
     ModelValidationError,
     PayloadCodec,
@@ -230,3 +231,10 @@ async def test_a_default_never_stands_in_for_a_part_the_commit_record_names(
     )
     got = await grown.read(st, "user:{15}", mode="commit", retry=retry)
     assert got.consistent and got.defaulted == ("prefs",)
+
+
+async def test_typed_read_atomic_refuses_one_group_name_for_a_list(st: Stampede) -> None:
+    """`read_atomic(st, "user:{16}")` (one name, not a list) is refused, not read as one
+    group per character of the name."""
+    with pytest.raises(InvalidKeyError, match="list of group names"):
+        await USERS.read_atomic(st, "user:{16}")
