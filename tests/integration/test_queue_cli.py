@@ -94,3 +94,27 @@ async def test_dead_and_delayed_tables(stampede_primaries: LocalPrimaries) -> No
     for heading in ("id", "group", "attempts", "failed at", "last error"):
         assert heading in dead
     assert "gone for good" in dead and second.group.decode() in dead
+
+
+async def test_requeue_keeps_dead_letters_another_program_wrote_malformed(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """A dead letter whose keys are not all strings, or that has no group, is reported
+    `malformed` and kept, never an exception (the CLI printed a traceback)."""
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    async with open_stampede(stampede_primaries, "shards") as st:
+        queue = RepairQueue(st.topology)
+        await queue.clear()
+        dead = queue.dead
+        await st.topology.execute(dead, "XADD", dead, "*", "group", "g1", "keys", "[1, 2]")
+        await st.topology.execute(dead, "XADD", dead, "*", "keys", '["a"]', "seen", "{}")
+        await st.topology.execute(
+            dead, "XADD", dead, "*", "group", "g3", "keys", '["a"]', "seen", '{"a": 5}'
+        )
+        results = await queue.requeue_dead()
+        assert [r["outcome"] for r in results] == ["malformed"] * 3
+        assert (await queue.stats())["dead"] == 3 and (await queue.stats())["length"] == 0
+
+        result = await asyncio.to_thread(run_cli, "queue", "requeue", *urls, "--all", timeout=60)
+        assert result.returncode == 0, result.stderr.decode()[-2000:]
+        assert b"3 malformed" in result.stdout

@@ -58,12 +58,8 @@ async def requeue_dead(
         fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
         group = fields.get(b"group", b"")
         item = {"id": as_text(eid), "group": group.decode("utf-8", "backslashreplace")}
-        try:
-            keys = json.loads(fields[b"keys"])
-            seen = json.loads(fields.get(b"seen", b"{}"))
-            if not isinstance(keys, list) or not keys or not isinstance(seen, dict):
-                raise ValueError("no keys")
-        except (KeyError, ValueError, TypeError):
+        keys, seen = _requeueable(fields)
+        if not group or keys is None or seen is None:
             out.append({**item, "outcome": "malformed"})
             continue
         mode = as_text(fields[b"mode"]) if b"mode" in fields else None
@@ -80,6 +76,25 @@ async def requeue_dead(
         else:
             out.append({**item, "outcome": "queued", "job": job})
     return out
+
+
+def _requeueable(
+    fields: dict[bytes, bytes],
+) -> tuple[list[str] | None, dict[str, str | None] | None]:
+    """A dead letter's keys (a non-empty JSON list of strings) and seen (a JSON object
+    of strings or nulls), or None for either when malformed (another program wrote it)."""
+    try:
+        keys = json.loads(fields[b"keys"])
+        seen = json.loads(fields.get(b"seen", b"{}"))
+    except (KeyError, ValueError, TypeError, RecursionError):
+        return None, None
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+        return None, None
+    if not isinstance(seen, dict) or not all(
+        v is None or isinstance(v, str) for v in seen.values()
+    ):
+        return keys, None
+    return keys, seen
 
 
 async def delayed(queue: RepairQueue, count: int = 100) -> list[dict[str, Any]]:
