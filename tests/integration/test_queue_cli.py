@@ -118,3 +118,26 @@ async def test_requeue_keeps_dead_letters_another_program_wrote_malformed(
         result = await asyncio.to_thread(run_cli, "queue", "requeue", *urls, "--all", timeout=60)
         assert result.returncode == 0, result.stderr.decode()[-2000:]
         assert b"3 malformed" in result.stdout
+
+
+async def test_delayed_lists_retries_another_program_wrote_malformed(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """A waiting retry whose fields are not a JSON list of strings is listed with its
+    group and due time, never an exception (the CLI printed a traceback)."""
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    async with open_stampede(stampede_primaries, "shards") as st:
+        queue = RepairQueue(st.topology)
+        await queue.clear()
+        stream = queue.streams[0]
+        zkey, hkey = queue.delayed_key(stream), queue.retries_key(stream)
+        for n, raw in enumerate(['{"a": 1}', "[[1], 2, {}, 3]", "not json"]):
+            await st.topology.execute(zkey, "ZADD", zkey, 1000 + n, f"g{n}")
+            await st.topology.execute(hkey, "HSET", hkey, f"g{n}", raw)
+        waiting = await queue.delayed()
+        assert [w["group"] for w in waiting] == ["g0", "g1", "g2"]
+        assert [w["due_at"] for w in waiting] == [1.0, 1.001, 1.002]
+
+        result = await asyncio.to_thread(run_cli, "queue", "delayed", *urls, timeout=60)
+        assert result.returncode == 0, result.stderr.decode()[-2000:]
+        assert b"g1" in result.stdout

@@ -106,17 +106,28 @@ async def delayed(queue: RepairQueue, count: int = 100) -> list[dict[str, Any]]:
         due = await queue.topology.execute(zkey, "ZRANGE", zkey, 0, count - 1, "WITHSCORES")
         for group, score in zip(due[::2], due[1::2], strict=True):
             raw = await queue.topology.execute(hkey, "HGET", hkey, group)
-            try:
-                flat = json.loads(raw) if raw is not None else []
-            except ValueError:
-                flat = []
-            item: dict[str, Any] = dict(zip(flat[::2], flat[1::2], strict=False))
+            item: dict[str, Any] = _retry_fields(raw)
             item.setdefault("group", as_text(group))
             item["stream"] = as_text(stream)
             item["due_at"] = float(score) / 1000
             out.append(item)
     out.sort(key=lambda item: float(item["due_at"]))
     return out[:count]
+
+
+def _retry_fields(raw: bytes | None) -> dict[str, Any]:
+    """A waiting retry's fields (a JSON list, name and value alternating, as text);
+    whatever another program wrote there that is not gives no fields."""
+    try:
+        flat = json.loads(raw) if raw is not None else []
+    except (ValueError, TypeError, RecursionError):
+        return {}
+    if not isinstance(flat, list):
+        return {}
+    return {
+        str(k): v if isinstance(v, str) else json.dumps(v)
+        for k, v in zip(flat[::2], flat[1::2], strict=False)
+    }
 
 
 async def stats(queue: RepairQueue, *, detailed: bool = False) -> dict[str, int]:
