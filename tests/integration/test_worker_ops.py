@@ -489,3 +489,17 @@ async def test_processes_n_supervises_workers(
         stopped = [e for e in log if e["event"] == "supervisor.stopped"]
         assert stopped and stopped[0]["exit_code"] == 0, stopped
         assert b"Traceback" not in rest
+
+
+async def test_processes_metrics_ports_past_65535_are_a_usage_error() -> None:
+    """`--processes 2 --metrics-port 65535`: child 1 would serve on 65536. Exit 2 with one
+    message naming the options, before any child starts (a child raised OverflowError,
+    printed a traceback and was restarted forever)."""
+    result = await asyncio.to_thread(
+        run_cli, "worker", "--url", "redis://127.0.0.1:1", "--strategy", "newest-wins",
+        "--processes", "2", "--metrics-port", "65535", timeout=60,
+    )  # fmt: skip
+    stderr = result.stderr.decode()
+    assert result.returncode == 2, stderr[-2000:]
+    assert "--metrics-port" in stderr and "65535" in stderr
+    assert "Traceback" not in stderr and "supervisor.started" not in stderr

@@ -218,6 +218,7 @@ def worker_command(
         backoff = RetryBackoff(base=retry_delay, max_delay=retry_max_delay)
     except ConfigurationError as exc:
         raise usage(exc, option="--retry-delay") from None
+    _check_ports(metrics_port, processes)
     st = where.connect()
     child = os.environ.get(CHILD_ENV)
     if processes > 1 and child is None:
@@ -299,6 +300,17 @@ _NOT_FOR_THE_WORKER = {
 
 class BadStrategy(Exception):
     """What --strategy names could not be built (its message says why)."""
+
+
+def _check_ports(metrics_port: int | None, processes: int) -> None:
+    """A usage error when child i's metrics port, --metrics-port + i, passes 65535."""
+    if metrics_port and metrics_port + processes - 1 > 65535:
+        raise usage(
+            f"--processes {processes} serve metrics on ports {metrics_port}.."
+            f"{metrics_port + processes - 1}, past 65535: give a --metrics-port of at most "
+            f"{65536 - processes} (or 0: any free port each)",
+            option="--metrics-port",
+        )
 
 
 def _check_strategy(spec: str) -> None:
