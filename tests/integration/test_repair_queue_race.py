@@ -244,3 +244,29 @@ async def test_follow_up_keeps_binary_group_and_keys(st: Stampede) -> None:
     (next_job,) = await queue.claim("w", 10)
     assert isinstance(next_job, Job) and next_job.reason == "torn"
     assert (next_job.group, next_job.keys, next_job.mode) == (group, keys, "commit")
+
+
+async def test_a_stale_worker_failing_a_job_another_worker_acked_adds_no_job(
+    st: Stampede,
+) -> None:
+    """Worker a holds a job past min_idle; worker b takes it over (XAUTOCLAIM), repairs and
+    acks it, leaving the follow-up an enqueue asked for. Then a's attempt fails: the job
+    is no longer a's to retry (nor anyone's), so no second job, no dead letter appear;
+    the group keeps one job queued, the follow-up."""
+    for max_attempts in (5, 1):  # a retry; a dead letter
+        queue = RepairQueue(st.topology, max_attempts=max_attempts)
+        await queue.clear()
+        keys = await torn_group(st, "stale")
+        await queue.enqueue("stale", keys, {}, "torn")
+        (held,) = await queue.claim("a", 10)
+        await queue.enqueue("stale", keys, {}, "torn")  # while held: a follow-up is due
+        await queue.release(held)  # a looks dead: idle past min_idle
+        (taken,) = await queue.reclaim("b", 10)
+        assert taken.id == held.id
+        follow_up = await queue.ack(taken)
+        assert follow_up is not None
+
+        await queue.fail(held, "a's attempt failed late")  # a, unaware
+        stats = await queue.stats(detailed=True)
+        assert stats["length"] == 1 and stats["dead"] == 0, stats
+        assert (await marker(st, queue, b"stale") or b"").startswith(follow_up.encode() + b":")

@@ -3,7 +3,9 @@
 -- add the new one (attempts + 1, last_error) at once, else park its fields in the
 -- delayed set until due_ms. The marker is re-pointed in its plain form either way: the
 -- retry is undelivered (or not yet claimable), so its worker reads afresh.
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+-- An entry no longer pending was acked or retried by a worker that took it over:
+-- the job is not this caller's to retry, and nothing changes. Returns 0 then.
+if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('XDEL', KEYS[1], ARGV[2])
 local fields = {}
 for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end

@@ -68,6 +68,8 @@ _PROMOTE = script("queue_promote")
 
 _PENDING = script("queue_pending")
 
+_HELD = script("queue_held")
+
 
 class RepairQueue:
     """Repair jobs on one or more Redis Streams, with a consumer group and dead letters."""
@@ -314,8 +316,7 @@ class RepairQueue:
         """
         attempts = job.attempts + 1
         if attempts >= self.max_attempts or not job.keys:
-            await self.dead_letter(job, error, attempts)
-            return True
+            return await self._dead_letter(job, error, attempts) is not False
         delay = max(0.0, delay)
         delays = (*job.delays, delay) if delay > 0 else job.delays
         fields = encode_fields(
@@ -327,7 +328,7 @@ class RepairQueue:
         due_ms = now_ms + int(delay * 1000)
         if delay > 0:
             fields[b"retry_at"] = repr(due_ms / 1000).encode()
-        await self.topology.script(
+        await self.topology.script(  # a job another worker took over and finished: no-op
             _RETRY,
             self._side_keys(job.stream),
             [CONSUMER_GROUP, job.id, job.group, now_ms, due_ms, *flatten(fields)],
@@ -337,8 +338,18 @@ class RepairQueue:
     async def dead_letter(self, job: Job, error: str, attempts: int | None = None) -> str | None:
         """Move the job to `stampede:repairs:dead` with its last error, then ack it.
 
-        Returns the id of the follow-up job the ack added, if any (see `ack`).
+        Returns the id of the follow-up job the ack added, if any (see `ack`). A job
+        no longer pending (a worker that took it over acked or retried it) is left
+        alone: no dead letter.
         """
+        done = await self._dead_letter(job, error, attempts)
+        return done if isinstance(done, str) else None
+
+    async def _dead_letter(self, job: Job, error: str, attempts: int | None) -> str | bool | None:
+        """`dead_letter`: False when the job is no longer pending, else the follow-up id."""
+        held = await self.topology.script(_HELD, [job.stream], [CONSUMER_GROUP, job.id])
+        if not int(held):
+            return False
         fields = job.fields() if job.keys else {b"group": job.group, b"reason": b"malformed"}
         fields[b"attempts"] = str(attempts if attempts is not None else job.attempts).encode()
         fields[b"last_error"] = error[:500].encode()
