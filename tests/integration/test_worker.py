@@ -12,6 +12,7 @@ import pytest
 
 from stampede import Envelope, Stampede
 from stampede.repair import NewestWins, RepairQueue, RetryBackoff
+from stampede.repair._queue import Job
 from stampede.repair._worker import Worker, serve_metrics
 from stampede.testing import LocalPrimaries
 from stampede.wire import new_token
@@ -304,3 +305,61 @@ async def test_worker_cli_serves_metrics_on_the_chosen_address(
     assert b'stampede_worker_jobs_total{outcome="repaired"} 0.0' in body
     assert b"process_cpu_seconds_total" in body  # process metrics
     assert b"# HELP stampede_repairs_total" in body  # the library's own metrics
+
+
+class _Holding(NewestWins):
+    """NewestWins that holds each repair until `release` is set, counting the calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[bytes] = []
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def repair(self, ctx: Any, obs: Any, verdict: Any) -> Any:
+        self.calls.append(obs.group)
+        self.entered.set()
+        await self.release.wait()
+        return await super().repair(ctx, obs, verdict)
+
+
+class _Watched(RepairQueue):
+    """A queue that counts the `reclaim` calls begun after `since` (a loop time)."""
+
+    since = float("inf")
+    late = 0
+
+    async def reclaim(self, consumer: str, count: int) -> list[Job]:
+        if asyncio.get_running_loop().time() >= self.since:
+            self.late += 1
+        return await super().reclaim(consumer, count)
+
+
+async def test_a_job_in_hand_past_min_idle_is_not_taken_over(st: Stampede) -> None:
+    """A live worker's job that runs longer than min_idle (the defaults allow it: 30 s
+    min_idle, 60 s job timeout) stays its own: its worker's next claims do not take it
+    again (a second repair of it, and a delivery counted as a worker death)."""
+    queue = _Watched(st.topology, min_idle=1.0)
+    await queue.clear()
+    await plant(st, queue, 1)
+    strategy = _Holding()
+    worker = Worker(
+        st.topology, queue, strategy, concurrency=4, poll_interval=0.01, block_ms=10,
+        job_timeout=None, sweep_interval=0,
+    )  # fmt: skip
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(strategy.entered.wait(), 30)
+        queue.since = asyncio.get_running_loop().time() + 3 * 1.0  # well past min_idle
+
+        async def claimed_long_after() -> bool:
+            return queue.late >= 3 or len(strategy.calls) > 1
+
+        await eventually(claimed_long_after)
+        assert strategy.calls == [b"w:0"]  # taken once, by its live worker
+        assert await queue.reclaim("other-worker", 10) == []  # nor by another worker
+    finally:
+        strategy.release.set()
+        worker.stop()
+        await running
+    assert strategy.calls == [b"w:0"] and worker.stats.counts()["done"] == 1

@@ -1,19 +1,50 @@
 """Looking into a repair queue and tidying it: dead letters, delayed retries,
-gauges. `RepairQueue`'s methods of the same names call these."""
+gauges (`RepairQueue`'s methods of the same names call these); and keeping a live
+worker's jobs in hand from looking idle (`touch`, `keep_held`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ShardResponseError
-from ._jobs import CONSUMER_GROUP, as_text
+from .._lua import script
+from ..errors import ShardResponseError, StampedeError
+from ._jobs import CONSUMER_GROUP, Job, as_text
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
 
-__all__ = ["dead_letters", "delayed", "requeue_dead", "stats"]
+__all__ = ["dead_letters", "delayed", "keep_held", "requeue_dead", "stats", "touch"]
+
+_TOUCH = script("queue_touch")
+
+
+async def touch(queue: RepairQueue, consumer: str, jobs: Collection[Job]) -> int:
+    """Reset the idle time of the `jobs` that `consumer` still holds; how many."""
+    streams: dict[bytes, list[str]] = {}
+    for job in jobs:
+        streams.setdefault(job.stream, []).append(job.id)
+    touched = 0
+    for stream, ids in streams.items():
+        reply = await queue.topology.script(_TOUCH, [stream], [CONSUMER_GROUP, consumer, *ids])
+        touched += int(reply)
+    return touched
+
+
+async def keep_held(queue: RepairQueue, consumer: str, held: Callable[[], Collection[Job]]) -> None:
+    """Touch the jobs in hand a few times per `min_idle`, for good: a job that runs
+    longer than `min_idle` in a live worker is not taken over as a dead worker's."""
+    interval = max(queue.min_idle_ms / 4000, 0.005)
+    while True:
+        await asyncio.sleep(interval)
+        jobs = held()
+        if jobs:
+            try:
+                await touch(queue, consumer, jobs)
+            except StampedeError:  # a shard down: the next round tries again
+                pass
 
 
 async def dead_letters(queue: RepairQueue, count: int = 100) -> list[dict[str, str]]:

@@ -39,6 +39,7 @@ from ..typing import RepairContext, RepairStrategy, Topology, VersionSource
 from ..verdict import Mode, Status, judge
 from ..versions import HybridClock
 from ._queue import Job, RepairQueue
+from ._queue_admin import keep_held
 from ._worker_stats import (
     RetryBackoff,
     StrategyLifecycle,
@@ -118,6 +119,7 @@ class Worker:
         self.stats = WorkerStats()
         self.stopping = asyncio.Event()
         self._in_hand: set[asyncio.Task[None]] = set()
+        self._held: dict[str, Job] = {}  # kept from looking idle (`keep_held`)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(WorkerCollector(self.stats))
         self._job_seconds = Histogram(
@@ -172,6 +174,9 @@ class Worker:
         )
         health = asyncio.create_task(self._health_loop())
         sweeping = asyncio.create_task(self._sweep_loop())
+        touching = asyncio.create_task(
+            keep_held(self.queue, self.consumer, lambda: list(self._held.values()))
+        )
         idle = self.poll_interval
         try:
             while not self.stopping.is_set():
@@ -201,8 +206,8 @@ class Worker:
                     task.add_done_callback(self._done)
         finally:
             await self._drain()
-            health.cancel()
-            sweeping.cancel()
+            for task in (health, sweeping, touching):
+                task.cancel()
             await self._check_queue()
             event("worker.stop", consumer=self.consumer, **self.stats.counts())
 
@@ -253,6 +258,7 @@ class Worker:
         group = job.group.decode("utf-8", "backslashreplace")
         started = time.perf_counter()
         outcome = "failed"
+        self._held[job.id] = job
         try:
             if not job.keys:
                 await self._dead(job, job.last_error or "malformed job entry")
@@ -279,6 +285,7 @@ class Worker:
         except Exception as exc:  # any failure is recorded on the job, never fatal
             outcome = await self._failed(job, group, exc)
         finally:
+            self._held.pop(job.id, None)
             self._job_seconds.labels(outcome=outcome).observe(time.perf_counter() - started)
 
     async def _failed(self, job: Job, group: str, exc: Exception) -> str:
