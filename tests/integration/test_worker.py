@@ -363,3 +363,29 @@ async def test_a_job_in_hand_past_min_idle_is_not_taken_over(st: Stampede) -> No
         worker.stop()
         await running
     assert strategy.calls == [b"w:0"] and worker.stats.counts()["done"] == 1
+
+
+class _RaisesSurrogates:
+    """A strategy whose error names a key that is not UTF-8, decoded with surrogateescape."""
+
+    name = "raises-surrogates"
+
+    async def repair(self, ctx: Any, obs: Any, verdict: Any) -> Any:
+        key = b"w:0:\xff".decode("utf-8", "surrogateescape")
+        raise LookupError(f"no row for {key}")
+
+
+async def test_an_error_that_is_not_utf8_is_recorded_as_a_retry(st: Stampede) -> None:
+    """The failure's message goes on the retry (and the dead letter) escaped; it raised
+    UnicodeEncodeError in the job's task, so the failure was never recorded."""
+    queue = RepairQueue(st.topology, max_attempts=2)
+    await queue.clear()
+    await plant(st, queue, 1)
+    worker = Worker(
+        st.topology, queue, _RaisesSurrogates(), poll_interval=0.01, block_ms=10,
+        backoff=RetryBackoff(base=0), sweep_interval=0, burst=True,
+    )  # fmt: skip
+    await asyncio.wait_for(worker.run(), 60)
+    (dead,) = await queue.dead_letters()
+    assert dead["attempts"] == "2" and dead["last_error"].startswith("LookupError: no row for")
+    assert worker.stats.counts()["dead_lettered"] == 1

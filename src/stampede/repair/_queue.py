@@ -322,7 +322,7 @@ class RepairQueue:
         fields = encode_fields(
             job.group, job.keys, job.seen, job.reason, job.enqueued_at, attempts, job.mode, delays
         )
-        fields[b"last_error"] = error[:500].encode()
+        fields[b"last_error"] = error[:500].encode("utf-8", "backslashreplace")
         now = time.time()
         now_ms = int(now * 1000)
         due_ms = now_ms + int(delay * 1000)
@@ -352,7 +352,7 @@ class RepairQueue:
             return False
         fields = job.fields() if job.keys else {b"group": job.group, b"reason": b"malformed"}
         fields[b"attempts"] = str(attempts if attempts is not None else job.attempts).encode()
-        fields[b"last_error"] = error[:500].encode()
+        fields[b"last_error"] = error[:500].encode("utf-8", "backslashreplace")
         fields[b"failed_at"] = repr(time.time()).encode()
         fields[b"source_id"] = job.id.encode()
         await self.topology.execute(self.dead, "XADD", self.dead, "*", *flatten(fields))
