@@ -270,3 +270,21 @@ async def test_a_stale_worker_failing_a_job_another_worker_acked_adds_no_job(
         stats = await queue.stats(detailed=True)
         assert stats["length"] == 1 and stats["dead"] == 0, stats
         assert (await marker(st, queue, b"stale") or b"").startswith(follow_up.encode() + b":")
+
+
+async def test_a_reclaimed_job_counts_its_deliveries_behind_a_hundred_others(
+    st: Stampede,
+) -> None:
+    """A consumer holding more than 100 jobs (concurrency above 100) takes over one more:
+    its delivery count is read for that entry, not guessed as 1 (which let a job that
+    kills its worker be taken over forever, never dead-lettered)."""
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    for n in range(101):
+        assert await queue.enqueue(f"many:{n}", [f"many:{n}:a"], {}, "torn") is not None
+    held = await queue.claim("w", 200)
+    assert len(held) == 101
+    last = max(held, key=lambda job: tuple(map(int, job.id.split("-"))))
+    await queue.release(last)  # idle past min_idle, as if its worker died
+    (again,) = await queue.reclaim("w", 20)
+    assert again.id == last.id and again.deliveries == 2

@@ -262,13 +262,11 @@ class RepairQueue:
             entries = [(eid, f) for eid, f in reply[1] if f]
             if not entries:
                 continue
-            pending = await self.topology.script(
-                _PENDING, [stream], [CONSUMER_GROUP, max(count, 100), consumer]
+            counts = await self.topology.script(
+                _PENDING, [stream], [CONSUMER_GROUP, *(eid for eid, _ in entries)]
             )
-            deliveries = {as_text(p[0]): int(p[3]) for p in pending}
-            for eid, fields in entries:
-                job = self._job(stream, eid, fields, deliveries.get(as_text(eid), 1))
-                jobs.append(job)
+            for (eid, fields), n in zip(entries, counts, strict=True):
+                jobs.append(self._job(stream, eid, fields, int(n) or 1))
             if len(jobs) >= count:
                 break
         return jobs
