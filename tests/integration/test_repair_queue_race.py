@@ -288,3 +288,19 @@ async def test_a_reclaimed_job_counts_its_deliveries_behind_a_hundred_others(
     await queue.release(last)  # idle past min_idle, as if its worker died
     (again,) = await queue.reclaim("w", 20)
     assert again.id == last.id and again.deliveries == 2
+
+
+async def test_lag_counts_undelivered_jobs_after_an_out_of_order_ack(st: Stampede) -> None:
+    """Jobs finish out of order: the newest delivered one is acked (and deleted) before
+    an older one, then a job arrives. Redis reports the group's lag as null then (a
+    deleted entry at its last-delivered id); `stats` read that as 0, so `queue stats`,
+    the lag gauge and `--burst` saw no undelivered job while one waited."""
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    for name in ("lag:a", "lag:b"):
+        await queue.enqueue(name, [f"{name}:k"], {}, "torn")
+    _first, second = await queue.claim("w", 10)
+    await queue.ack(second)  # the newer job finishes first
+    await queue.enqueue("lag:c", ["lag:c:k"], {}, "torn")
+    stats = await queue.stats()
+    assert stats["lag"] == 1 and stats["pending"] == 1 and stats["length"] == 2, stats

@@ -170,17 +170,23 @@ async def stats(queue: RepairQueue, *, detailed: bool = False) -> dict[str, int]
         zkey = queue.delayed_key(stream)
         delayed += int(await queue.topology.execute(zkey, "ZCARD", zkey))
         try:
-            length += int(await queue.topology.execute(stream, "XLEN", stream))
+            entries = int(await queue.topology.execute(stream, "XLEN", stream))
             groups = await queue.topology.execute(stream, "XINFO", "GROUPS", stream)
         except ShardResponseError:
             continue  # no stream yet
+        length += entries
         for info in groups:
             fields = (
                 dict(zip(info[::2], info[1::2], strict=True)) if isinstance(info, list) else info
             )
             if as_text(fields.get(b"name", b"")) == CONSUMER_GROUP.decode():
-                pending += int(fields.get(b"pending", 0) or 0)
-                lag += int(fields.get(b"lag", 0) or 0)
+                held = int(fields.get(b"pending", 0) or 0)
+                pending += held
+                # Redis gives a null lag when a deleted entry lies at or past the group's
+                # last-delivered id (jobs acked out of order): as every acked job's entry
+                # is deleted, the entries not pending are the undelivered ones.
+                raw = fields.get(b"lag")
+                lag += int(raw) if raw is not None else max(0, entries - held)
     dead = int(await queue.topology.execute(queue.dead, "XLEN", queue.dead))
     out = {"length": length + delayed, "pending": pending, "lag": lag, "dead": dead}
     if detailed:
