@@ -140,13 +140,16 @@ class _Message:
 def log_event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields: Any) -> None:
     """Log one structured event: names and counts only, never payloads.
 
-    A field named like a LogRecord attribute gets a trailing underscore on the record.
+    A field named like a LogRecord attribute gets a trailing underscore on the record;
+    text that is not valid UTF-8 (surrogate escapes) is backslash-escaped.
     """
     if not logger.isEnabledFor(level):
         return
     extra: dict[str, Any] = {"event": name}
     names = []
-    for key, value in fields.items():
+    for key, value in list(fields.items()):
+        if type(value) is str and not value.isascii():  # text any handler can write
+            value = fields[key] = value.encode("utf-8", "backslashreplace").decode()
         safe = key + "_" if key in _RESERVED else key
         extra[safe] = value
         names.append(safe)

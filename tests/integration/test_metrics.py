@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -145,3 +147,15 @@ async def land_newer(st: Stampede, keys: list[str]) -> None:
     value = Envelope(version, token, b"new").encode()
     out = await st.topology.write_guarded(raw, [value] * len(raw), version=version, token=token)
     assert out.ok
+
+
+def test_an_event_field_that_is_not_utf8_is_logged_escaped(caplog: Any) -> None:
+    """A field carrying surrogate escapes (a key decoded with `surrogateescape`, an
+    error naming it) is logged backslash-escaped: a UTF-8 handler can write the line,
+    and so can anything that ships the record on (it broke pytest-xdist's report)."""
+    log = logging.getLogger("stampede.test-events")
+    with caplog.at_level(logging.INFO, logger="stampede.test-events"):
+        metrics.log_event(log, "job.failed", error="no row for b'\udcff'", count=1)
+    (record,) = caplog.records
+    record.getMessage().encode("utf-8")
+    assert record.error.encode("utf-8") == b"no row for b'\\udcff'"
