@@ -32,3 +32,13 @@ async def st(topology_env: tuple[str, Any]) -> AsyncIterator[Stampede]:
     kind, env = topology_env
     async with open_stampede(env, kind) as client:
         yield client
+
+
+@pytest.fixture
+async def quick(topology_env: tuple[str, Any]) -> AsyncIterator[Stampede]:
+    """`st` with short tombstone and version grace windows and transaction timeout."""
+    kind, env = topology_env
+    async with open_stampede(
+        env, kind, tombstone_grace=0.05, version_grace=0.05, transaction_timeout=0.3
+    ) as client:
+        yield client

@@ -17,17 +17,7 @@ from stampede.typing import GuardStamp
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
-from ..support import gone, open_stampede, raw_value, spread_keys
-
-
-@pytest.fixture
-async def quick(topology_env: tuple[str, Any]) -> Any:
-    """A `Stampede` with short tombstone and version grace windows."""
-    kind, env = topology_env
-    async with open_stampede(
-        env, kind, tombstone_grace=0.05, version_grace=0.05, transaction_timeout=0.3
-    ) as client:
-        yield client
+from ..support import gone, raw_value, spread_keys
 
 
 @pytest.mark.parametrize("how", ["st.delete", "ttl", "tx ttl"])

@@ -60,16 +60,6 @@ async def _stampede_keys(st: Stampede) -> list[bytes]:
     return found
 
 
-@pytest.fixture
-async def quick(topology_env: tuple[str, Any]) -> Any:
-    """A `Stampede` with short tombstone and version grace windows."""
-    kind, env = topology_env
-    async with open_stampede(
-        env, kind, tombstone_grace=0.05, version_grace=0.05, transaction_timeout=0.3
-    ) as client:
-        yield client
-
-
 # -- 1. deleted or expired keys never come back ------------------------------------
 
 

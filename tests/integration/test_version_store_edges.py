@@ -80,6 +80,19 @@ async def test_an_expiring_commit_keeps_the_hash_of_a_newer_pending_transaction(
     assert (stored.version, stored.token) == (v3, t3)
 
 
+async def _swept_past(st: Stampede, a: str, expiry: int, stamp: tuple[int, str]) -> None:
+    """Once the server's clock at `a` is past `expiry` (a sibling's value expiry plus
+    the grace window it was given), a sweep completes the transaction `stamp` at `a`."""
+
+    async def past() -> bool:
+        return await _server_ms(st, a) > expiry + 20
+
+    await eventually(past)
+    await sweep(st.topology, grace=0.05)
+    stored = Envelope.decode(await raw_value(st, a) or b"")
+    assert (stored.version, stored.token) == stamp
+
+
 def _in_sweep_order(st: Stampede, keys: list[str]) -> list[str]:
     """`keys` in the order the sweep visits their shards."""
     names = list(st.topology.shard_names)
@@ -126,14 +139,7 @@ async def test_a_sibling_rewritten_with_a_ttl_keeps_its_commit_marks_for_the_swe
     await _prepare(st, [b], [b], v2, t2, at=at)
     assert await _commit(st, [b], v2, t2, 50) == [1]
     await gone(st, b)
-
-    async def past() -> bool:  # past U's expiry plus the grace window it was given
-        return await _server_ms(st, a) > at + 50 + 20
-
-    await eventually(past)
-    await sweep(st.topology, grace=0.05)
-    stored = Envelope.decode(await raw_value(st, a) or b"")
-    assert (stored.version, stored.token) == (version, token)
+    await _swept_past(st, a, at + 50, (version, token))
 
 
 class ShardDown(DelegatingTopology):
@@ -185,14 +191,7 @@ async def test_a_sweep_that_fails_half_way_leaves_the_commit_marks_it_needs(
         await sweep(ShardDown(st.topology, st.topology.shard_of(a.encode())), grace=0.05)
     assert await raw_value(st, b) is not None  # (the sweep met U still there)
     await gone(st, b)
-
-    async def past() -> bool:  # past U's expiry plus the grace window the sweep gave
-        return await _server_ms(st, a) > at + 50 + 20
-
-    await eventually(past)
-    await sweep(st.topology, grace=0.05)
-    stored = Envelope.decode(await raw_value(st, a) or b"")
-    assert (stored.version, stored.token) == (version, token)
+    await _swept_past(st, a, at + 50, (version, token))
 
 
 async def test_a_superseded_version_dropped_past_eight_never_comes_back(st: Stampede) -> None:
