@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from stampede import RetryPolicy, Stampede, TornReadError
+from stampede import RetryPolicy, Stampede, StampedeError, TornReadError
 
 from ..support import open_stampede, spread_keys
 
@@ -113,3 +113,28 @@ async def test_a_key_of_another_type_reads_as_missing_on_both_topologies(
     io = getattr(st.topology, "_io", None)
     if io is not None:  # a cluster: the node still reads keys of many slots at once
         assert not io._no_read_script  # noqa: SLF001 - no public view of it
+
+
+async def test_a_passing_refusal_keeps_the_cross_slot_guard(
+    stampede_cluster: Any,
+) -> None:
+    """A node refusing the cross-slot guard for a passing reason (here `OOM`: its
+    memory is full) keeps the one-call-per-node write once it recovers; only a node
+    that cannot compile a flagged script at all (before Redis 7.0) loses it."""
+    async with open_stampede(stampede_cluster, "cluster") as st:
+        by_node: dict[str, list[str]] = {}
+        for i in range(200):
+            key = f"oom:{i}"
+            by_node.setdefault(st.topology.shard_of(key.encode()), []).append(key)
+        keys = next(ks for ks in by_node.values() if len(ks) >= 2)[:2]
+        raw = keys[0].encode()
+        await st.topology.execute(raw, "CONFIG", "SET", "maxmemory", "1")
+        try:
+            with pytest.raises(StampedeError, match="OOM"):
+                await st.write("oom", dict.fromkeys(keys, b"x"))
+        finally:
+            await st.topology.execute(raw, "CONFIG", "SET", "maxmemory", "0")
+        await st.write("oom", dict.fromkeys(keys, b"y"))
+        assert (await st.read("oom", keys)).values == dict.fromkeys(keys, b"y")
+        io = st.topology._io  # type: ignore[attr-defined]  # noqa: SLF001 - no public view
+        assert not io._no_write_script  # noqa: SLF001

@@ -51,11 +51,13 @@ def _wrong_type(reply: Any) -> bool:
 
 def _refuses_flags(reply: BaseException) -> bool:
     """True when a node answered a cross-slot script with an error that says it cannot
-    run one at all (a server before 7.0: no script flags), not one that passes: a
-    slot moving, a redirection, a failed connection or a transient state."""
+    run one at all: a server before 7.0 fails to compile the script's flags line.
+    Anything else (a slot moving, a redirection, a failed connection, `OOM`, `BUSY`,
+    a key of another type) passes, and the next batch tries the script again."""
     if not isinstance(reply, ReplyError) or redirected(reply) or failing(reply):
         return False
-    return "non local key" not in str(reply)
+    text = str(reply)
+    return "compiling script" in text or "shebang" in text
 
 
 class NodeIO:
@@ -106,7 +108,7 @@ class NodeIO:
             (reply,) = await eval_fallback(run, commands)
             if not isinstance(reply, BaseException):
                 return list(reply)
-            if _refuses_flags(reply) and "WRONGTYPE" not in str(reply):
+            if _refuses_flags(reply):
                 self._no_read_script.add(node)  # e.g. Redis 6: no script flags
             commands = [("GET", k) for k in keys]
         replies = await self.router.pipeline(node, commands, keys, first=first)
@@ -191,7 +193,7 @@ class NodeIO:
         (reply,) = await eval_fallback(run, [("EVALSHA", CROSS_SLOT_GUARD.sha, 0, *args)])
         if not isinstance(reply, BaseException):
             return list(reply)
-        if _refuses_flags(reply) and "WRONGTYPE" not in str(reply):
+        if _refuses_flags(reply):
             self._no_write_script.add(node)  # e.g. Redis 6: no script flags
         return None
 
