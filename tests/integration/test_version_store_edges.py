@@ -236,3 +236,26 @@ async def test_a_prepare_resent_over_its_superseded_version_keeps_the_index(
     assert pad not in p and pad in i
     assert await _commit(st, [a], version, token, 5000) == [0]
     assert (await raw_value(st, a) or b"").endswith(b":newer")
+
+
+async def test_a_late_commit_whose_version_was_collected_reports_superseded(
+    st: Stampede,
+) -> None:
+    """An older transaction prepared at a and committed at b only; ten newer
+    transactions then commit at a, so its version there is marked and dropped past
+    eight. Its late commit at a writes nothing and says so: superseded (0), as a
+    commit that still found its version does, not "already current" (2), which would
+    leave a out of the receipt's `superseded`. Its commit at b, resent, is still 2."""
+    a, b = spread_keys(st, "late0", 2)
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    await _prepare(st, [a, b], [a, b], version, token)
+    assert await _commit(st, [b], version, token, 5000) == [1]
+    for n in range(10):
+        async with st.transaction() as tx:
+            tx.set(a, b"%d" % n)
+    side = side_key(a.encode(), st.topology.slot_of)
+    stamp = b"%d:%s" % (version, token.encode())
+    assert await st.topology.execute(side, "HMGET", side, b"d:" + stamp) == [None]
+    assert await _commit(st, [a], version, token, 5000) == [0]
+    assert (await raw_value(st, a) or b"").endswith(b":9")
+    assert await _commit(st, [b], version, token, 5000) == [2]

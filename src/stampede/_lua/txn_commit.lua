@@ -1,7 +1,8 @@
 --! idempotent
 -- COMMIT  ARGV[1] grace ms, then per pair: version, token, expire-at, limit,
 -- envelope, metadata. Makes the version current where it is newer; replies per
--- key: 1 made current, 2 already current, 0 kept out, 3 its expiry instant had
--- passed (nothing written), -5 prepared version gone, or a refusal code.
+-- key: 1 made current, 2 already current, 0 kept out (or, its version gone from
+-- the hash, a newer one current), 3 its expiry instant had passed (nothing
+-- written), -5 prepared version gone and nothing as new here, or a refusal code.
 -- Resending it is harmless.
 --! include txn_commit_body

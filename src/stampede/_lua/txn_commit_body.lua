@@ -40,7 +40,17 @@ for i = 1, #KEYS / 2 do
     cur = false
   elseif not env then
     if cur then curv, curt = string.match(cur, '^(%d+):([0-9A-Z]+)') end
-    if curv and not older(curv, curt, v, t) then out[i] = 2 else out[i] = -5 end
+    -- its version is gone from the hash: 2 when it is the value here (applied
+    -- already: a resend), 0 when a newer one is (superseded, as when it was found
+    -- marked: once its fields were collected, which of the two came first is lost,
+    -- and a newer write is current either way), -5 when neither (nothing to commit)
+    if curv and curv == v and curt == t then
+      out[i] = 2
+    elseif curv and not older(curv, curt, v, t) then
+      out[i] = 0
+    else
+      out[i] = -5
+    end
   else
 --! include compare
     if g and state >= 0 then  -- superseded by a write that was no transaction's
