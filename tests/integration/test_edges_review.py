@@ -144,3 +144,24 @@ async def test_an_update_function_returning_what_cannot_be_written_is_refused(
     with pytest.raises(StampedeError, match="nothing was written"):
         await st.update("updret:{1}", [a], fn)
     assert await raw_value(st, a) is None and await raw_value(st, other) is None
+
+
+async def test_a_transaction_over_an_evicted_value_still_drops_the_kept_list(
+    st: Stampede,
+) -> None:
+    """As above, but a's value was evicted (gone under `maxmemory`, here a raw DEL)
+    before the transaction deleted a: its commit replaces nothing at a, yet a's kept
+    list (w1) must go too, or a group read returns w1, which the acknowledged
+    delete replaced, as the group's last whole state."""
+    a, b = spread_keys(st, "keptev", 2)
+    await st.write("keptev", {a: b"w1", b: b"w1"})
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    value = b"%d:%s:w2" % (version, token.encode())
+    stamp: GuardStamp = {"version": version, "token": token, "limit": 0, "keep_ms": KEEP_MS}
+    await st.topology.write_guarded([a.encode()], [value], **stamp)
+    await st.topology.execute(a.encode(), "DEL", a.encode())  # evicted
+    async with st.transaction() as tx:
+        tx.delete(a)
+    quick = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=5.0)
+    with pytest.raises(TornReadError):  # never w1 as a whole group
+        await st.read("keptev", [a, b], retry=quick)

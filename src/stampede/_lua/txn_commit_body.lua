@@ -77,12 +77,14 @@ for i = 1, #KEYS / 2 do
         end
       end
     end
-    if (state == 1) and cur then
+    if state == 1 then
       -- the values a group write kept at this key for group reads (`<key>:stampede:p`)
       -- go: each is older than this commit, which is no write of that group, so a
       -- group read that took one as its group's last whole state would return what
       -- an acknowledged transaction replaced (deleted data back); the read reads the
-      -- group torn instead (repair.md). Best effort (pcall), as the guard keeps them.
+      -- group torn instead (repair.md). Also where the key holds nothing now (its
+      -- value evicted or expired: the kept list may outlive it). Best effort
+      -- (pcall), as the guard keeps them.
       local kk = kept_key(key)
       if kk then redis.pcall('DEL', kk) end
     end
