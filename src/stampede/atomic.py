@@ -29,6 +29,7 @@ from typing import Any, TypeAlias
 
 from ._backoff import backoff
 from .errors import (
+    ConfigurationError,
     CrossSlotError,
     InvalidKeyError,
     OutcomeUnknownError,
@@ -93,7 +94,9 @@ def keys_of(command: Command) -> list[bytes] | None:
     (`SET`, `HINCRBY`, `RPUSH`, `ZADD`, `DEL`, `MSET`, `EVALSHA`, ...).
     """
     if not command:
-        raise ValueError("an empty command; write it as a tuple such as ('SET', key, value)")
+        raise ConfigurationError(
+            "an empty command; write it as a tuple such as ('SET', key, value)"
+        )
     head = command[0]
     name = (head.decode() if isinstance(head, bytes) else str(head)).upper()
     args = command[1:]
@@ -274,7 +277,7 @@ async def watch(
     cannot be asked.
     """
     if max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
     topology = topology_of(target)
     watched = _unique([to_bytes(k) for k in keys])
     slot = common_slot(topology, watched, "watch()")

@@ -87,7 +87,7 @@ class StampedeError(Exception):
 
 
 class ConfigurationError(StampedeError, ValueError):
-    """An option, URL, pattern or strategy is not usable as given."""
+    """An option, argument, URL, pattern or strategy is not usable as given."""
 
 
 class SetupError(ConfigurationError):

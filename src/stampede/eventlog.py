@@ -8,17 +8,15 @@ per-group events zset   <group>:events     members  <token>:<part>:<payload>  sc
 ```
 
 One logical write appends one entry per key (or one member per part) under one
-token. The latest *consistent* state is, walking from the newest entry, the first
-token with every expected part: a write in flight (or dead half-way) lacks some
-parts, so the query passes over it to the newest whole one.
+token. The latest *consistent* state is the newest token with every expected part:
+a write in flight (or dead half-way) lacks some, and the query passes over it.
 
-Scores are doubles: a version above 2**53 (every `HybridClock` version: about
-1.8e18, nanoseconds since the epoch) is rounded to a multiple of 256, so versions
-less than 256 ns apart share one score. Redis orders equal scores by member
-bytes, and a member starts with its ULID token (time-ordered, fixed length), so
-the set's own order is (score, token): the query walks exactly that order.
+Scores are doubles: a version above 2**53 (every `HybridClock` version, about
+1.8e18 ns since the epoch) is rounded to a multiple of 256, so versions less than
+256 ns apart share one score. Equal scores sort by member bytes, which start with
+the ULID token, so the set's order is (score, token), the order the query walks.
 `Snapshot.version` is the stored score, exact only below 2**53 (`version_exact`);
-the exact version of the write is in its data keys' envelopes.
+the write's exact version is in its data keys' envelopes.
 """
 
 from __future__ import annotations
@@ -29,7 +27,15 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .atomic import Command, Target, topology_of
-from .errors import InvalidKeyError, MalformedEntry, PartialWriteError, RepliesLostError, ShardError
+from .errors import (
+    ConfigurationError,
+    InvalidKeyError,
+    InvalidValueError,
+    MalformedEntry,
+    PartialWriteError,
+    RepliesLostError,
+    ShardError,
+)
 from .keys import to_bytes
 from .topology._base import unit_of
 from .typing import Topology
@@ -131,7 +137,8 @@ def _data(value: object, what: str) -> bytes:
         return value
     if isinstance(value, str):
         return value.encode()
-    raise TypeError(f"{what} must be bytes or str, got {type(value).__name__}; serialise it first")
+    problem = f"{what} must be bytes or str, got {type(value).__name__}; serialise it first"
+    raise InvalidValueError(problem)
 
 
 def _parse(raw: bytes, key: bytes) -> tuple[str, bytes]:
@@ -146,9 +153,8 @@ def _parse(raw: bytes, key: bytes) -> tuple[str, bytes]:
 def _part_name(part: bytes | str) -> bytes:
     raw = to_bytes(part)
     if not raw or b":" in raw:
-        raise InvalidKeyError(
-            f"event part name {part!r} must be non-empty and contain no ':'", key=part
-        )
+        problem = f"event part name {part!r} must be non-empty and contain no ':'"
+        raise InvalidKeyError(problem, key=part)
     return raw
 
 
@@ -156,7 +162,7 @@ def _token(token: str | None) -> str:
     if token is None:
         return new_token()
     if not is_token(token):
-        raise ValueError(f"token must be a 26-character upper-case ULID, got {token!r}")
+        raise ConfigurationError(f"token must be a 26-character upper-case ULID, got {token!r}")
     return token
 
 
@@ -201,7 +207,7 @@ async def append_changes(
     (`OutcomeUnknownError` when the shard cannot be asked).
     """
     if not changes:
-        raise ValueError("append_changes() got no changes; pass {key: change, ...}")
+        raise ConfigurationError("append_changes() got no changes; pass {key: change, ...}")
     token = _token(token)
     entries = {log_key(k): entry(token, v) for k, v in changes.items()}
     results = await _per_shard(
@@ -222,11 +228,12 @@ async def append_changes(
 
 async def read_log(target: Target, key: bytes | str, *, count: int | None = None) -> list[LogEntry]:
     """The last `count` entries (all when None) of `<key>:log`, oldest first."""
+    if count is not None and count < 1:
+        if count == 0:
+            return []
+        raise ConfigurationError(f"count must be 0 or more, got {count}")
     lkey = log_key(key)
-    start = 0 if count is None else -max(count, 0)
-    if count == 0:
-        return []
-    raw = await topology_of(target).execute(lkey, "LRANGE", lkey, start, -1)
+    raw = await topology_of(target).execute(lkey, "LRANGE", lkey, -count if count else 0, -1)
     return [LogEntry(*_parse(entry, lkey)) for entry in raw]
 
 
@@ -241,9 +248,9 @@ async def latest_changes(
     some logs are passed over.
     """
     if not keys:
-        raise ValueError("latest_changes() needs the keys whose logs make up a write")
+        raise ConfigurationError("latest_changes() needs the keys whose logs make up a write")
     if depth < 1:
-        raise ValueError(f"depth must be at least 1, got {depth}")
+        raise ConfigurationError(f"depth must be at least 1, got {depth}")
     logs = [log_key(k) for k in keys]
     results = await _per_shard(
         topology_of(target), logs, lambda g: [("LRANGE", k, -depth, -1) for k in g]
@@ -275,7 +282,7 @@ async def trim_logs(target: Target, keys: Sequence[bytes | str], *, keep: int) -
     counts as whole; keep at least as many entries as writes you may need to read.
     """
     if keep < 0:
-        raise ValueError(f"keep must be 0 or more, got {keep}")
+        raise ConfigurationError(f"keep must be 0 or more, got {keep}")
 
     def build(group: list[bytes]) -> list[Command]:
         if keep == 0:
@@ -302,9 +309,9 @@ async def record_events(
     Returns how many members were new.
     """
     if not parts:
-        raise ValueError("record_events() got no parts; pass {part: payload, ...}")
+        raise ConfigurationError("record_events() got no parts; pass {part: payload, ...}")
     if not 0 <= version <= MAX_VERSION:
-        raise ValueError(f"version must be in 0..2**63-1, got {version}")
+        raise ConfigurationError(f"version must be in 0..2**63-1, got {version}")
     ekey = events_key(group)
     args: list[bytes | str] = []
     for part, payload in parts.items():
@@ -351,7 +358,7 @@ async def latest_events(
     they are adjacent); gives up after `limit` members.
     """
     if not parts:
-        raise ValueError("latest_events() needs the part names a whole write has")
+        raise ConfigurationError("latest_events() needs the part names a whole write has")
     wanted = {_part_name(p): p for p in parts}
     buckets: dict[str, dict[bytes, bytes]] = {}
     start = 0
@@ -381,12 +388,12 @@ async def trim_events(
     stay. Returns how many members were removed.
     """
     if (keep is None) == (before is None):
-        raise ValueError("trim_events() takes exactly one of keep= or before=")
+        raise ConfigurationError("trim_events() takes exactly one of keep= or before=")
     ekey = events_key(group)
     topology = topology_of(target)
     if keep is not None:
         if keep < 0:
-            raise ValueError(f"keep must be 0 or more, got {keep}")
+            raise ConfigurationError(f"keep must be 0 or more, got {keep}")
         removed: int = await topology.execute(ekey, "ZREMRANGEBYRANK", ekey, 0, -keep - 1)
     else:
         removed = await topology.execute(ekey, "ZREMRANGEBYSCORE", ekey, "-inf", f"({before}")

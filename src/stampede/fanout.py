@@ -31,7 +31,9 @@ K = TypeVar("K", bytes, str)
 
 def _raw_keys(keys: Sequence[bytes | str], operation: str) -> list[bytes]:
     if isinstance(keys, str | bytes):
-        raise TypeError(f"{operation} takes a sequence of keys, not one key; wrap it: [{keys!r}]")
+        raise InvalidKeyError(
+            f"{operation} takes a sequence of keys, not one key; wrap it: [{keys!r}]"
+        )
     raw: list[bytes] = []
     for pos, key in enumerate(keys):
         if not isinstance(key, str | bytes):

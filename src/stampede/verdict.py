@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
-from .errors import MalformedEnvelope
+from .errors import ConfigurationError, MalformedEnvelope
 from .wire import CommitRecord, Envelope, decode_commit
 from .wire._envelope import decode_all
 
@@ -65,7 +65,7 @@ class Observation:
 
     def __post_init__(self) -> None:
         if len(self.keys) != len(self.raw):
-            raise ValueError(f"{len(self.keys)} keys but {len(self.raw)} values")
+            raise ConfigurationError(f"{len(self.keys)} keys but {len(self.raw)} values")
         decode = Envelope.decode
         envelopes: list[Envelope | None] = []
         errors: dict[bytes, MalformedEnvelope] = {}

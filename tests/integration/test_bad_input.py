@@ -228,3 +228,33 @@ def test_importing_the_library_needs_neither_click_nor_rich() -> None:
     code = "import sys, stampede; print(sorted({'click', 'rich'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# -- the helpers' arguments (eventlog, atomic, fanout, the worker, Envelope) -----------
+
+
+async def test_helper_arguments_out_of_range(st: Stampede) -> None:
+    """Each raised a bare ValueError or TypeError before; nothing is sent."""
+    from stampede import atomic, eventlog, fanout
+    from stampede.repair import Worker
+    from stampede.wire import Envelope
+
+    with _raises(ConfigurationError, "keep must be 0 or more, got -1"):
+        await eventlog.trim_logs(st, ["k"], keep=-1)
+    with _raises(ConfigurationError, "count must be 0 or more, got -2"):
+        await eventlog.read_log(st, "k", count=-2)
+    with _raises(ConfigurationError, "exactly one of keep= or before="):
+        await eventlog.trim_events(st, "g")
+    with _raises(InvalidValueError, "an event payload must be bytes or str, got int"):
+        await eventlog.record_events(st, "g", {"a": 1}, version=1, token="0" * 26)  # type: ignore[dict-item]
+    with _raises(ConfigurationError, "max_attempts must be at least 1, got 0"):
+        await atomic.watch(st, ["k"], lambda _: [], max_attempts=0)
+    with _raises(InvalidKeyError, "not one key; wrap it"):
+        await fanout.mget(st, "k")
+    with _raises(ConfigurationError, "concurrency must be at least 1, got 0"):
+        Worker(st.topology, None, None, concurrency=0)  # type: ignore[arg-type]
+    with _raises(ConfigurationError, "version must be in 0..2\\*\\*63-1, got -1"):
+        Envelope(-1, "0" * 26)
+    with _raises(InvalidValueError, "payload must be bytes, got str"):
+        Envelope(1, "0" * 26, "x")  # type: ignore[arg-type]
+    assert await st.topology.execute(b"k", "EXISTS", b"k") == 0

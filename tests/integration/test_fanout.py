@@ -49,7 +49,7 @@ async def test_decode_refuses_plain_values(st: Stampede) -> None:
 
 async def test_bad_arguments_say_what_to_do(st: Stampede) -> None:
     """A lone key, a non-key or an empty key is refused with a message; [] sends nothing."""
-    with pytest.raises(TypeError, match="wrap it"):
+    with pytest.raises(InvalidKeyError, match="wrap it"):
         await fanout.mget(st, "user:1")
     with pytest.raises(InvalidKeyError, match="key #1 is a int"):
         await fanout.mget(st, ["a", 7])  # type: ignore[list-item]

@@ -233,3 +233,38 @@ def test_property_tests_have_no_time_limit() -> None:
     from hypothesis import settings
 
     assert settings().deadline is None
+
+
+BUILTIN_RAISES = {
+    # a caller's mistake raised as a built-in exception is allowed only here, each for
+    # its reason; everything else a user can get wrong raises a StampedeError subclass
+    # (ConfigurationError is a ValueError, InvalidValueError a TypeError, so `except
+    # ValueError` code keeps working)
+    ("stampede._write", "ValueError"): "internal: keys and values come from one dict",
+    ("stampede.repair._jobs", "ValueError"): "caught: a malformed job is dead-lettered",
+    ("stampede.options", "ValueError"): "pydantic's validator: open() raises ConfigurationError",
+    ("stampede.topology._encode", "TypeError"): "an argument of a raw command (execute)",
+    ("stampede._update", "RuntimeError"): "unreachable: the loop returns or raises",
+    ("stampede.topology._session", "RuntimeError"): "a context manager used outside `with`",
+    ("stampede.topology._retries", "RuntimeError"): "unreachable: every slot has a marker",
+    ("stampede.wire._txn", "RuntimeError"): "unreachable: every slot has a hash name",
+    ("stampede._deadline", "RuntimeError"): "internal: called from a task only",
+}
+
+
+def test_bad_input_raises_stampede_errors() -> None:
+    """No module raises `ValueError`, `TypeError`, `KeyError` or `RuntimeError` itself
+    outside the reviewed list above: bad input gets a StampedeError naming what was
+    wrong (it failed once: eventlog, atomic, fanout, the worker and Envelope raised
+    bare ValueError and TypeError)."""
+    found: set[tuple[str, str]] = set()
+    for module, path in MODULES.items():
+        if module.startswith("stampede.testing"):
+            continue  # the test harness, not the library
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+                name = getattr(node.exc.func, "id", "")
+                if name in {"ValueError", "TypeError", "KeyError", "RuntimeError"}:
+                    found.add((module, name))
+    assert sorted(found - set(BUILTIN_RAISES)) == []
+    assert sorted(set(BUILTIN_RAISES) - found) == []  # the list stays current

@@ -157,7 +157,7 @@ class SlotMap:
         """Return the shard that owns `slot` (0..16383)."""
         if 0 <= slot < SLOTS:
             return self._table[slot]
-        raise ValueError(f"slot must be in 0..{SLOTS - 1}, got {slot!r}")
+        raise ConfigurationError(f"slot must be in 0..{SLOTS - 1}, got {slot!r}")
 
     def shard_of_key(self, key: bytes | str, *, policy: HashPolicy | None = None) -> int:
         """Return the shard that owns `key` (under `policy`, if given)."""

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from .. import _pipeline as pipeline
 from .. import metrics, tracing
 from .._txn.sweep import sweep
-from ..errors import RepairError, StampedeError
+from ..errors import ConfigurationError, RepairError, StampedeError
 from ..results import RepairAction
 from ..typing import RepairContext, RepairStrategy, Topology, VersionSource
 from ..verdict import Mode, Status, judge
@@ -98,7 +98,7 @@ class Worker:
         job_timeout: float | None = 60.0,
     ) -> None:
         if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+            raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
         self.topology = topology
         self.queue = queue
         self.strategy = strategy

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
 
-from ..errors import MalformedEnvelope
+from ..errors import ConfigurationError, InvalidValueError, MalformedEnvelope
 
 __all__ = [
     "CLOCK_FLOOR",
@@ -131,7 +131,7 @@ def token_after(token: str) -> str:
         value = value * 32 + _VALUE[char]
     room = (1 << 128) - 1 - value  # how many tokens sort after it
     if room < 1:
-        raise ValueError("no token sorts after the largest ULID")
+        raise ConfigurationError("no token sorts after the largest ULID")
     value += 1 + random.randrange(min(1 << 63, room))
     chars = []
     for _ in range(TOKEN_LENGTH):
@@ -169,13 +169,14 @@ class Envelope:
 
     def __post_init__(self) -> None:
         if not 0 <= self.version <= MAX_VERSION:
-            raise ValueError(f"version must be in 0..2**63-1, got {self.version}")
+            raise ConfigurationError(f"version must be in 0..2**63-1, got {self.version}")
         if not is_token(self.token):
-            raise ValueError(f"token must be a 26-character upper-case ULID, got {self.token!r}")
+            problem = f"token must be a 26-character upper-case ULID, got {self.token!r}"
+            raise ConfigurationError(problem)
         if not isinstance(self.payload, bytes):
-            raise TypeError(f"payload must be bytes, got {type(self.payload).__name__}")
+            raise InvalidValueError(f"payload must be bytes, got {type(self.payload).__name__}")
         if self.tombstone and self.payload:
-            raise ValueError("a tombstone has no payload")
+            raise ConfigurationError("a tombstone has no payload")
 
     @property
     def stamp(self) -> str:
