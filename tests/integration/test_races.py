@@ -475,3 +475,30 @@ async def test_reads_refuse_keys_that_are_no_list_and_take_a_generator(st: Stamp
     await tx.commit()
     atomic = await st.read_atomic(k for k in ["g:{8}:a"])  # type: ignore[arg-type]
     assert list(atomic.values.values()) == [b"1"]
+
+
+async def test_a_repair_does_not_spread_a_version_from_the_far_future(
+    topology_env: tuple[str, object],
+) -> None:
+    """A writer an hour ahead reached one key of a group (it died there); the other
+    keys hold an honest write. `NewestWins` would stamp its repair after the newest
+    stamp, the future one, and carry it to every key: each would then refuse every
+    honest write (ClockSkewError) where one key did. The repair refuses instead,
+    writing nothing, as a write over such a version does."""
+    kind, env = topology_env
+    ahead = open_stampede(env, kind, versions=HybridClock(offset_ms=3_600_000))
+    honest = open_stampede(env, kind)
+    async with ahead, honest:
+        keys = spread_keys(honest, "farrep", 3)
+        await honest.write("farrep", dict.fromkeys(keys, b"honest"))
+        before = {k: await honest.topology.execute(k.encode(), "GET", k.encode()) for k in keys}
+        clock = ahead.versions
+        # its write reached keys[0] only, keeping nothing there for group reads
+        await write_group(
+            ahead.topology, b"farrep", [keys[0].encode()], [b"future"],
+            mode=Mode.STAMP, versions=clock, ttl=None, keep_ms=0,
+        )  # fmt: skip
+        with pytest.raises(RepairError, match="ahead of this clock"):
+            await honest.read("farrep", keys, repair=NewestWins(), retry=QUICK)
+        for k in keys[1:]:
+            assert await honest.topology.execute(k.encode(), "GET", k.encode()) == before[k]

@@ -35,7 +35,9 @@ from ..topology._floor import FLOOR_ELSEWHERE, raise_floor
 from ..topology._guard import CAS, KEPT
 from ..typing import RepairContext, Topology
 from ..verdict import Mode, Observation, Reason, Status, judge
+from ..versions import DEFAULT_MAX_OFFSET, HybridClock
 from ..wire import (
+    CLOCK_FLOOR,
     MAX_VERSION,
     Envelope,
     commit_key,
@@ -115,6 +117,28 @@ def _after(obs: Observation, stamp: tuple[int, str]) -> tuple[int, str]:
         "the newest stored stamp is the largest that can exist (another program wrote it); "
         "delete the group's keys",
     )
+
+
+def _refuse_far_ahead(ctx: RepairContext, obs: Observation, version: int) -> None:
+    """A repair stamped after a clock version further ahead of this clock than
+    `max_offset` would carry that version to every key of the group, and each key
+    would then refuse every honest write (`ClockSkewError`) where one did. A write
+    over such a version is refused; so is a repair, before it writes anything."""
+    if version < CLOCK_FLOOR:
+        return  # a sequence version says nothing about time
+    clock = ctx.versions
+    if isinstance(clock, HybridClock):
+        now, offset = clock.physical(), clock.max_offset
+    else:
+        now, offset = time.time_ns(), DEFAULT_MAX_OFFSET
+    if version > now + int(offset * 1e9):
+        raise RepairError(
+            obs.group,
+            f"the newest stored stamp is {(version - now) / 1e9:.0f} s ahead of this clock "
+            f"(more than max_offset, {offset:g} s): a writer's clock runs ahead, or another "
+            "program stamped it, and a repair would carry it to every key. Fix the clock, "
+            "then delete the group's keys or wait",
+        )
 
 
 EXPIRED = 1
@@ -248,6 +272,8 @@ async def rewrite(
     """
     keys = list(obs.keys)
     version, token = repair_stamp(obs, source_version)
+    if version != source_version:
+        _refuse_far_ahead(ctx, obs, version)
     at = expire_at_ms if expire_at_ms is not None else await kept_expiry(ctx, obs)
     new: dict[bytes, bytes | None] = {
         k: Envelope(version, token, payloads[k] or b"", tombstone=payloads[k] is None).encode()
