@@ -156,8 +156,7 @@ def check_version(version: int) -> int:
 async def draw_version(
     versions: VersionSource, group: bytes, topology: Topology, at: int | None
 ) -> int:
-    """The next version for a write of `group` expiring at `at` (a `Counter` lives as
-    long as the writes it versions)."""
+    """The next version for a write of `group` expiring at `at` (as its writes live)."""
     if isinstance(versions, Counter):
         return await versions.next_version(group, topology, expire_at_ms=at)
     return await versions.next_version(group, topology)
@@ -193,12 +192,11 @@ async def write_group(
     """Stamp and write every key of a group; raise `PartialWriteError` if a shard failed.
 
     A payload of None writes a tombstone (the key is deleted, and stays deleted
-    against older writes until `ttl`, the grace period, runs out). `version`
-    fixes the version (the application's own) instead of drawing one; `keep_ms`
-    how long each replaced value is kept for group reads (a write that lands in one
-    call, one slot, keeps none: no read sees it in part).
+    against older writes until `ttl`, the grace period, runs out). `version` fixes
+    the version (the application's own) instead of drawing one; `keep_ms` how long
+    each replaced value is kept for group reads (none for one call in one slot).
     """
-    at = None if ttl is None else expire_at(ttl)
+    at, counted = None if ttl is None else expire_at(ttl), version is None
     if version is not None:
         limit = 0
     elif type(versions) is HybridClock:  # its next_version, without a coroutine
@@ -241,6 +239,8 @@ async def write_group(
     results, acks = outcome.results, outcome.acks
     kept = KEPT in results.values()
     superseded = tuple(k for k in keys if results.get(k) == KEPT) if kept else ()
+    if superseded and counted and isinstance(versions, Counter):
+        await versions.catch_up(group, topology, superseded)
     durable = None if durability is None else all(n >= durability.replicas for n in acks.values())
     return new_receipt(
         group,

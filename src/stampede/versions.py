@@ -13,13 +13,14 @@ way. The two kinds cannot be ordered against each other: a group keeps one kind.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ._lua import script
-from .errors import ConfigurationError
+from .errors import ConfigurationError, StampedeError
 from .wire import CLOCK_FLOOR, MAX_VERSION, version_key
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ log = logging.getLogger("stampede.versions")
 
 
 COUNTER = script("counter")
+_COUNTER_FLOOR = script("counter_floor")
 
 
 class Counter:
@@ -60,6 +62,21 @@ class Counter:
         # Resent after a lost reply: a counter only has to grow; a resend leaves a gap.
         args = [expire_at_ms or 0, round(self.outlive * 1000)]
         return int(await topology.script(COUNTER, [key], args))
+
+    async def catch_up(self, group: bytes, topology: Topology, keys: Sequence[bytes]) -> None:
+        """Raise the counter of `group` to the newest sequence version stored at `keys`,
+        where a write of it was just kept out. A counter that went back (lost in a
+        failover before a replica had it, or evicted) hands out versions older than
+        the data; without this every write is kept out until it passes them, with it
+        only the one that found out. Best effort: the write stands as reported."""
+        newest = 0
+        with contextlib.suppress(StampedeError):
+            for key in keys:
+                head = (await topology.execute(key, "GET", key) or b"").partition(b":")[0]
+                if head.isdigit() and not head.startswith(b"0") and len(head) < 20:
+                    newest = max(newest, int(head))
+            if 0 < newest < CLOCK_FLOOR:
+                await topology.script(_COUNTER_FLOOR, [version_key(group)], [newest])
 
     def observe(self, version: int) -> None:
         """The counter lives in Redis: nothing to learn locally."""

@@ -255,6 +255,27 @@ async def test_counter_versions_count_up(st: Stampede) -> None:
     assert (await st.read("counted", keys)).values[keys[0]] == b"b"
 
 
+@pytest.mark.parametrize("mode", ["stamp", "commit"])
+async def test_a_counter_that_went_back_catches_up(st: Stampede, mode: str) -> None:
+    """The counter is lost (a failover before a replica had it, an eviction) while
+    the data keeps version 3: the next write, version 1, is kept out and says so;
+    it raises the counter to the data's version, so the write after it is version 4
+    and lands (without it every write was kept out until the counter passed 3)."""
+    keys = spread_keys(st, f"ctrback-{mode}", 2)
+    group = f"ctrback-{mode}"
+    for n in range(3):
+        await st.write(group, dict.fromkeys(keys, b"%d" % n), versions="counter", mode=mode)  # type: ignore[arg-type]
+    counter = f"{group}:stampede:version".encode()
+    ttl = await st.topology.execute(counter, "PTTL", counter)
+    await st.topology.execute(counter, "DEL", counter)
+    lost = await st.write(group, dict.fromkeys(keys, b"lost"), versions="counter", mode=mode)  # type: ignore[arg-type]
+    assert lost.version == 1 and set(lost.superseded) == {k.encode() for k in keys}
+    after = await st.write(group, dict.fromkeys(keys, b"after"), versions="counter", mode=mode)  # type: ignore[arg-type]
+    assert after.version == 4 and after.superseded == ()
+    assert (await st.read(group, keys)).values == dict.fromkeys(keys, b"after")
+    assert await st.topology.execute(counter, "PTTL", counter) == ttl == -1  # no TTL given
+
+
 async def test_ttl_expires_data_and_record_together(st: Stampede) -> None:
     """With a TTL, every data key and the commit record share one expiry instant."""
     keys = spread_keys(st, "ttl", 3)
