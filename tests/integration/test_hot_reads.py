@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import stampede
 from stampede import RetryPolicy, Stampede, StampedeError, TornReadError
 
 from ..support import open_stampede, spread_keys
@@ -138,3 +139,27 @@ async def test_a_passing_refusal_keeps_the_cross_slot_guard(
         assert (await st.read("oom", keys)).values == dict.fromkeys(keys, b"y")
         io = st.topology._io  # type: ignore[attr-defined]  # noqa: SLF001 - no public view
         assert not io._no_write_script  # noqa: SLF001
+
+
+async def test_a_reader_that_may_not_run_scripts_reads_with_gets(stampede_cluster: Any) -> None:
+    """A reader whose ACL allows reads but no scripts (`NOPERM` for EVALSHA): its
+    group reads over many slots go as GETs, and after the first refusal straight
+    away (the node is marked), not one refused script call per read."""
+    rule = ["on", ">pw", "~*", "&*", "+@read", "+@connection", "+cluster", "+info"]
+    for node in stampede_cluster.nodes:
+        with node.client() as admin:
+            admin.execute_command("ACL", "SETUSER", "reader", *rule)
+    async with open_stampede(stampede_cluster, "cluster") as st:
+        keys = spread_keys(st, "acl", 4)
+        await st.write("acl", dict.fromkeys(keys, b"x"))
+    url = stampede_cluster.url.replace("redis://", "redis://reader:pw@")
+    try:
+        async with stampede.connect(url, cluster=True) as reader:
+            for _ in range(2):
+                assert (await reader.read("acl", keys)).values == dict.fromkeys(keys, b"x")
+            io = reader.topology._io  # type: ignore[attr-defined]  # noqa: SLF001 - no public view
+            assert io._no_read_script  # noqa: SLF001
+    finally:
+        for node in stampede_cluster.nodes:
+            with node.client() as admin:
+                admin.execute_command("ACL", "DELUSER", "reader")

@@ -51,13 +51,14 @@ def _wrong_type(reply: Any) -> bool:
 
 def _refuses_flags(reply: BaseException) -> bool:
     """True when a node answered a cross-slot script with an error that says it cannot
-    run one at all: a server before 7.0 fails to compile the script's flags line.
-    Anything else (a slot moving, a redirection, a failed connection, `OOM`, `BUSY`,
-    a key of another type) passes, and the next batch tries the script again."""
+    run one at all: a server before 7.0 fails to compile the script's flags line, or
+    the user may not run scripts (`NOPERM`: a reader's ACL). Anything else (a slot
+    moving, a redirection, a failed connection, `OOM`, `BUSY`, a key of another
+    type) passes, and the next batch tries the script again."""
     if not isinstance(reply, ReplyError) or redirected(reply) or failing(reply):
         return False
     text = str(reply)
-    return "compiling script" in text or "shebang" in text
+    return "compiling script" in text or "shebang" in text or reply.code == "NOPERM"
 
 
 class NodeIO:
