@@ -151,3 +151,20 @@ def tasks_created() -> Iterator[list[object]]:
         yield created
     finally:
         loop.set_task_factory(None)
+
+
+async def without_expiry(st: Stampede, *, allowed: Sequence[str] = ()) -> list[bytes]:
+    """Every key on every shard that has no expiry ("nothing immortal"), except the
+    shard identity record and the keys in `allowed` (data written without a ttl)."""
+    keep = {b"stampede:shard", *(k.encode() for k in allowed)}
+    found: list[bytes] = []
+    for shard in st.topology.shard_names:
+        cursor: Any = b"0"
+        while True:
+            cursor, keys = await st.topology.execute_on(shard, "SCAN", cursor, "COUNT", 500)
+            for key in set(keys) - keep:
+                ttl = await st.topology.execute_on(shard, "PTTL", key)
+                found += [key] if ttl == -1 else []
+            if cursor in (b"0", 0, "0"):
+                break
+    return found

@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 from . import tracing
+from ._future import DeletePut, Put, fresh_limit, fresher_limit, limit_for
 from .errors import (
     ClockSkewError,
     ConfigurationError,
@@ -35,12 +36,10 @@ from .verdict import Mode
 from .versions import Counter, HybridClock
 from .wire import (
     CLOCK_FLOOR,
-    VersionKind,
     commit_key,
     encode_commit,
     expire_at,
     is_reserved,
-    kind_of,
     new_token,
 )
 
@@ -162,20 +161,6 @@ async def draw_version(
     return await versions.next_version(group, topology)
 
 
-def limit_for(versions: VersionSource, version: int) -> int:
-    """The newest stored clock version a write accepts as real (0: no check)."""
-    if isinstance(versions, HybridClock) and kind_of(version) is VersionKind.CLOCK:
-        return max(version, versions.horizon())
-    return 0
-
-
-def fresher_limit(clock: VersionSource, version: int, limit: int, codes: Iterable[int]) -> int:
-    """A fresh limit when a key refused the version as `FUTURE` and the clock moved on
-    since `limit` was set: a write held up meets a newer one, no skew (else 0)."""
-    fresh = limit_for(clock, version) if limit and FUTURE in codes else 0
-    return fresh if fresh > limit else 0
-
-
 async def write_group(
     topology: Topology,
     group: bytes,
@@ -222,20 +207,24 @@ async def write_group(
         stamp["replicas"] = durability.replicas
         stamp["wait_ms"] = max(1, round(durability.timeout * 1000))
         stamp["aof"] = durability.aof
-    put = topology.write_guarded
+    # a delete clears what a clock far ahead stamped (_future.py); a write is refused
+    deleting = payloads.count(None) == len(payloads)
+    put = DeletePut(topology, versions) if deleting else topology.write_guarded
     if mode is Mode.STAMP:
         atomic = _one_slot(topology, keys)  # one slot: one server-side step
         if atomic:  # one call: never seen in part, so nothing kept for readers
             stamp["keep_ms"] = 0
         outcome = await put(keys, encoded, **stamp)
         codes = outcome.results.values()
-        if limit and FUTURE in codes and _fresh_limit(versions, stamp, outcome):
+        if limit and FUTURE in codes and fresh_limit(versions, stamp, outcome):
             outcome = await put(keys, encoded, **stamp)  # sent again, same stamp
             codes = outcome.results.values()
         if outcome.failed or (codes and min(codes) < 0):  # else written, or kept out
             raise_for(group, outcome)
     else:
-        outcome, atomic = await _committed(topology, versions, group, keys, encoded, lead, stamp)
+        outcome, atomic = await _committed(
+            topology, put, versions, group, keys, encoded, lead, stamp
+        )
     results, acks = outcome.results, outcome.acks
     kept = KEPT in results.values()
     superseded = tuple(k for k in keys if results.get(k) == KEPT) if kept else ()
@@ -250,7 +239,7 @@ async def write_group(
         mode,
         atomic,
         superseded,
-        payloads.count(None) == len(payloads),  # deleted: tombstones only
+        deleting,  # deleted: tombstones only
         dict(acks) if acks else {},
         durable,
     )
@@ -275,6 +264,7 @@ async def traced_write(
 
 async def _committed(
     topology: Topology,
+    put: Put,
     versions: VersionSource,
     group: bytes,
     keys: Sequence[bytes],
@@ -295,9 +285,9 @@ async def _committed(
         sends.append(([ckey], [record]))
     outcomes: list[WriteOutcome] = []
     for sent, values in sends:
-        done = await topology.write_guarded(sent, values, **stamp)
-        if stamp["limit"] and _fresh_limit(versions, stamp, done):  # sent again, same stamp
-            done = await topology.write_guarded(sent, values, **stamp)
+        done = await put(sent, values, **stamp)
+        if stamp["limit"] and fresh_limit(versions, stamp, done):  # sent again, same stamp
+            done = await put(sent, values, **stamp)
         raise_for(group, done, landed=keys if outcomes else ())
         outcomes.append(done)
     outcome = outcomes[0]
@@ -322,19 +312,6 @@ def _one_slot(topology: Topology, keys: Sequence[bytes]) -> bool:
 
 
 _SLOTS: dict[tuple[bytes, ...], tuple[weakref.ref[Topology], bool]] = {}
-
-
-def _fresh_limit(versions: VersionSource, stamp: GuardStamp, outcome: WriteOutcome) -> bool:
-    """True, with the fresh limit in `stamp`, when a key refused the write as `FUTURE`
-    and the clock moved on since its limit was set (`fresher_limit`): the write is
-    sent again, same stamp, under it."""
-    codes = outcome.results.values()
-    if FUTURE not in codes:
-        return False
-    fresh = fresher_limit(versions, stamp["version"], stamp["limit"], codes)
-    if fresh:
-        stamp["limit"] = fresh
-    return bool(fresh)
 
 
 _REFUSALS = {

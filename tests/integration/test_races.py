@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Unpack
+from typing import Literal, Unpack
 
 import pytest
 
@@ -35,7 +35,7 @@ from stampede.topology._base import WriteOutcome
 from stampede.typing import GuardStamp, Topology
 from stampede.wire import commit_key, new_token
 
-from ..support import open_stampede, spread_keys
+from ..support import gone, open_stampede, spread_keys, without_expiry
 
 QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
 YEAR_MS = 365 * 24 * 3600 * 1000
@@ -298,6 +298,59 @@ async def test_a_clock_a_year_ahead_does_not_spread(topology_env: tuple[str, obj
             await honest.write("skew", dict.fromkeys(keys, b"now"))
 
 
+@pytest.mark.parametrize("mode", ["stamp", "commit"])
+@pytest.mark.parametrize("ahead_by", ["a year", "2**63-1"])
+async def test_a_group_stamped_from_the_future_can_be_deleted(
+    topology_env: tuple[str, object], mode: Literal["stamp", "commit"], ahead_by: str
+) -> None:
+    """What ClockSkewError (and stamps.md) says to do about a group stamped far ahead,
+    "fix the clock, then delete the group": the delete clears it (its tombstones land
+    and expire), and the group is writable again. The delete was refused as well, so
+    such a group stayed unwritable until that time (the year 2262 for 2**63-1)."""
+    kind, env = topology_env
+    honest = open_stampede(env, kind, tombstone_grace=0.05)
+    async with honest:
+        keys = spread_keys(honest, "skewed", 2)
+        record = [commit_key(b"skewed").decode()] if mode == "commit" else []
+        if ahead_by == "a year":
+            async with open_stampede(env, kind, versions=HybridClock(offset_ms=YEAR_MS)) as ahead:
+                await ahead.write("skewed", dict.fromkeys(keys, b"future"), mode=mode)
+        else:
+            poison = Envelope(2**63 - 1, new_token(), b"p").encode()
+            for key in [*keys, *record]:
+                await honest.topology.execute(key.encode(), "SET", key, poison)
+        with pytest.raises(ClockSkewError, match="delete the group"):
+            await honest.write("skewed", dict.fromkeys(keys, b"now"), mode=mode)
+        receipt = await honest.delete("skewed", keys, mode=mode)
+        assert receipt.deleted and receipt.superseded == ()
+        assert (await honest.read("skewed", keys, mode=mode)).status is Status.NOT_FOUND
+        for key in keys:  # the tombstones expire: nothing of the future is left
+            await gone(honest, key)
+        again = await honest.write("skewed", dict.fromkeys(keys, b"now"), mode=mode)
+        assert again.superseded == ()
+        got = await honest.read("skewed", keys, mode=mode)
+        assert got.values == dict.fromkeys(keys, b"now")
+        assert await without_expiry(honest, allowed=[*keys, *record]) == []
+
+
+async def test_a_delete_from_a_clock_behind_clears_nothing(
+    topology_env: tuple[str, object],
+) -> None:
+    """A deleter whose own clock is an hour behind finds honest values beyond its limit:
+    they are not from the future (its servers' clocks say so), so its delete is refused
+    (ClockSkewError) and clears nothing; an older write resent later could otherwise
+    land over its older tombstone and bring deleted data back."""
+    kind, env = topology_env
+    honest = open_stampede(env, kind)
+    behind = open_stampede(env, kind, versions=HybridClock(offset_ms=-3600 * 1000))
+    async with honest, behind:
+        keys = spread_keys(honest, "behind", 2)
+        await honest.write("behind", dict.fromkeys(keys, b"now"))
+        with pytest.raises(ClockSkewError):
+            await behind.delete("behind", keys)
+        assert (await honest.read("behind", keys)).values == dict.fromkeys(keys, b"now")
+
+
 async def test_sequential_writers_within_a_millisecond(topology_env: tuple[str, object]) -> None:
     """Two clients writing one after the other: the later write is never kept out."""
     kind, env = topology_env
@@ -456,6 +509,35 @@ async def test_a_late_write_meeting_a_newer_one_is_superseded_not_a_clock_skew(
     )
     assert set(late.superseded) == set(raw)
     assert (await st.read("held", keys)).values == dict.fromkeys(keys, b"newer")
+
+
+async def test_a_late_delete_meeting_a_newer_write_leaves_it(st: Stampede) -> None:
+    """A delete held up longer than max_offset meets a newer write of an honest clock:
+    it is kept out (superseded), and the newer write is not cleared as if it came from
+    a clock far ahead."""
+    now = [time.time_ns()]
+    clock = HybridClock(clock=lambda: now[0], max_offset=5.0)
+    keys = spread_keys(st, "helddel", 2)
+    raw = [k.encode() for k in keys]
+
+    async def newer_write_meanwhile() -> None:
+        now[0] += 7 * 10**9  # held up for 7 s
+        other = HybridClock(clock=lambda: now[0])
+        await write_group(
+            st.topology, b"helddel", raw, [b"newer"] * 2, mode=Mode.STAMP, versions=other, ttl=None
+        )
+
+    late = await write_group(
+        HeldUp(st.topology, newer_write_meanwhile),
+        b"helddel",
+        raw,
+        [None, None],
+        mode=Mode.STAMP,
+        versions=clock,
+        ttl=60,
+    )
+    assert set(late.superseded) == set(raw)
+    assert (await st.read("helddel", keys)).values == dict.fromkeys(keys, b"newer")
 
 
 async def test_reads_refuse_keys_that_are_no_list_and_take_a_generator(st: Stampede) -> None:

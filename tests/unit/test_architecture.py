@@ -56,6 +56,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             r"_health",
             r"_kept",
             r"_write",
+            r"_future",
             r"_update",
             r"_read",
             r"atomic",

@@ -94,3 +94,17 @@ async def test_counter_versions_and_commit_mode() -> None:
         assert (first.version, second.version) == (1, 2)
         got = await st.read("order:3", keys)
         assert got.consistent and got.version == 2
+
+
+async def test_a_group_stamped_a_year_ahead_can_be_deleted() -> None:
+    """The delete that clears a group stamped far ahead asks the server's clock (TIME),
+    which the in-memory topology answers, as a server does."""
+    topology = MemoryTopology()
+    ahead = stampede.HybridClock(offset_ms=365 * 24 * 3600 * 1000)
+    async with Stampede(topology) as st:
+        keys = spread(topology, "skew")
+        await st.write("skew", dict.fromkeys(keys, b"future"), versions=ahead)
+        with pytest.raises(stampede.ClockSkewError):
+            await st.write("skew", dict.fromkeys(keys, b"now"))
+        assert (await st.delete("skew", keys)).superseded == ()
+        assert (await st.read("skew", keys)).status is stampede.Status.NOT_FOUND

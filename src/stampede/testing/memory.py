@@ -368,6 +368,10 @@ class MemoryTopology(FixedShards):
         at = self._cmd_pexpiretime(shard, args)
         return at if at < 0 else max(0, at - time.time_ns() // 1_000_000)
 
+    def _cmd_time(self, shard: str, args: list[bytes]) -> list[bytes]:
+        seconds, micros = divmod(time.time_ns() // 1000, 1_000_000)
+        return [b"%d" % seconds, b"%d" % micros]
+
     def _cmd_lrange(self, shard: str, args: list[bytes]) -> list[bytes]:
         entry = self._entry(args[0])
         if entry is None or not isinstance(entry.value, list):
