@@ -31,6 +31,7 @@ from .options import Durability, Options, RetryPolicy, check_strategy, resolve_v
 from .results import AtomicRead, Health, ReadResult, Receipt
 from .typing import RepairStrategy, Topology, VersionSource
 from .verdict import Mode
+from .wire import expire_at
 
 __all__ = ["ReadOptions", "Stampede"]
 
@@ -181,6 +182,8 @@ class Stampede:
         planned = plan_keys(gkey, keys)
         if not keys:
             raise InvalidKeyError(f"delete of group {group!r} names no keys", key=group)
+        if grace is not None:
+            expire_at(grace, "grace")  # refused naming `grace`, not a ttl
         return await write_group(
             self.topology,
             gkey,

@@ -18,6 +18,7 @@ from .errors import ConfigurationError
 from .typing import RepairStrategy, VersionSource
 from .verdict import Mode
 from .versions import Counter, HybridClock
+from .wire._record import MAX_SECONDS
 
 __all__ = [
     "ConnectOptions",
@@ -128,17 +129,24 @@ class Options(_Frozen):
     mode: Mode = Mode.STAMP
     versions: Literal["hybrid", "counter"] | VersionSource = "hybrid"
     retry: RetryPolicy = RetryPolicy()
+    # (the bounds of `wire.expire_at`, checked here so that a bad value is refused at
+    # connect() naming its option, not at every write, or deep inside, later)
     ttl: float | None = Field(
-        default=None, gt=0, description="seconds; data and record expire together"
+        default=None,
+        ge=0.001,
+        lt=MAX_SECONDS,
+        description="seconds; data and record expire together",
     )
     tombstone_grace: float = Field(
         default=300.0,
-        gt=0,
+        ge=0.001,
+        lt=MAX_SECONDS,
         description="seconds a delete's tombstones keep late older writes out",
     )
     version_grace: float = Field(
         default=5.0,
         gt=0,
+        lt=MAX_SECONDS,
         description="seconds a transaction keeps a replaced version for slow readers",
     )
     transaction_timeout: float = Field(

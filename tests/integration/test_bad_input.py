@@ -64,6 +64,23 @@ def test_a_misspelt_mode_at_connect() -> None:
         stampede.connect(["redis://127.0.0.1:1"], mode="comit")
 
 
+@pytest.mark.parametrize("option", ["ttl", "tombstone_grace", "version_grace"])
+@pytest.mark.parametrize("value", [float("inf"), 1e12, 0.0001])
+def test_a_ttl_or_grace_window_out_of_range_at_connect(option: str, value: float) -> None:
+    """A ttl or grace window no write could use is refused at connect(), naming the
+    option: it was accepted, then every write failed with a bare OverflowError
+    (version_grace=inf), and every delete and every transaction with a message about
+    a "ttl" and "pass None" (tombstone_grace=inf or 1e12)."""
+    if option == "version_grace" and value == 0.0001:
+        stampede.connect(["redis://127.0.0.1:1"], version_grace=value)  # 1 ms: fine
+        return
+    bound = r"less than 10000000000" if value > 1 else r"greater than or equal to 0.001"
+    with _raises(
+        ConfigurationError, rf"invalid stampede options: {option}: Input should be {bound}"
+    ):
+        stampede.connect(["redis://127.0.0.1:1"], **{option: value})
+
+
 # -- per call ----------------------------------------------------------------------------
 
 
@@ -92,6 +109,17 @@ async def test_a_str_as_the_keys(st: Stampede) -> None:
         await st.delete("g", "g:a")
     with _raises(InvalidKeyError, fix):
         await st.update("g", "g:a", lambda cur: {k: b"1" for k in cur})
+
+
+async def test_a_delete_grace_out_of_range_is_named(st: Stampede) -> None:
+    """A delete's own grace out of range is refused naming `grace`, not a ttl."""
+    for bad in (0, float("inf"), 1e12):
+        with _raises(ConfigurationError, r"^grace must be a number of seconds, at least 0\.001 "):
+            await st.delete("g", ["g:a"], grace=bad)
+    with _raises(
+        ConfigurationError, r"^ttl must be .* below 10\*\*10, got 1000000000000\.0; pass None"
+    ):
+        await st.write("g", {"g:a": b"x"}, ttl=1e12)
 
 
 async def test_update_needs_a_function(st: Stampede) -> None:

@@ -16,7 +16,7 @@ from ..errors import ConfigurationError, MalformedEnvelope
 from ._envelope import Envelope
 from ._names import commit_key
 
-__all__ = ["CommitRecord", "decode_commit", "encode_commit", "expire_at"]
+__all__ = ["MAX_SECONDS", "CommitRecord", "decode_commit", "encode_commit", "expire_at"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +52,23 @@ def decode_commit(raw: bytes | None, group: bytes) -> CommitRecord | None:
     return CommitRecord(env.version, env.token, named)
 
 
-def expire_at(ttl: float | None) -> int | None:
-    """One absolute expiry (unix ms) for every key of a write, so they expire together."""
+MAX_SECONDS = 10**10
+"""A ttl or grace window must be below this many seconds (about 317 years)."""
+
+
+def expire_at(ttl: float | None, name: str = "ttl") -> int | None:
+    """One absolute expiry (unix ms) for every key of a write, so they expire together.
+    `name` is what the caller calls `ttl` (a delete's `grace`), for the error."""
     if ttl is None:
         return None
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0.001 <= ttl < 10**10:
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0.001 <= ttl < MAX_SECONDS:
+        hint = (
+            "pass None for no expiry (a ttl of 0 or less would drop the write at once)"
+            if name == "ttl"
+            else "pass None for the default"
+        )
         raise ConfigurationError(
-            f"ttl must be a number of seconds, at least 0.001, got {ttl!r}; pass None for "
-            "no expiry (a ttl of 0 or less would drop the write at once)"
+            f"{name} must be a number of seconds, at least 0.001 and below 10**10, got "
+            f"{ttl!r}; {hint}"
         )
     return time.time_ns() // 1_000_000 + max(1, round(ttl * 1000))
