@@ -257,6 +257,27 @@ async def test_repair_keeps_the_expiry_of_the_write_it_completes(
         assert await st.topology.execute(key, "PEXPIRETIME", key) == at
 
 
+@pytest.mark.parametrize("mode", ["stamp", "commit"])
+async def test_newest_wins_never_makes_an_older_payload_immortal(
+    st: Stampede, mode: Literal["stamp", "commit"]
+) -> None:
+    """NewestWins (no rebuild) keeps each key's own payload. One key holds an older
+    write that expires, the newest write (no ttl) reached the other key only: the
+    older payload is re-stamped with its own write's expiry, not with none (it was
+    written without expiry: that payload never expired). repair.md: a repair never
+    writes a value without an expiry for a write that had one."""
+    a, b = spread_keys(st, "mortal", 2)
+    await st.write("mortal", {a: b"old", b: b"old"}, mode=mode, ttl=120)
+    at = await st.topology.execute(b.encode(), "PEXPIRETIME", b)
+    await land(st, [a], b"w", stamp_of(st))  # the newest write, no ttl, died after a
+    result = await st.read("mortal", [a, b], mode=mode, retry=QUICK, repair=NewestWins())
+    assert result.repaired and result.values == {a: b"w", b: b"old"}
+    keys = [a.encode(), b.encode()] + ([commit_key(b"mortal")] if mode == "commit" else [])
+    for key in keys:
+        assert await st.topology.execute(key, "PEXPIRETIME", key) == at, key
+    assert await without_expiry(st) == []
+
+
 async def test_record_that_outlived_its_data_reads_not_found(st: Stampede) -> None:
     """A commit record left without data (data expired) is not a torn group forever."""
     keys = spread_keys(st, "orphan", 2)

@@ -55,6 +55,7 @@ __all__ = [
     "expiry_of",
     "guarded_delete",
     "kept_expiry",
+    "kept_payloads_expiry",
     "repair_stamp",
     "rewrite",
     "roll_forward",
@@ -162,6 +163,25 @@ async def kept_expiry(ctx: RepairContext, obs: Observation) -> int | None:
         return expire_at(ctx.ttl)
     newest = max(s for _, s in stamps)
     return await write_expiry(ctx.topology, [k for k, s in stamps if s == newest])
+
+
+async def kept_payloads_expiry(ctx: RepairContext, obs: Observation) -> int | None:
+    """The expiry of a repair that re-stamps each key's own payload (`NewestWins`
+    without `rebuild`): that of the newest write (`kept_expiry`), or the earliest of
+    the writes whose payloads it keeps, if earlier, so that no payload outlives the
+    write it came from (an older payload with a ttl beside a newest write without
+    one was written without expiry). A write whose keys have gone since the read is
+    left out: the compare-and-set fails there anyway."""
+    newest = await kept_expiry(ctx, obs)
+    if newest == EXPIRED:
+        return newest
+    holders: dict[object, list[bytes]] = {}
+    for key, env, raw in zip(obs.keys, obs.envelopes, obs.raw, strict=True):
+        if raw is not None:  # a value no write stamped: its own expiry
+            holders.setdefault(key if env is None else (env.version, env.token), []).append(key)
+    found = await asyncio.gather(*(write_expiry(ctx.topology, ks) for ks in holders.values()))
+    known = [at for at in (newest, *found) if at is not None and at != EXPIRED]
+    return min(known) if known else None
 
 
 async def write_expiry(topology: Topology, keys: Sequence[bytes]) -> int | None:

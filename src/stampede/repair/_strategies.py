@@ -20,7 +20,7 @@ from ..typing import RepairContext
 from ..verdict import Observation, Verdict
 from ..wire import Envelope, expire_at
 from ..wire._txn import decode_meta, side_key
-from ._base import best_effort, guarded_delete, rewrite, roll_forward
+from ._base import best_effort, guarded_delete, kept_payloads_expiry, rewrite, roll_forward
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
@@ -125,7 +125,8 @@ class NewestWins:
                     "NewestWins(rebuild=...) to derive them from the newest write, or use "
                     "Refetch(loader) to reload the group from the source of truth.",
                 )
-            return await rewrite(ctx, obs, current, verdict.reason)
+            at = await kept_payloads_expiry(ctx, obs)  # no payload outlives its write
+            return await rewrite(ctx, obs, current, verdict.reason, expire_at_ms=at)
         truth: dict[bytes, bytes] = {}
         stale: list[bytes] = []
         for key, env in zip(obs.keys, obs.envelopes, strict=True):
