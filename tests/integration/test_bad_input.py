@@ -25,8 +25,9 @@ from stampede import (
     TornReadError,
     TypedGroup,
 )
-from stampede.repair import NewestWins
+from stampede.repair import NewestWins, RepairQueue
 from stampede.testing import RedisNode
+from stampede.testing.memory import MemoryTopology
 
 from ..support import FAST, write_newer
 
@@ -79,6 +80,20 @@ def test_a_ttl_or_grace_window_out_of_range_at_connect(option: str, value: float
         ConfigurationError, rf"invalid stampede options: {option}: Input should be {bound}"
     ):
         stampede.connect(["redis://127.0.0.1:1"], **{option: value})
+
+
+@pytest.mark.parametrize("option", ["min_idle", "marker_ttl"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "30", -1, True])
+def test_a_repair_queue_time_that_is_no_number_of_seconds(option: str, value: object) -> None:
+    """A repair queue's min_idle or marker_ttl must be a number of seconds: NaN and
+    infinity raised a bare ValueError or OverflowError, "30" was taken as "30"
+    repeated 1000 times, and -1 turned the marker (one pending job per group) off."""
+    topology = MemoryTopology()
+    if value == float("inf"):  # forever: taken as 10**10 s
+        assert RepairQueue(topology, **{option: value}) is not None
+        return
+    with _raises(ConfigurationError, rf"^{option} must be a number of seconds, at least 0\.001"):
+        RepairQueue(topology, **{option: value})
 
 
 # -- per call ----------------------------------------------------------------------------

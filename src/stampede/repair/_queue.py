@@ -71,6 +71,15 @@ _PENDING = script("queue_pending")
 _HELD = script("queue_held")
 
 
+def _ms(name: str, seconds: object) -> int:
+    """`seconds` in ms, or `ConfigurationError` naming `name` (NaN, infinity, a str)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0.001 <= seconds:
+        raise ConfigurationError(
+            f"{name} must be a number of seconds, at least 0.001, got {seconds!r}"
+        )
+    return int(min(seconds, 10**10) * 1000)
+
+
 class RepairQueue:
     """Repair jobs on one or more Redis Streams, with a consumer group and dead letters."""
 
@@ -94,8 +103,8 @@ class RepairQueue:
         self.topology = topology
         self.partitions = partitions
         self.max_attempts = max_attempts
-        self.min_idle_ms = int(min_idle * 1000)
-        self.marker_ttl_ms = int(marker_ttl * 1000)
+        self.min_idle_ms = _ms("min_idle", min_idle)
+        self.marker_ttl_ms = _ms("marker_ttl", marker_ttl)
         base = to_bytes(name)
         if not base:
             raise ConfigurationError("the repair stream name is empty")
