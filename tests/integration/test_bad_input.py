@@ -79,7 +79,7 @@ def test_a_ttl_or_grace_window_out_of_range_at_connect(option: str, value: float
     with _raises(
         ConfigurationError, rf"invalid stampede options: {option}: Input should be {bound}"
     ):
-        stampede.connect(["redis://127.0.0.1:1"], **{option: value})
+        stampede.connect(["redis://127.0.0.1:1"], **{option: value})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("option", ["min_idle", "marker_ttl"])
@@ -90,10 +90,10 @@ def test_a_repair_queue_time_that_is_no_number_of_seconds(option: str, value: ob
     repeated 1000 times, and -1 turned the marker (one pending job per group) off."""
     topology = MemoryTopology()
     if value == float("inf"):  # forever: taken as 10**10 s
-        assert RepairQueue(topology, **{option: value}) is not None
+        assert RepairQueue(topology, **{option: value}) is not None  # type: ignore[arg-type]
         return
     with _raises(ConfigurationError, rf"^{option} must be a number of seconds, at least 0\.001"):
-        RepairQueue(topology, **{option: value})
+        RepairQueue(topology, **{option: value})  # type: ignore[arg-type]
 
 
 # -- per call ----------------------------------------------------------------------------
