@@ -301,3 +301,16 @@ async def test_helper_arguments_out_of_range(st: Stampede) -> None:
     with _raises(InvalidValueError, "payload must be bytes, got str"):
         Envelope(1, "0" * 26, "x")  # type: ignore[arg-type]
     assert await st.topology.execute(b"k", "EXISTS", b"k") == 0
+
+
+@pytest.mark.parametrize(
+    ("argument", "value"),
+    [("grace", float("inf")), ("grace", float("nan")), ("hold", -1), ("grace", "5"), ("count", 0)],
+)
+async def test_sweep_arguments_out_of_range(st: Stampede, argument: str, value: object) -> None:
+    """`sweep_versions(grace=inf)` raised a bare OverflowError, NaN a ValueError, a
+    str a TypeError; each is now a ConfigurationError naming the argument."""
+    from stampede.repair import sweep_versions
+
+    with _raises(ConfigurationError, rf"^{argument} must be a "):
+        await sweep_versions(st.topology, **{argument: value})  # type: ignore[arg-type]

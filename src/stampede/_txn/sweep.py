@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from ..errors import MalformedEnvelope, ShardResponseError
+from ..errors import ConfigurationError, MalformedEnvelope, ShardResponseError
 from ..topology._guard import CAS
 from ..typing import Topology
 from ..wire import COMMIT_SUFFIX, Envelope, decode_commit
@@ -49,8 +49,9 @@ async def sweep(
     commit made current within `hold` seconds counts as abandoned. A commit record
     whose keys are all gone (deleted or expired by writes that were not commit-mode
     writes of its group) vouches for nothing and is deleted too."""
-    grace_ms = max(1, round(grace * 1000))
-    hold_ms = max(1, round(hold * 1000))
+    grace_ms, hold_ms = _ms("grace", grace), _ms("hold", hold)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigurationError(f"count must be a whole number of keys, at least 1, got {count!r}")
     # Two passes: every hash rolls forward before any is collected, so that a
     # collection never takes commit marks (evidence for a sibling still pending,
     # `_decided`) from a sweep that has not completed everything they vouch for; a
@@ -63,6 +64,18 @@ async def sweep(
     async for key in _scan(topology, (_RECORDS,), b"string", count):
         visited += await _collect_record(topology, key)
     return visited
+
+
+def _ms(name: str, seconds: float) -> int:
+    """`seconds` in whole milliseconds, at least 1; a `ConfigurationError` naming the
+    argument for anything that is no finite number of seconds (NaN, infinity, a str)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigurationError(f"{name} must be a number of seconds, got {seconds!r}")
+    if not 0 <= seconds < 10**10:  # (NaN fails this too)
+        raise ConfigurationError(
+            f"{name} must be a number of seconds, 0 to 10**10, got {seconds!r}"
+        )
+    return max(1, round(seconds * 1000))
 
 
 async def _scan(
