@@ -369,8 +369,9 @@ def test_docker_node_cannot_be_signalled() -> None:
     importlib.util.find_spec("testcontainers") is not None, reason="testcontainers installed"
 )
 def test_docker_backend_without_the_extra_says_what_to_install() -> None:
-    """Without testcontainers, starting a docker node says to pip install 'stampede[docker]'."""
-    with pytest.raises(HarnessError, match=r"pip install 'stampede\[docker\]'"):
+    """Without testcontainers, starting a docker node says what to install:
+    pip install 'stampede-redis[docker]'."""
+    with pytest.raises(HarnessError, match=r"pip install 'stampede-redis\[docker\]'"):
         DockerNode().start()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -107,3 +108,27 @@ def test_only_a_compiled_build_asks_for_mypy(tmp_path: Path) -> None:
     wheel, sdist, _ = requires({**_pure_env(), "STAMPEDE_COMPILE": "1"})
     assert [r.split(">")[0] for r in wheel] == ["mypy", "setuptools"]
     assert sdist == []
+
+
+def test_every_pip_install_names_this_distribution_and_its_extras() -> None:
+    """What docs, messages and build files tell users to `pip install` exists: the
+    distribution is `stampede-redis` (a bare `stampede` is another project's name) and
+    every extra is one pyproject.toml declares."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = set(project["optional-dependencies"])
+    files = [ROOT / "README.md", ROOT / "Makefile", *(ROOT / "docs").rglob("*.md")]
+    files += [*(ROOT / "src").rglob("*.py"), *(ROOT / "docker").rglob("*")]
+    named = re.compile(r"pip install[^\n`\"]*?'?([A-Za-z0-9_.-]+)\[([A-Za-z0-9_,-]+)\]")
+    wrong = []
+    for path in files:
+        if not path.is_file() or path.suffix not in (".md", ".py", ".sh", "", ".yml"):
+            continue
+        for dist, wanted in named.findall(path.read_text(errors="replace")):
+            if dist not in (project["name"], "."):
+                wrong.append(f"{path.relative_to(ROOT)}: {dist}[{wanted}]")
+            wrong += [
+                f"{path.relative_to(ROOT)}: no extra {extra!r}"
+                for extra in wanted.split(",")
+                if extra not in extras
+            ]
+    assert wrong == []

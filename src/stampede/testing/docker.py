@@ -1,7 +1,7 @@
 """The same servers in Docker containers, for machines without a local redis-server.
 
 Selected with `STAMPEDE_TEST_REDIS=docker` (or `--stampede-redis=docker`); needs the
-optional extra: `pip install 'stampede[docker]'` (testcontainers).
+optional extra: `pip install 'stampede-redis[docker]'` (testcontainers).
 
 Run against a real engine by `make docker-check` (tests/integration/test_docker.py,
 with STAMPEDE_DOCKER_CHECK=1; docs/testing.md names the engine and versions).
@@ -170,7 +170,7 @@ def _container_class() -> Any:
         from testcontainers.core.container import DockerContainer
     except ImportError as exc:
         raise HarnessError(
-            "STAMPEDE_TEST_REDIS=docker needs testcontainers: pip install 'stampede[docker]'"
+            "STAMPEDE_TEST_REDIS=docker needs testcontainers: pip install 'stampede-redis[docker]'"
         ) from exc
     return DockerContainer
 
