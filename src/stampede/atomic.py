@@ -28,10 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from ._backoff import backoff
+from ._commands import Command as Command
+from ._commands import commands_of, key_list, listed
+from ._commands import keys_of as keys_of
 from .errors import (
     ConfigurationError,
     CrossSlotError,
     InvalidKeyError,
+    InvalidValueError,
     OutcomeUnknownError,
     RepliesLostError,
     WriteConflict,
@@ -58,64 +62,11 @@ __all__ = [
 Target: TypeAlias = HasTopology | Topology
 """What the helpers accept: a `Stampede` (its `.topology` is used) or a `Topology`."""
 Key: TypeAlias = bytes | str
-Command: TypeAlias = tuple[Any, ...]
-"""One Redis command as a tuple: `("SET", key, value)`, `("HINCRBY", key, field, 1)`."""
-
-# Where each known command keeps its keys (upper-case names).
-_FIRST = frozenset(
-    """GET SET SETNX SETEX PSETEX GETSET GETDEL GETEX APPEND INCR INCRBY INCRBYFLOAT DECR
-    DECRBY STRLEN SETRANGE GETRANGE SETBIT GETBIT BITCOUNT EXPIRE PEXPIRE EXPIREAT PEXPIREAT
-    PERSIST TTL PTTL TYPE HSET HSETNX HGET HMGET HMSET HDEL HINCRBY HINCRBYFLOAT HGETALL HKEYS
-    HVALS HLEN HEXISTS LPUSH RPUSH LPUSHX RPUSHX LPOP RPOP LRANGE LTRIM LLEN LINDEX LSET LREM
-    LINSERT LPOS SADD SREM SISMEMBER SMISMEMBER SMEMBERS SCARD SPOP SRANDMEMBER ZADD ZREM
-    ZINCRBY ZSCORE ZMSCORE ZRANGE ZREVRANGE ZRANGEBYSCORE ZREVRANGEBYSCORE ZREMRANGEBYRANK
-    ZREMRANGEBYSCORE ZCARD ZCOUNT ZRANK ZREVRANK ZPOPMIN ZPOPMAX XADD XLEN XRANGE XREVRANGE
-    XTRIM XDEL PFADD""".split()
-)
-_ALL = frozenset(
-    """DEL UNLINK EXISTS MGET TOUCH SINTER SUNION SDIFF PFCOUNT WATCH SINTERSTORE SUNIONSTORE
-    SDIFFSTORE PFMERGE""".split()
-)
-_FIRST_TWO = frozenset("RENAME RENAMENX SMOVE LMOVE RPOPLPUSH COPY".split())
-_PAIRS = frozenset("MSET MSETNX".split())
-_NUMKEYS_AT_1 = frozenset("EVAL EVALSHA EVAL_RO EVALSHA_RO FCALL FCALL_RO".split())
-_DEST_NUMKEYS = frozenset("ZUNIONSTORE ZINTERSTORE ZDIFFSTORE".split())
 
 
 def topology_of(target: Target) -> Topology:
     """The `Topology` behind `target` (a `Stampede` or a topology itself)."""
     return target.topology if isinstance(target, HasTopology) else target
-
-
-def keys_of(command: Command) -> list[bytes] | None:
-    """The keys `command` touches, or None when stampede does not know the command.
-
-    Covers the usual string, hash, list, set, sorted-set, stream and key commands
-    (`SET`, `HINCRBY`, `RPUSH`, `ZADD`, `DEL`, `MSET`, `EVALSHA`, ...).
-    """
-    if not command:
-        raise ConfigurationError(
-            "an empty command; write it as a tuple such as ('SET', key, value)"
-        )
-    head = command[0]
-    name = (head.decode() if isinstance(head, bytes) else str(head)).upper()
-    args = command[1:]
-    picked: Sequence[Any]
-    if name in _FIRST:
-        picked = args[:1]
-    elif name in _ALL:
-        picked = args
-    elif name in _FIRST_TWO:
-        picked = args[:2]
-    elif name in _PAIRS:
-        picked = args[::2]
-    elif name in _NUMKEYS_AT_1:
-        picked = args[2 : 2 + int(args[1])] if len(args) > 1 else ()
-    elif name in _DEST_NUMKEYS:
-        picked = [*args[:1], *args[2 : 2 + int(args[1])]] if len(args) > 1 else args[:1]
-    else:
-        return None
-    return [to_bytes(k) for k in picked]
 
 
 def common_slot(target: Target, keys: Sequence[Key], operation: str) -> int:
@@ -124,7 +75,7 @@ def common_slot(target: Target, keys: Sequence[Key], operation: str) -> int:
     `operation` names the caller in the message, e.g. `"multi()"`.
     """
     topology = topology_of(target)
-    raw = [to_bytes(k) for k in keys]
+    raw = key_list(keys, operation)
     if not raw:
         raise InvalidKeyError(
             f"{operation} names no key; the keys decide which shard runs it, so name them"
@@ -177,11 +128,11 @@ async def multi(
     replies are lost); when the shard cannot be asked, `OutcomeUnknownError`.
     Read-only blocks are simply sent again.
     """
-    cmds = [tuple(c) for c in commands]
+    cmds = commands_of(commands, "multi() takes")
     if not cmds:
         return []
     topology = topology_of(target)
-    named = _keys_for(cmds, [to_bytes(k) for k in keys], "multi()")
+    named = _keys_for(cmds, key_list(keys, "multi()"), "multi()")
     common_slot(topology, named, "multi()")
     return await topology.transaction(_unique(named), cmds)
 
@@ -217,7 +168,7 @@ class Watched:
 
     async def mget(self, keys: Sequence[Key]) -> list[bytes | None]:
         """MGET keys of the watched slot, in order."""
-        raw = [to_bytes(k) for k in keys]
+        raw = key_list(keys, "watch(): MGET")
         if not raw:
             return []
         self._check(raw, "MGET")
@@ -279,7 +230,7 @@ async def watch(
     if max_attempts < 1:
         raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
     topology = topology_of(target)
-    watched = _unique([to_bytes(k) for k in keys])
+    watched = _unique(key_list(keys, "watch()"))
     slot = common_slot(topology, watched, "watch()")
     attempt = 0
     written = True
@@ -292,7 +243,7 @@ async def watch(
         written = planned is not None
         if planned is None:
             return None
-        cmds = [tuple(c) for c in planned]
+        cmds = commands_of(planned, "the function of watch() returns None or")
         named = [k for c in cmds for k in keys_of(c) or ()]
         common_slot(topology, [*watched, *named], "watch() commands")
         return cmds
@@ -341,10 +292,12 @@ class RegisteredScript:
         whether it ran.
         """
         topology = topology_of(target)
-        raw = [to_bytes(k) for k in keys]
+        raw = key_list(keys, f"Lua {self.name}")
         common_slot(topology, raw, f"Lua {self.name}")
         try:
-            return await topology.script(self._script, raw, list(args))
+            return await topology.script(
+                self._script, raw, listed(args, f"the args of Lua {self.name}", InvalidValueError)
+            )
         except OutcomeUnknownError as exc:
             raise OutcomeUnknownError(f"Lua {self.name}", shard=exc.shard, cause=exc.cause) from exc
 

@@ -9,8 +9,10 @@ import pytest
 
 import stampede
 from stampede import (
+    ConfigurationError,
     CrossSlotError,
     InvalidKeyError,
+    InvalidValueError,
     ShardResponseError,
     Stampede,
     WriteConflict,
@@ -239,3 +241,36 @@ async def test_script_needs_a_key(st: Stampede) -> None:
     """A script called without keys cannot be routed: InvalidKeyError says to name them."""
     with pytest.raises(InvalidKeyError, match="names no key"):
         await atomic.script("return 1")(st, keys=[])
+
+
+async def test_bad_input_is_refused_before_anything_is_sent(st: Stampede) -> None:
+    """One str where a list of keys (or of args) belongs is refused, not read one key
+    per character: a script given keys="aa" used to run on the key 'a'. A command that
+    is no tuple, an empty one, a numkeys that is no count and an argument Redis cannot
+    take are StampedeErrors naming the fix; nothing reaches the server."""
+    rogue = "aa"  # as characters: the key 'a' twice, one slot
+    write = atomic.script("return redis.call('SET', KEYS[1], ARGV[1])", name="put")
+    one_list = r"must be a list, not one str; write \['aa'\]"
+    with pytest.raises(InvalidKeyError, match=rf"the keys of Lua put {one_list}"):
+        await write(st, keys=rogue, args=["x"])
+    with pytest.raises(InvalidValueError, match=r"the args of Lua put must be a list, not one"):
+        await write(st, keys=[PAIR[0]], args="10")
+    with pytest.raises(InvalidKeyError, match=rf"the keys of watch\(\) {one_list}"):
+        await atomic.watch(st, rogue, lambda tx: [("SET", "a", "x")])
+    with pytest.raises(InvalidKeyError, match=rf"the keys of multi\(\) {one_list}"):
+        await atomic.multi(st, [("HSTRLEN", "aa", "f")], keys=rogue)
+    with pytest.raises(InvalidValueError, match=r"multi\(\) takes a list of command tuples"):
+        await atomic.multi(st, "SET a x")  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match=r"a command must be a tuple .* got str 'SET'"):
+        await atomic.multi(st, ("SET", "a", "x"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match=r"returns None or a list of command tuples"):
+        await atomic.watch(st, [PAIR[0]], lambda tx: "SET")  # type: ignore[arg-type,return-value]
+    with pytest.raises(InvalidValueError, match="an empty command"):
+        await atomic.multi(st, [()])
+    with pytest.raises(InvalidKeyError, match=r"EVAL takes the number of its keys before them"):
+        await atomic.multi(st, [("EVAL", "return 1", "x", PAIR[0])])
+    with pytest.raises(InvalidValueError, match=r"must be bytes, str, int or float, got NoneType"):
+        await atomic.multi(st, [("SET", PAIR[0], None)])
+    with pytest.raises(ConfigurationError, match="max_attempts must be at least 1"):
+        await atomic.watch(st, PAIR, lambda tx: None, max_attempts=0)
+    assert await exists(st, ["a", "aa", *PAIR]) == 0

@@ -7,6 +7,8 @@ from typing import Any
 
 import hiredis
 
+from ..errors import InvalidValueError
+
 __all__ = ["Packed", "blocking", "pack"]
 
 
@@ -14,7 +16,8 @@ def pack(commands: Sequence[Sequence[Any]]) -> bytes:
     """The RESP wire bytes of `commands` (hiredis's C encoder).
 
     Arguments are bytes, str (UTF-8), int or float; bytearray and memoryview are
-    copied to bytes; anything else is a `TypeError` naming the argument's type.
+    copied to bytes; anything else is an `InvalidValueError` (a `TypeError`) naming
+    the argument's type.
     """
     out = []
     for command in commands:
@@ -43,7 +46,7 @@ def _arg(value: Any) -> bytes | str | int | float:
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     if isinstance(value, bool) or not isinstance(value, bytes | str | int | float):
-        raise TypeError(
+        raise InvalidValueError(
             f"a Redis command argument must be bytes, str, int or float, got "
             f"{type(value).__name__}; convert it first"
         )
