@@ -3,13 +3,13 @@ that refuse what is not a command, a key list or a count (pure: no I/O)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from .errors import InvalidKeyError, InvalidValueError
 from .keys import to_bytes
 
-__all__ = ["Command", "commands_of", "key_list", "keys_of", "listed"]
+__all__ = ["Command", "commands_of", "key_list", "keys_of", "listed", "mapping"]
 
 Command: TypeAlias = tuple[Any, ...]
 """One Redis command as a tuple: `("SET", key, value)`, `("HINCRBY", key, field, 1)`."""
@@ -102,17 +102,35 @@ def _numkeys(name: str, given: Any) -> int:
 
 
 def listed(
-    items: Any, what: str, error: type[InvalidKeyError | InvalidValueError] = InvalidKeyError
+    items: Any,
+    what: str,
+    error: type[InvalidKeyError | InvalidValueError] = InvalidKeyError,
+    *,
+    empty: str | None = None,
 ) -> list[Any]:
     """`items` as a list; one str or bytes is refused with `error` (read as a sequence,
-    it would give one item per character), and so is anything that is not iterable."""
+    it would give one item per character), and so is anything that is not iterable.
+    With `empty` (what the items are for), no items is an `InvalidKeyError` too."""
     if isinstance(items, str | bytes | bytearray) or not isinstance(items, Iterable):
         hint = f"not one {type(items).__name__}; write [{_shown(items)}]"
         got = hint if isinstance(items, str | bytes | bytearray) else f"got {type(items).__name__}"
         raise error(f"{what} must be a list, {got}", key=None)
-    return list(items)
+    found = list(items)
+    if empty is not None and not found:
+        raise InvalidKeyError(f"{what} must not be empty: {empty}", key=None)
+    return found
 
 
 def key_list(keys: Any, operation: str) -> list[bytes]:
     """`keys` as a list of bytes (`listed`, `to_bytes`)."""
     return [to_bytes(k) for k in listed(keys, f"the keys of {operation}")]
+
+
+def mapping(given: Any, what: str) -> Mapping[Any, Any]:
+    """`given` if it is a non-empty mapping; a `StampedeError` saying what to pass otherwise."""
+    if not isinstance(given, Mapping):
+        got = type(given).__name__
+        raise InvalidValueError(f"{what} takes a mapping {{name: value, ...}}, got {got}")
+    if not given:
+        raise InvalidKeyError(f"{what} got an empty mapping; pass {{name: value, ...}}")
+    return given

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from ._commands import listed, mapping
 from .atomic import Command, Target, topology_of
 from .errors import (
     ConfigurationError,
@@ -133,12 +134,10 @@ def member(token: str, part: bytes | str, payload: bytes | str) -> bytes:
 
 
 def _data(value: object, what: str) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    problem = f"{what} must be bytes or str, got {type(value).__name__}; serialise it first"
-    raise InvalidValueError(problem)
+    if isinstance(value, bytes | str):
+        return value if isinstance(value, bytes) else value.encode()
+    got = type(value).__name__
+    raise InvalidValueError(f"{what} must be bytes or str, got {got}; serialise it first")
 
 
 def _parse(raw: bytes, key: bytes) -> tuple[str, bytes]:
@@ -206,8 +205,7 @@ async def append_changes(
     marker tells whether it applied, and it is sent again only when it did not
     (`OutcomeUnknownError` when the shard cannot be asked).
     """
-    if not changes:
-        raise ConfigurationError("append_changes() got no changes; pass {key: change, ...}")
+    changes = mapping(changes, "append_changes()")
     token = _token(token)
     entries = {log_key(k): entry(token, v) for k, v in changes.items()}
     results = await _per_shard(
@@ -247,8 +245,9 @@ async def latest_changes(
     go to the larger, i.e. later, ULID). Entries of a write that reached only
     some logs are passed over.
     """
-    if not keys:
-        raise ConfigurationError("latest_changes() needs the keys whose logs make up a write")
+    keys = listed(
+        keys, "the keys of latest_changes()", empty="name the keys whose logs make up a write"
+    )
     if depth < 1:
         raise ConfigurationError(f"depth must be at least 1, got {depth}")
     logs = [log_key(k) for k in keys]
@@ -283,13 +282,14 @@ async def trim_logs(target: Target, keys: Sequence[bytes | str], *, keep: int) -
     """
     if keep < 0:
         raise ConfigurationError(f"keep must be 0 or more, got {keep}")
+    logs = [log_key(k) for k in listed(keys, "the keys of trim_logs()")]
 
     def build(group: list[bytes]) -> list[Command]:
         if keep == 0:
             return [("DEL", *group)]
         return [("LTRIM", k, -keep, -1) for k in group]
 
-    for _, reply in await _per_shard(topology_of(target), [log_key(k) for k in keys], build):
+    for _, reply in await _per_shard(topology_of(target), logs, build):
         if isinstance(reply, ShardError):
             raise reply
 
@@ -308,8 +308,7 @@ async def record_events(
     as they are acknowledged, or all at once (`receipt.version`, `receipt.token`).
     Returns how many members were new.
     """
-    if not parts:
-        raise ConfigurationError("record_events() got no parts; pass {part: payload, ...}")
+    parts = mapping(parts, "record_events()")
     if not 0 <= version <= MAX_VERSION:
         raise ConfigurationError(f"version must be in 0..2**63-1, got {version}")
     ekey = events_key(group)
@@ -357,8 +356,7 @@ async def latest_events(
     until one token has every part (a write's members share score and token, so
     they are adjacent); gives up after `limit` members.
     """
-    if not parts:
-        raise ConfigurationError("latest_events() needs the part names a whole write has")
+    parts = listed(parts, "the parts of latest_events()", empty="name the parts a whole write has")
     wanted = {_part_name(p): p for p in parts}
     buckets: dict[str, dict[bytes, bytes]] = {}
     start = 0

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from stampede import HybridClock, PartialWriteError, Stampede, atomic, eventlog
+from stampede import (
+    ConfigurationError,
+    HybridClock,
+    InvalidKeyError,
+    InvalidValueError,
+    PartialWriteError,
+    Stampede,
+    atomic,
+    eventlog,
+)
 from stampede.eventlog import new_token
 from stampede.testing import LocalPrimaries
 
@@ -180,3 +189,26 @@ async def test_partial_append_names_both_sides(stampede_primaries: LocalPrimarie
         assert info.value.failed == [eventlog.log_key(keys[0])]
         assert sorted(info.value.landed) == sorted(eventlog.log_key(k) for k in keys[1:])
         assert info.value.shard == down
+
+
+async def test_one_str_for_the_keys_trims_no_other_log(st: Stampede) -> None:
+    """trim_logs(st, "ab", keep=0) used to read "ab" as the keys 'a' and 'b' and delete
+    their logs; one str (or a mapping's wrong shape) is refused before anything is sent,
+    with a StampedeError that says what to pass."""
+    await eventlog.append_changes(st, {"a": b"1", "b": b"2", "ab": b"3"})
+    with pytest.raises(InvalidKeyError, match=r"the keys of trim_logs\(\) must be a list, not"):
+        await eventlog.trim_logs(st, "ab", keep=0)
+    with pytest.raises(InvalidKeyError, match=r"write \['ab'\]"):
+        await eventlog.latest_changes(st, "ab")
+    with pytest.raises(InvalidKeyError, match=r"the parts of latest_events\(\) must be a list"):
+        await eventlog.latest_events(st, "g:{4}", "ab")
+    with pytest.raises(InvalidKeyError, match=r"must not be empty: name the keys whose logs"):
+        await eventlog.latest_changes(st, [])
+    with pytest.raises(InvalidValueError, match=r"append_changes\(\) takes a mapping"):
+        await eventlog.append_changes(st, ["a"])  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match=r"record_events\(\) takes a mapping"):
+        await eventlog.record_events(st, "g:{4}", "ab", version=1, token=new_token())  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="keep must be 0 or more"):
+        await eventlog.trim_logs(st, ["a"], keep=-1)
+    for key in ("a", "b", "ab"):
+        assert len(await eventlog.read_log(st, key)) == 1
