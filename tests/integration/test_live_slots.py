@@ -17,7 +17,7 @@ from redis.cluster import RedisCluster
 from stampede.cli import main
 from stampede.errors import ConfigurationError
 from stampede.keys import SLOTS, ScanProgress, SlotMap, keyslot, live_slots
-from stampede.testing import LocalCluster, LocalPrimaries, ServerBinary
+from stampede.testing import LocalCluster, LocalPrimaries, RedisProxy, ServerBinary
 from stampede.topology._cluster import Cluster
 from stampede.topology._shards import Shards
 
@@ -143,6 +143,44 @@ async def test_slot_stats_cpu_and_network_when_enabled(
     assert hot.slot == keyslot(HOT_TAG)
     assert hot.stats["network-bytes-in"] > 0 and hot.stats["network-bytes-out"] > 0
     assert set(hot.stats) == {"cpu-usec", "network-bytes-in", "network-bytes-out"}
+
+
+async def test_a_cluster_behind_an_address_remap_is_named_as_the_topology_names_it(
+    planted: LocalCluster,
+) -> None:
+    """Through proxies (`address_remap`), the nodes announce addresses the topology does
+    not connect to: the report names each primary as the topology does (matched by
+    node id), so the default method works (it asked an unknown primary and raised
+    ConfigurationError) and the counts land on the right names."""
+    proxies = {node.address: RedisProxy(node.address) for node in planted.masters}
+    for proxy in proxies.values():
+        await proxy.start()
+    topology = Cluster(
+        proxies[planted.masters[0].address].url,
+        address_remap=lambda addr: (
+            proxies[f"{addr[0]}:{addr[1]}"].host,
+            proxies[f"{addr[0]}:{addr[1]}"].port,
+        ),
+    )
+    try:
+        await topology.open()
+        report = await live_slots(topology, top=1)
+        scanned = await live_slots(topology, method="scan", top=1)
+    finally:
+        await topology.aclose()
+        for proxy in proxies.values():
+            await proxy.aclose()
+    per_master, per_slot = independent_counts(planted)
+    via = {proxies[address].address: count for address, count in per_master.items()}
+    for found in (report, scanned):
+        assert set(found.shard_names) == set(topology.shard_names) == set(via)
+        assert found.shard_counts == via
+        assert list(found.slot_keys) == per_slot
+        assert found.misplaced == {}
+        assert (
+            found.hottest[0].shard
+            == proxies[planted.master_for_slot(keyslot(HOT_TAG)).address].address
+        )
 
 
 async def test_client_side_shards_use_their_slot_map(stampede_primaries: LocalPrimaries) -> None:

@@ -162,13 +162,29 @@ async def cluster_slot_map(topology: Topology) -> tuple[tuple[str, ...], SlotMap
     known = list(topology.shard_names)
     if not known:
         raise ConfigurationError("the cluster topology knows no primary; is it open?")
+    ids = await _node_ids(topology, known)
     try:
-        owned = ranges_from_shards(await topology.execute_on(known[0], "CLUSTER", "SHARDS"), known)
+        reply = await topology.execute_on(known[0], "CLUSTER", "SHARDS")
+        owned = ranges_from_shards(reply, known, ids)
     except ShardResponseError:  # before Redis 7.0: no CLUSTER SHARDS
-        owned = ranges_from_slots(await topology.execute_on(known[0], "CLUSTER", "SLOTS"))
+        owned = ranges_from_slots(await topology.execute_on(known[0], "CLUSTER", "SLOTS"), ids)
     names = [name for name in known if name in owned] + sorted(set(owned) - set(known))
     slot_map = SlotMap.from_ranges({i: owned[name] for i, name in enumerate(names)})
     return tuple(names), slot_map
+
+
+async def _node_ids(topology: Topology, names: Sequence[str]) -> dict[str, str]:
+    """Node id -> the topology's name of that primary (`CLUSTER MYID`): the replies
+    name nodes by the address they announce, which an `address_remap` (a proxy, a
+    NAT) makes differ from the one the topology connects to."""
+    replies = await asyncio.gather(
+        *(topology.execute_on(name, "CLUSTER", "MYID") for name in names), return_exceptions=True
+    )
+    return {
+        (r.decode() if isinstance(r, bytes) else str(r)): name
+        for name, r in zip(names, replies, strict=True)
+        if not isinstance(r, BaseException)
+    }
 
 
 async def _shard_layout(topology: Topology) -> tuple[tuple[str, ...], SlotMap]:

@@ -3,7 +3,7 @@ CLUSTER SLOTS and CLUSTER SLOT-STATS, in RESP2 or RESP3 shapes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -31,10 +31,17 @@ def decode(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def primary_of_shard(nodes: Sequence[Any], known: Sequence[str]) -> str | None:
+def primary_of_shard(
+    nodes: Sequence[Any], known: Sequence[str], ids: Mapping[str, str] | None = None
+) -> str | None:
+    """The name of the shard's primary: the topology's own name for its node id
+    (`ids`: the address it connects to, which a NAT or proxy makes differ from the
+    one announced), else the announced address."""
     for node in map(pairs, nodes):
         if decode(node.get("role", b"")) != "master":
             continue
+        if ids and decode(node.get("id", b"")) in ids:
+            return ids[decode(node["id"])]
         port: Any = node.get("port") or node.get("tls-port") or 0
         for host_field in ("endpoint", "ip", "hostname"):
             host = node.get(host_field)
@@ -47,24 +54,29 @@ def primary_of_shard(nodes: Sequence[Any], known: Sequence[str]) -> str | None:
     return None
 
 
-def ranges_from_shards(reply: Any, known: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
+def ranges_from_shards(
+    reply: Any, known: Sequence[str], ids: Mapping[str, str] | None = None
+) -> dict[str, list[tuple[int, int]]]:
     owned: dict[str, list[tuple[int, int]]] = {}
     for shard in reply:
         fields = pairs(shard)
         slots = [int(s) for s in fields.get("slots", [])]
         if not slots:
             continue
-        primary = primary_of_shard(fields.get("nodes", []), known)
+        primary = primary_of_shard(fields.get("nodes", []), known, ids)
         if primary is None:
             continue
         owned.setdefault(primary, []).extend(zip(slots[::2], slots[1::2], strict=True))
     return owned
 
 
-def ranges_from_slots(reply: Any) -> dict[str, list[tuple[int, int]]]:
+def ranges_from_slots(
+    reply: Any, ids: Mapping[str, str] | None = None
+) -> dict[str, list[tuple[int, int]]]:
     owned: dict[str, list[tuple[int, int]]] = {}
     for first, last, master, *_ in reply:
-        name = f"{decode(master[0])}:{int(master[1])}"
+        node_id = decode(master[2]) if len(master) > 2 else ""
+        name = (ids or {}).get(node_id) or f"{decode(master[0])}:{int(master[1])}"
         owned.setdefault(name, []).append((int(first), int(last)))
     return owned
 
