@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 
 from stampede.cli import main
 from stampede.errors import ConfigurationError
-from stampede.keys import SLOTS, ScanProgress, SlotMap, keyslot, live_slots
+from stampede.keys import SLOTS, HashPolicy, ScanProgress, SlotMap, analyze, keyslot, live_slots
 from stampede.testing import LocalCluster, LocalPrimaries, RedisProxy, ServerBinary
 from stampede.topology._cluster import Cluster
 from stampede.topology._shards import Shards
@@ -181,6 +181,30 @@ async def test_a_cluster_behind_an_address_remap_is_named_as_the_topology_names_
             found.hottest[0].shard
             == proxies[planted.master_for_slot(keyslot(HOT_TAG)).address].address
         )
+
+
+async def test_tags_under_a_hashing_policy_are_the_policy_s(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """On shards that hash by a `HashPolicy`, the tags of the hot slots and `tagged` are
+    what the policy hashes, as `analyze` counts the same keys (they were hash tags
+    only: no tag, and 0 keys tagged)."""
+    policy = HashPolicy(r"order:(?<tag>\d+):")
+    topology = Shards(stampede_primaries.urls, policy=policy)
+    keys = [b"order:7:line:%d" % i for i in range(30)] + [b"order:%d:total" % i for i in range(20)]
+    try:
+        await topology.open()
+        for key in keys:
+            await topology.execute(key, "SET", key, b"1")
+        report = await live_slots(topology, top=1)
+    finally:
+        await topology.aclose()
+    offline = analyze(keys, shards=topology.slot_map, policy=policy, top=1)
+    assert report.distribution.tagged == offline.tagged == len(keys)
+    hot = report.hottest[0]
+    assert (hot.slot, hot.keys) == (policy.keyslot(b"order:7:"), 31)
+    assert hot.tags == ((b"7", 31),)
+    assert report.distribution.shard_counts == offline.shard_counts
 
 
 async def test_client_side_shards_use_their_slot_map(stampede_primaries: LocalPrimaries) -> None:

@@ -143,7 +143,7 @@ class SlotCounter:
     def add(self, key: bytes | str) -> int:
         """Count one key; return its slot."""
         raw = to_bytes(key)
-        part = _tag_of(raw, self._policy)
+        part = tag_of(raw, self._policy)
         slot = crc_hqx(raw if part is None else part, 0) & _MASK
         self._count(raw, slot, part is not None)
         return slot
@@ -153,7 +153,7 @@ class SlotCounter:
         policy = self._policy
         for key in keys:
             raw = key if type(key) is bytes else to_bytes(key)
-            part = _tag_of(raw, policy)
+            part = tag_of(raw, policy)
             self._count(raw, crc_hqx(raw if part is None else part, 0) & _MASK, part is not None)
 
     def _count(self, raw: bytes, slot: int, tagged: bool) -> None:
@@ -204,7 +204,7 @@ def summarise(
     return distribution, fullest
 
 
-def _tag_of(raw: bytes, policy: HashPolicy | None) -> bytes | None:
+def tag_of(raw: bytes, policy: HashPolicy | None) -> bytes | None:
     """The part hashed instead of the whole key (policy rule, else hash tag), or None."""
     if policy is not None:
         part = policy.tag(raw)

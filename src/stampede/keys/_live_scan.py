@@ -9,8 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._analysis import tag_of
 from ._slotmap import SlotMap
-from ._slots import SLOTS, hash_tag
+from ._slots import SLOTS, HashPolicy, hash_tag
 
 if TYPE_CHECKING:
     from ..typing import Topology
@@ -43,10 +44,12 @@ class ScanProgress:
 
 
 class Tally:
-    """Per-slot key counts, first key per slot, and per-slot tag summaries."""
+    """Per-slot key counts, first key per slot, and per-slot tag summaries (a tag is
+    the part hashed instead of the whole key: `policy`'s rule, else the hash tag)."""
 
-    def __init__(self, slot_of: Callable[[bytes], int]) -> None:
+    def __init__(self, slot_of: Callable[[bytes], int], policy: HashPolicy | None = None) -> None:
         self.slot_of = slot_of
+        self.policy = policy
         self.counts = [0] * SLOTS
         self.examples: dict[int, bytes] = {}
         self.tags: dict[int, dict[bytes, int]] = {}
@@ -59,7 +62,7 @@ class Tally:
             self.examples[slot] = key
         counts[slot] += 1
         self.seen += 1
-        tag = hash_tag(key)
+        tag = tag_of(key, self.policy)
         if tag is None:
             return
         self.tagged += 1
@@ -105,7 +108,8 @@ async def by_scan(
     count: int,
     progress: Callable[[ScanProgress], None] | None,
 ) -> tuple[Tally, dict[str, int]]:
-    tally = Tally(topology.slot_of)
+    policy = getattr(topology, "policy", None)  # client-side shards may hash by a policy
+    tally = Tally(topology.slot_of, policy if isinstance(policy, HashPolicy) else None)
     index = {name: i for i, name in enumerate(names)}
     per_shard: Counter[str] = Counter()
     misplaced: Counter[str] = Counter()

@@ -27,7 +27,7 @@ from ._resp import (
 
 if TYPE_CHECKING:
     from .._lua import Script
-    from ..keys import SlotMap
+    from ..keys import HashPolicy, SlotMap
     from ..typing import Topology
     from ._coalesce import Fanin
 
@@ -56,10 +56,16 @@ class FixedShards:
 
     _names: list[str]
     _map: SlotMap
+    _policy: HashPolicy | None = None
 
     @property
     def shard_names(self) -> list[str]:
         return list(self._names)
+
+    @property
+    def policy(self) -> HashPolicy | None:
+        """The `HashPolicy` keys are hashed with; None: hash tags, as on a cluster."""
+        return self._policy
 
     @property
     def slot_map(self) -> SlotMap:
