@@ -42,6 +42,7 @@ from .errors import (
 )
 from .keys import to_bytes
 from .topology._node_ops import Read, Script
+from .topology._retries import read_only
 from .typing import HasTopology, Topology
 
 __all__ = [
@@ -137,6 +138,11 @@ async def multi(
     return await topology.transaction(_unique(named), cmds)
 
 
+def _name_of(command: Sequence[Any]) -> str:
+    head = command[0] if command else ""
+    return repr(head.decode("utf-8", "replace") if isinstance(head, bytes) else str(head))
+
+
 class Watched:
     """What a `watch()` function reads through: the watched connection, one slot.
 
@@ -175,7 +181,17 @@ class Watched:
         return list(await self._read("MGET", *raw))
 
     async def call(self, *command: Any) -> Any:
-        """Any read command (HGETALL, ZRANGE, ...) on the watched connection."""
+        """Any read command (HGETALL, ZRANGE, ...) on the watched connection.
+
+        A command that writes is refused (`InvalidValueError`): it would run outside
+        MULTI/EXEC, once per attempt; return it from the function instead.
+        """
+        if not read_only(command):
+            raise InvalidValueError(
+                f"watch(): tx.call({_name_of(command)}) is not a read: it would run outside "
+                "MULTI/EXEC, once per attempt (and change what is watched); return the "
+                "command from the function instead, where it runs atomically"
+            )
         keys = keys_of(command)
         if keys:
             self._check(keys, str(command[0]))

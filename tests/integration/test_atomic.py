@@ -274,3 +274,25 @@ async def test_bad_input_is_refused_before_anything_is_sent(st: Stampede) -> Non
     with pytest.raises(ConfigurationError, match="max_attempts must be at least 1"):
         await atomic.watch(st, PAIR, lambda tx: None, max_attempts=0)
     assert await exists(st, ["a", "aa", *PAIR]) == 0
+
+
+async def test_watch_refuses_a_write_through_tx_call(st: Stampede) -> None:
+    """tx.call runs on the watched connection outside MULTI/EXEC: a write there ran once
+    per attempt (and, touching a watched key, made every attempt lose: INCR applied
+    max_attempts times, then WriteConflict). It is refused before it is sent; reads pass."""
+    counter, flag = "calls:{1}:n", "calls:{1}:done"
+
+    async def bump(tx: atomic.Watched) -> list[atomic.Command]:
+        await tx.call("INCR", counter)
+        return [("SET", flag, "1")]
+
+    with pytest.raises(InvalidValueError, match=r"tx.call\('INCR'\) is not a read"):
+        await atomic.watch(st, [counter], bump, max_attempts=5)
+    assert await exists(st, [counter, flag]) == 0
+
+    async def read_then_set(tx: atomic.Watched) -> list[atomic.Command]:
+        assert await tx.call("STRLEN", counter) == 0
+        assert await tx.call("MEMORY", "USAGE", counter) is None
+        return [("SET", flag, "1")]
+
+    assert (await atomic.watch(st, [counter], read_then_set)).attempts == 1

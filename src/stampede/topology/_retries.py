@@ -42,6 +42,7 @@ __all__ = [
     "idempotent_script",
     "is_idempotent",
     "note_loss",
+    "read_only",
     "watch_losses",
 ]
 
@@ -94,14 +95,27 @@ def _name(part: Any) -> str:
     return str(part).upper()
 
 
+def read_only(command: Sequence[Any]) -> bool:
+    """True when `command` changes nothing (`READ_ONLY`, or a read-only subcommand)."""
+    if not command:
+        return False
+    words = _name(command[0]).split()
+    if words[0] in READ_ONLY:
+        return True
+    subs = _READ_ONLY_SUB.get(words[0])
+    if subs is None:
+        return False
+    sub = words[1] if len(words) > 1 else (_name(command[1]) if len(command) > 1 else "")
+    return sub in subs
+
+
 def is_idempotent(command: Sequence[Any]) -> bool:
     """True when sending `command` twice does what sending it once does."""
     if not command:
         return False
-    words = _name(command[0]).split()
-    name = words[0]
-    if name in READ_ONLY:
+    if read_only(command):
         return True
+    name = _name(command[0]).split()[0]
     if name == "EVALSHA":
         if len(command) < 2:
             return False
@@ -113,11 +127,7 @@ def is_idempotent(command: Sequence[Any]) -> bool:
         body = command[1]
         raw = body.encode() if isinstance(body, str) else bytes(body)
         return raw in _SCRIPT_SOURCES or hashlib.sha1(raw).hexdigest() in IDEMPOTENT_SHAS
-    subs = _READ_ONLY_SUB.get(name)
-    if subs is None:
-        return False
-    sub = words[1] if len(words) > 1 else (_name(command[1]) if len(command) > 1 else "")
-    return sub in subs
+    return False
 
 
 def all_idempotent(commands: Sequence[Sequence[Any]]) -> bool:
