@@ -270,3 +270,20 @@ def test_slots_from_arguments_and_stdin() -> None:
 def test_slots_bad_input(args: list[str], fragments: list[str]) -> None:
     """Bad shard counts, top values, files and patterns are usage errors, not tracebacks."""
     assert_usage_error(run(*args), *fragments)
+
+
+def test_slots_and_demo_stay_local_under_a_worker_s_environment() -> None:
+    """STAMPEDE_SENTINELS/SERVICES configure the commands that take --url from the
+    environment (worker, scan, queue). `slots` and `demo` read neither their --url nor
+    Sentinel from it: with those variables exported, `slots KEY` failed ("give keys or
+    --url, not both") and `demo` ran its torn writes against the Sentinel's primaries
+    instead of servers of its own."""
+    env = {"STAMPEDE_SENTINELS": "redis://127.0.0.1:1", "STAMPEDE_SERVICES": "shard-a"}
+    result = CliRunner().invoke(main, ["slots", "user:{1}:a", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["total"] == 1
+    demo = main.commands["demo"]  # type: ignore[attr-defined]
+    with CliRunner().isolation(env=env):
+        params = demo.make_context("demo", []).params
+    assert params["sentinels"] == () and params["services"] == ()
+    assert "STAMPEDE_SENTINELS" in CliRunner().invoke(main, ["worker", "--help"]).output

@@ -134,35 +134,45 @@ def _urls(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) ->
 _DEFAULTS = ConnectOptions()
 """The library's connection defaults: the flags' defaults are taken from here."""
 
-SENTINEL_OPTIONS = [
-    click.option(
-        "--sentinel",
-        "sentinels",
-        multiple=True,
-        metavar="URL",
-        callback=_urls,
-        envvar="STAMPEDE_SENTINELS",
-        show_envvar=True,
-        help="A Redis Sentinel's URL (repeatable), instead of --url: the primaries are the "
-        "--service masters it knows, followed through failovers.",
-    ),
-    click.option(
-        "--service",
-        "services",
-        multiple=True,
-        metavar="NAME",
-        callback=_urls,
-        envvar="STAMPEDE_SERVICES",
-        show_envvar=True,
-        help="A Sentinel master name, one per shard in shard order (repeatable; with --sentinel).",
-    ),
-]
+
+def from_env(name: str) -> dict[str, Any]:
+    """click option settings that read the option from `$STAMPEDE_<name>` too."""
+    return {"envvar": f"STAMPEDE_{name}", "show_envvar": True}
+
+
+def _sentinel_pair(*, env: bool) -> list[Callable[[F], F]]:
+    """--sentinel and --service; read from STAMPEDE_SENTINELS/SERVICES too when `env`."""
+    return [
+        click.option(
+            "--sentinel",
+            "sentinels",
+            multiple=True,
+            metavar="URL",
+            callback=_urls,
+            help="A Redis Sentinel's URL (repeatable), instead of --url: the primaries are "
+            "the --service masters it knows, followed through failovers.",
+            **(from_env("SENTINELS") if env else {}),
+        ),
+        click.option(
+            "--service",
+            "services",
+            multiple=True,
+            metavar="NAME",
+            callback=_urls,
+            help="A Sentinel master name per shard, in shard order (repeatable; --sentinel).",
+            **(from_env("SERVICES") if env else {}),
+        ),
+    ]
+
+
+SENTINEL_OPTIONS = _sentinel_pair(env=True)
 """--sentinel and --service: every command that takes --url takes these instead."""
 
 
 def sentinel_options(fn: F) -> F:
-    """Add --sentinel and --service (the arguments `sentinels` and `services`)."""
-    for option in reversed(SENTINEL_OPTIONS):
+    """--sentinel and --service for a command that needs no server unless told (`slots`,
+    `demo`): as for its --url, not from the environment (a worker's shell)."""
+    for option in reversed(_sentinel_pair(env=False)):
         fn = option(fn)
     return fn
 
@@ -339,11 +349,6 @@ def unreachable(exc: BaseException) -> bool:
     if getattr(exc, "problem", None) in ("unreachable", "timeout"):
         return True
     return isinstance(exc, ShardError | OSError)
-
-
-def from_env(name: str) -> dict[str, Any]:
-    """click option settings that read the option from `$STAMPEDE_<name>` too."""
-    return {"envvar": f"STAMPEDE_{name}", "show_envvar": True}
 
 
 def setting(
