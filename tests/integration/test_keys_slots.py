@@ -389,6 +389,9 @@ def test_from_ranges_builds_the_map() -> None:
         ({0: [(-1, 16383)]}, "0 <= first"),
         ({0: [(0, "9")]}, "must be integers"),
         ({}, "at least one shard"),
+        # one pair where a list of pairs belongs (a TypeError from unpacking an int)
+        ({0: (0, 8191), 1: (8192, 16383)}, r"shard 0: its slot ranges must be a list of"),
+        ({0: [(0, 8191)], 1: [range(8192, 16384)]}, r"pairs such as \[\(0, 8191\)\]"),
     ],
 )
 def test_from_ranges_names_gaps_and_overlaps(
@@ -420,6 +423,8 @@ def test_slot_map_from_owner_table() -> None:
         SlotMap([0] * (SLOTS - 1) + [2])
     with pytest.raises(ConfigurationError, match="shard numbers"):
         SlotMap([-1] * SLOTS)
+    with pytest.raises(ConfigurationError, match="16384 slots, got a value of type NoneType"):
+        SlotMap(None)  # type: ignore[arg-type]
 
 
 def test_shard_of_checks_the_slot_and_keys_route() -> None:

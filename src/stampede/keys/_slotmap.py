@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import struct
 from array import array
-from collections.abc import Mapping, Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence, Sized
+from typing import Any, Final
 
 from ..errors import ConfigurationError
 from ._slots import SLOTS, HashPolicy, keyslot
@@ -69,9 +69,11 @@ class SlotMap:
 
         Shards must be numbered 0..n-1 and each must own at least one slot.
         """
-        if len(owners) != SLOTS:
+        count = len(owners) if isinstance(owners, Sized) else None
+        if count != SLOTS:
+            got = count if count is not None else f"a value of type {type(owners).__name__}"
             raise ConfigurationError(
-                f"a slot map needs an owner for each of the {SLOTS} slots, got {len(owners)}"
+                f"a slot map needs an owner for each of the {SLOTS} slots, got {got}"
             )
         try:
             table = array("H", owners)
@@ -131,7 +133,7 @@ class SlotMap:
         for shard in range(shards):
             if not ranges[shard]:
                 raise ConfigurationError(f"shard {shard} owns no slots; give it a range")
-            for first, last in ranges[shard]:
+            for first, last in _pairs(shard, ranges[shard]):
                 _check_range(shard, first, last)
                 _claim(table, shard, first, last)
         gaps = _runs_of(table, _UNOWNED)
@@ -199,6 +201,19 @@ class SlotMap:
         )
         more = ", ..." if self._shards > 4 else ""
         return f"<SlotMap shards={self._shards} {{{shown}{more}}}>"
+
+
+def _pairs(shard: int, given: Any) -> list[tuple[int, int]]:
+    """A shard's ranges as (first, last) pairs; `ConfigurationError` for any other shape
+    (one pair not in a list, say)."""
+    try:
+        pairs = [(first, last) for first, last in given]
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            f"shard {shard}: its slot ranges must be a list of (first, last) pairs such "
+            f"as [(0, 8191)], got {given!r:.60}"
+        ) from None
+    return pairs
 
 
 def _check_range(shard: int, first: int, last: int) -> None:
