@@ -7,8 +7,19 @@ import json
 
 import pytest
 
-from stampede.errors import ConfigurationError
-from stampede.keys import RULES, Finding, HashPolicy, Rule, keyslot, lint, lint_key
+from stampede.errors import ConfigurationError, InvalidKeyError
+from stampede.keys import (
+    RULES,
+    Finding,
+    HashPolicy,
+    Rule,
+    SlotCounter,
+    analyze,
+    keyslot,
+    keyslots,
+    lint,
+    lint_key,
+)
 
 
 def codes(findings: list[Finding]) -> list[str]:
@@ -179,3 +190,22 @@ def test_messages_escape_control_characters() -> None:
     (finding,) = lint(["user:{42}:x\n"])
     assert finding.code == "SK010"
     assert "\n" not in finding.message and "\\x0a" in finding.message
+
+
+def test_one_key_where_a_sample_belongs_is_refused() -> None:
+    """lint, analyze, keyslots and SlotCounter.update read one str (or bytes) one key
+    per character: lint("user:{42}:cart") reported SK006/SK007 for its letters and
+    analyze counted 14 keys. Now an InvalidKeyError saying to wrap it; a bad group_of
+    is a ConfigurationError, not a TypeError."""
+    one = r"takes a list of keys, not one str; write \['user:\{42\}:cart'\]"
+    with pytest.raises(InvalidKeyError, match=rf"lint\(\) {one}"):
+        lint("user:{42}:cart")
+    with pytest.raises(InvalidKeyError, match=rf"analyze\(\) {one}"):
+        analyze("user:{42}:cart")
+    with pytest.raises(InvalidKeyError, match=r"keyslots\(\) takes a list of keys, not one bytes"):
+        keyslots(b"ab")
+    with pytest.raises(InvalidKeyError, match=r"SlotCounter.update\(\) takes a list of keys, got"):
+        SlotCounter().update(None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="group_of must be a mapping"):
+        lint(["user:{42}:cart"], group_of=5)  # type: ignore[arg-type]
+    assert analyze(key for key in ["a", "b"]).total == 2

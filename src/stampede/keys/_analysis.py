@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ._slotmap import SlotMap
-from ._slots import SLOTS, HashPolicy, to_bytes
+from ._slots import SLOTS, HashPolicy, key_sample, to_bytes
 
 __all__ = ["Distribution", "SlotCount", "SlotCounter", "analyze", "summarise"]
 
@@ -151,7 +151,7 @@ class SlotCounter:
     def update(self, keys: Iterable[bytes | str]) -> None:
         """Count every key of `keys`."""
         policy = self._policy
-        for key in keys:
+        for key in key_sample(keys, "SlotCounter.update()"):
             raw = key if type(key) is bytes else to_bytes(key)
             part = tag_of(raw, policy)
             self._count(raw, crc_hqx(raw if part is None else part, 0) & _MASK, part is not None)
@@ -235,5 +235,5 @@ def analyze(
     (5, (1, 3, 1), 2)
     """
     counter = SlotCounter(shards=shards, policy=policy)
-    counter.update(keys)
+    counter.update(key_sample(keys, "analyze()"))
     return counter.result(top=top)

@@ -14,9 +14,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, InvalidKeyError
 from ._catalog import CONSTANT_TAGS, RULES, Rule
-from ._slots import HashPolicy, hashed_part, keyslot, to_bytes
+from ._slots import HashPolicy, hashed_part, key_sample, keyslot, to_bytes
 
 __all__ = [
     "CONSTANT_TAGS",
@@ -214,7 +214,15 @@ def _group_lookup(group_of: GroupOf | None) -> Callable[[bytes], bytes | str | N
         return table.get
     if callable(group_of):
         return group_of
-    pairs = {to_bytes(k): v for k, v in group_of}
+    try:
+        pairs = {to_bytes(k): v for k, v in group_of}
+    except InvalidKeyError:
+        raise
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            "group_of must be a mapping key -> group, (key, group) pairs or a function, "
+            f"got {type(group_of).__name__}"
+        ) from None
     return pairs.get
 
 
@@ -266,7 +274,7 @@ def lint(
     seen: set[bytes] = set()
     tags: Counter[bytes] = Counter()
     first_with: dict[bytes, bytes | str] = {}
-    for key in keys:
+    for key in key_sample(keys, "lint()"):
         raw = to_bytes(key)
         if raw in seen:
             continue

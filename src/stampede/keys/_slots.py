@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from binascii import crc_hqx
 from collections.abc import Iterable
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from ..errors import ConfigurationError, InvalidKeyError
 
@@ -57,6 +57,19 @@ def to_bytes(key: bytes | str) -> bytes:
         "format numbers into a str first, e.g. f'user:{42}'",
         key=None,
     )
+
+
+def key_sample(keys: Any, what: str) -> Iterable[bytes | str]:
+    """`keys` if it is an iterable of keys; `InvalidKeyError` for one str or bytes
+    (iterated, it would be one key per character) and for anything not iterable."""
+    if isinstance(keys, str | bytes | bytearray):
+        raise InvalidKeyError(
+            f"{what} takes a list of keys, not one {type(keys).__name__}; write [{keys!r:.60}]",
+            key=None,
+        )
+    if not isinstance(keys, Iterable):
+        raise InvalidKeyError(f"{what} takes a list of keys, got {type(keys).__name__}", key=None)
+    return keys
 
 
 def _encode(key: bytes | str) -> bytes:
@@ -113,7 +126,7 @@ def keyslots(keys: Iterable[bytes | str]) -> list[int]:
     """
     out: list[int] = []
     append = out.append
-    for key in keys:
+    for key in key_sample(keys, "keyslots()"):
         if type(key) is not bytes:
             key = _encode(key)
         start = key.find(b"{")
