@@ -16,24 +16,34 @@ write (use `Stampede.read` for a group that must be consistent).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 from .atomic import Target, topology_of
-from .errors import InvalidKeyError
+from .errors import InvalidKeyError, InvalidValueError
 from .keys import to_bytes
 from .wire import Envelope
 
 __all__ = ["mget", "mget_envelopes", "mget_map", "shards_for"]
 
 K = TypeVar("K", bytes, str)
+T = TypeVar("T")
+
+
+def _listed(keys: Iterable[T], operation: str) -> list[T]:
+    """`keys` as a list, read once (a generator too); one key, or no iterable, is an
+    `InvalidValueError` (a `TypeError`) saying what to pass."""
+    if isinstance(keys, str | bytes | bytearray):
+        raise InvalidValueError(
+            f"{operation} takes a sequence of keys, not one key; wrap it: [{keys!r}]"
+        )
+    if not isinstance(keys, Iterable):
+        raise InvalidValueError(f"{operation} takes a sequence of keys, got {type(keys).__name__}")
+    return list(keys)
 
 
 def _raw_keys(keys: Sequence[bytes | str], operation: str) -> list[bytes]:
-    if isinstance(keys, str | bytes):
-        raise InvalidKeyError(
-            f"{operation} takes a sequence of keys, not one key; wrap it: [{keys!r}]"
-        )
+    keys = _listed(keys, operation)
     raw: list[bytes] = []
     for pos, key in enumerate(keys):
         if not isinstance(key, str | bytes):
@@ -55,6 +65,7 @@ def shards_for(target: Target, keys: Sequence[K]) -> dict[str, list[K]]:
     """
     topology = topology_of(target)
     plan: dict[str, list[K]] = {}
+    keys = _listed(keys, "shards_for()")
     for key, raw in zip(keys, _raw_keys(keys, "shards_for()"), strict=True):
         plan.setdefault(topology.shard_of(raw), []).append(key)
     return plan
@@ -99,5 +110,6 @@ async def mget_map(
     target: Target, keys: Sequence[K], *, decode: bool = False
 ) -> dict[K, bytes | None]:
     """Like `mget`, as a dict from each key (as the caller spelled it) to its value."""
+    keys = _listed(keys, "mget_map()")
     values = await mget(target, keys, decode=decode)
     return dict(zip(keys, values, strict=True))

@@ -292,7 +292,7 @@ async def test_helper_arguments_out_of_range(st: Stampede) -> None:
         await eventlog.record_events(st, "g", {"a": 1}, version=1, token="0" * 26)  # type: ignore[dict-item]
     with _raises(ConfigurationError, "max_attempts must be at least 1, got 0"):
         await atomic.watch(st, ["k"], lambda _: [], max_attempts=0)
-    with _raises(InvalidKeyError, "not one key; wrap it"):
+    with _raises(InvalidValueError, "not one key; wrap it"):
         await fanout.mget(st, "k")
     with _raises(ConfigurationError, "concurrency must be at least 1, got 0"):
         Worker(st.topology, None, None, concurrency=0)  # type: ignore[arg-type]

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 import stampede
-from stampede import InvalidKeyError, MalformedEnvelope, ShardUnavailable, Stampede, fanout
+from stampede import (
+    InvalidKeyError,
+    InvalidValueError,
+    MalformedEnvelope,
+    ShardUnavailable,
+    Stampede,
+    fanout,
+)
 
 from ..support import spread_keys
 
@@ -49,13 +56,30 @@ async def test_decode_refuses_plain_values(st: Stampede) -> None:
 
 async def test_bad_arguments_say_what_to_do(st: Stampede) -> None:
     """A lone key, a non-key or an empty key is refused with a message; [] sends nothing."""
-    with pytest.raises(InvalidKeyError, match="wrap it"):
+    with pytest.raises(TypeError, match="wrap it"):
         await fanout.mget(st, "user:1")
     with pytest.raises(InvalidKeyError, match="key #1 is a int"):
         await fanout.mget(st, ["a", 7])  # type: ignore[list-item]
     with pytest.raises(InvalidKeyError, match="key #0 is empty"):
         await fanout.mget(st, [b""])
     assert await fanout.mget(st, []) == []
+
+
+async def test_keys_as_a_generator_or_of_the_wrong_kind(st: Stampede) -> None:
+    """A generator of keys is read once: mget_map and shards_for zipped it after it was
+    used up and raised ValueError (mget_map after its round trip). A lone key or None is
+    a StampedeError (InvalidValueError, still a TypeError), not a bare TypeError."""
+    await st.topology.execute(b"gen:a", "SET", "gen:a", "1")
+    assert await fanout.mget_map(st, (k for k in ["gen:a", "gen:b"])) == {
+        "gen:a": b"1",
+        "gen:b": None,
+    }
+    plan = fanout.shards_for(st, (k for k in ["gen:a", "gen:b"]))
+    assert sorted(k for keys in plan.values() for k in keys) == ["gen:a", "gen:b"]
+    with pytest.raises(InvalidValueError, match=r"mget_map\(\) takes a sequence of keys, not"):
+        await fanout.mget_map(st, "gen:a")
+    with pytest.raises(InvalidValueError, match=r"mget\(\) takes a sequence of keys, got NoneType"):
+        await fanout.mget(st, None)  # type: ignore[arg-type]
 
 
 async def test_unreachable_shard_is_named() -> None:
