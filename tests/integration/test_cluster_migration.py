@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+import stampede
 from stampede import RetryPolicy, Stampede, TornReadError, atomic, keyslot
 from stampede._txn.scripts import COMMIT, PREPARE
 from stampede._txn.sweep import sweep
@@ -293,3 +294,42 @@ async def test_a_multi_redirected_while_no_node_gives_the_slot_map_follows_moved
         await topology.aclose()
         for proxy in proxies.values():
             await proxy.aclose()
+
+
+async def test_transactions_wait_out_a_slot_migration(stampede_cluster: LocalCluster) -> None:
+    """Mid-migration every writing MULTI/EXEC or WATCH transaction meets ASK (its
+    operation marker is a new key, which the owner hands to the importing node), even
+    over keys that did not move. It gave up after 16 quick tries (about 2 s) with
+    ShardUnavailable; it now waits for the slot up to `failover_timeout`, and each
+    applies once when the migration ends."""
+    unmoved, moved = "{txmig}:unmoved", "{txmig}:moved"
+    slot = keyslot(unmoved)
+    source = stampede_cluster.master_for_slot(slot)
+    target = next(m for m in stampede_cluster.masters if m is not source)
+    client = source.client()
+    client.mset({unmoved: b"1", moved: b"1"})
+    opts = FAST.model_copy(update={"failover_timeout": 60.0})
+    async with stampede.connect(stampede_cluster.url, cluster=True, connection=opts) as st:
+        await asyncio.to_thread(stampede_cluster.begin_migration, slot, target)
+        await asyncio.to_thread(stampede_cluster.move_keys, slot, [moved.encode()])
+
+        def tries() -> int:
+            stats = client.info("commandstats").get("cmdstat_watch", {})
+            return int(stats.get("calls", 0)) + int(stats.get("rejected_calls", 0))
+
+        before = tries()
+        calls = asyncio.gather(
+            atomic.multi(st, [("INCR", unmoved)]),
+            atomic.watch(st, [moved], lambda tx: [("INCR", moved)]),
+        )
+
+        async def retried_past_the_old_limit() -> bool:
+            assert not calls.done() or calls.exception() is None, calls.exception()
+            return await asyncio.to_thread(tries) >= before + 2 * 20
+
+        await eventually(retried_past_the_old_limit)
+        await asyncio.to_thread(stampede_cluster.finish_migration, slot)
+        replies, watched = await calls
+        assert replies == [2] and watched.written and watched.results == [2]
+    assert target.client().mget([unmoved, moved]) == [b"2", b"2"]
+    client.close()

@@ -72,9 +72,7 @@ class Cluster:
         urls = [url] if isinstance(url, str) else list(url)
         if not urls:
             raise ConfigurationError("a cluster needs at least one startup node URL")
-        self._urls = urls
-        self._url = urls[0]
-        self._options = opts
+        self._urls, self._url, self._options = urls, urls[0], opts
         self._endpoint = parse_url(urls[0], opts)
         startups = [parse_url(u, opts).name for u in urls]
         self._table = SlotTable(startups, address_remap)
@@ -290,22 +288,24 @@ class Cluster:
         return self._router.node(slots.pop())
 
     async def _on_owner(self, keys: Sequence[bytes], what: str, call: Any) -> Any:
-        """Run `call(lane)` on the slot owner's lane; follow a moving slot a few times."""
-        for attempt in range(_MAX_REDIRECTS):
+        """`call(lane)` on the slot owner's lane. Mid-migration (its marker, a new key, is
+        asked away from its keys) wait for the slot: `failover_timeout` s, 16 tries."""
+        loop = asyncio.get_running_loop()
+        until, attempt = loop.time() + self._options.failover_timeout, 0
+        while True:
             node = self._single(keys, what)
             try:
                 return await call(self._router.lane_at(node))
             except (MovedError, AskError, TryAgainError) as exc:
-                # Mid-migration a transaction cannot follow ASK with its keys split,
-                # so wait for the slot to settle.
+                attempt += 1
+                if attempt >= _MAX_REDIRECTS and loop.time() >= until:
+                    raise ShardUnavailable(
+                        f"{what}: the slot kept moving for {attempt} attempts", shard=node
+                    ) from exc
                 await self._router.settle(exc)
                 await asyncio.sleep(min(0.2, 0.005 * 2**attempt))
             except ERRORS as exc:
                 raise translate(exc, node) from exc
-        raise ShardUnavailable(
-            f"{what}: the slot kept moving for {_MAX_REDIRECTS} attempts",
-            shard=self._single(keys, what),
-        )
 
     async def optimistic(self, keys: Sequence[bytes], body: Body) -> tuple[bool, list[Any]]:
         """One WATCH / read / MULTI / EXEC attempt; (False, []) when a watched key changed."""
