@@ -194,6 +194,27 @@ async def test_watch_is_applied_once_when_the_exec_reply_is_lost(px: Proxied) ->
     assert await px.st.topology.execute(COUNTER.encode(), "GET", COUNTER) == b"10"
 
 
+async def test_watch_whose_read_or_unwatch_reply_is_lost_wrote_nothing(px: Proxied) -> None:
+    """A connection lost before EXEC was sent (WATCH, a read of fn, the UNWATCH of a
+    declining fn) wrote nothing, so the outcome is known: a declined watch returns
+    written=False, and a read's loss runs fn again on a fresh connection. Both raised
+    ShardUnavailable ("is the server up?") though the server had answered."""
+    proxy = px.proxy_for(COUNTER)
+    proxy.drop_reply(named(b"UNWATCH"))
+    declined = await atomic.watch(px.st, [COUNTER], lambda tx: None)
+    assert not declined.written and declined.attempts == 1
+    proxy.drop_reply(named(b"GET"))
+    calls: list[int] = []
+
+    async def add_ten(tx: atomic.Watched) -> list[atomic.Command]:
+        calls.append(1)
+        return [("SET", COUNTER, int(await tx.get(COUNTER) or b"0") + 10)]
+
+    result = await atomic.watch(px.st, [COUNTER], add_ten)
+    assert result.written and result.attempts == 2 and len(calls) == 2
+    assert await px.st.topology.execute(COUNTER.encode(), "GET", COUNTER) == b"10"
+
+
 async def test_script_is_never_resent_after_a_lost_reply(px: Proxied) -> None:
     """A user's Lua cannot be fenced: OutcomeUnknownError naming it, and it ran once."""
     incr = atomic.script("return redis.call('INCR', KEYS[1])", name="bump")

@@ -218,20 +218,30 @@ async def optimistic_once(
 
     `body(read)` may call `await read("GET", key)` (any command) on the watched
     connection and returns the commands for MULTI/EXEC, or None to write nothing.
-    Returns (False, []) when a watched key changed before EXEC, or when its reply
-    was lost and the fence stopped it (run `body` again). `RepliesLostError` when the
-    reply was lost but the marker shows it applied.
+    Returns (False, []) when a watched key changed before EXEC, when its reply was
+    lost and the fence stopped it, or when the connection dropped before EXEC was
+    sent (nothing was written: run `body` again). `RepliesLostError` when the reply
+    was lost but the marker shows it applied.
     """
     async with lane.session() as session:
-        await session.call("WATCH", *keys, marker)
 
         async def read(*args: Any) -> Any:
             return shape(args, await session.call(*args))
 
-        commands = await body(read)
-        if commands is None:
-            await session.call("UNWATCH")
-            return True, []
+        declined = False
+        try:
+            await session.call("WATCH", *keys, marker)
+            commands = await body(read)
+            if commands is None:
+                declined = True
+                await session.call("UNWATCH")
+                return True, []
+        except LOST as exc:  # WATCH, a read or UNWATCH: nothing written (session dropped)
+            if declined:
+                return True, []
+            if isinstance(exc, ConnectionLost):  # a timeout is not retried: the node is slow
+                return False, []
+            raise
         try:
             results = await _exec(session, commands, marker)
         except NotApplied:
