@@ -282,7 +282,7 @@ def test_slots_and_demo_stay_local_under_a_worker_s_environment() -> None:
     result = CliRunner().invoke(main, ["slots", "user:{1}:a", "--json"], env=env)
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["total"] == 1
-    demo = main.commands["demo"]  # type: ignore[attr-defined]
+    demo = main.commands["demo"]
     with CliRunner().isolation(env=env):
         params = demo.make_context("demo", []).params
     assert params["sentinels"] == () and params["services"] == ()

@@ -203,7 +203,7 @@ def test_one_key_where_a_sample_belongs_is_refused() -> None:
     with pytest.raises(InvalidKeyError, match=rf"analyze\(\) {one}"):
         analyze("user:{42}:cart")
     with pytest.raises(InvalidKeyError, match=r"keyslots\(\) takes a list of keys, not one bytes"):
-        keyslots(b"ab")
+        keyslots(b"ab")  # type: ignore[arg-type]
     with pytest.raises(InvalidKeyError, match=r"SlotCounter.update\(\) takes a list of keys, got"):
         SlotCounter().update(None)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="group_of must be a mapping"):
