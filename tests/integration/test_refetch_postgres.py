@@ -167,3 +167,40 @@ async def test_row_versions_order_the_cache(
     result = await st.read("user:1", ks, retry=QUICK, repair=Refetch(load))
     assert result.repaired and result.version == newest_version
     assert result.values == dict.fromkeys(ks, b"third")
+
+
+async def test_row_deleted_under_row_versions_removes_the_copies(
+    st: Stampede, versioned: tuple[asyncpg.Pool, str]
+) -> None:
+    """The loader docs/repair.md shows returns `Loaded(None, 1)` for a row that is gone:
+    a deleted row has no version, so the delete is ordered after what Redis holds (not
+    refused as older), and the stalled writer's older row stays out."""
+    pool, name = versioned
+    ks = keys(1)
+
+    async def load(group: bytes, names: Sequence[bytes]) -> Loaded:
+        row = await pool.fetchrow(f"SELECT profile, settings, version FROM {name} WHERE id = 1")
+        if row is None:
+            return Loaded(None, 1)  # gone: tombstones
+        return Loaded(
+            dict(zip(names, [row["profile"], row["settings"]], strict=True)), row["version"]
+        )
+
+    saved = []
+    for profile in (b"first", b"second"):
+        row = await pool.fetchrow(
+            f"UPDATE {name} SET profile = $2, settings = $2, version = version + 1 "
+            "WHERE id = $1 RETURNING version",
+            1,
+            profile,
+        )
+        saved.append((row["version"], dict.fromkeys(ks, profile)))
+    await st.write("user:1", saved[1][1], version=saved[1][0])
+    await write_newer(st, [ks[0].encode()], b"torn")  # Redis tore past the row's version
+    await pool.execute(f"DELETE FROM {name} WHERE id = 1")
+
+    result = await st.read("user:1", ks, retry=QUICK, repair=Refetch(load))
+    assert result.status is Status.NOT_FOUND and result.repaired
+    late = await st.write("user:1", saved[0][1], version=saved[0][0])
+    assert late.superseded == tuple(k.encode() for k in ks)
+    assert (await st.read("user:1", ks)).status is Status.NOT_FOUND

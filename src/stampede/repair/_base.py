@@ -375,8 +375,18 @@ async def guarded_delete(
     *,
     source_version: int | None = None,
 ) -> RepairOutcome:
-    """Tombstone the group's keys (and record) that still hold what the read saw."""
+    """Tombstone the group's keys (and record) that still hold what the read saw.
+
+    An entity that is gone has no version of its own: the source's version orders
+    the delete only when it is newer than every stamp seen; otherwise the delete is
+    ordered just after the newest (as for a source without versions), never refused.
+    """
     gone: dict[bytes, bytes | None] = dict.fromkeys(obs.keys)
+    stamps = _stamps(obs)
+    newest = max(stamps)[0] if stamps else 0
+    if source_version is not None and newest:
+        if kind_of(newest) is not kind_of(source_version) or source_version < newest:
+            source_version = None
     return await rewrite(
         ctx,
         obs,

@@ -39,9 +39,10 @@ class Loaded:
 
     `values` maps every key of the group to its payload, or is None when the
     source has no such entity; `version` is the source's own version of it (a
-    row version, an `updated_at` in microseconds, a log position; 1..2**63-1).
+    row version, an `updated_at` in microseconds, a log position; 1..2**56-1).
     The repair is then ordered by the source: it is written under that version
-    and refused if Redis already holds a newer one.
+    and refused if Redis already holds a newer one. An entity that is gone has no
+    version: its delete is ordered after what Redis holds when `version` is older.
     """
 
     values: Mapping[bytes, bytes] | None
