@@ -229,7 +229,8 @@ def result_of_repair(
         token=token if whole else None,
         attempts=attempts,
         reason=verdict.reason,
-        repaired=whole and outcome.action is not RepairAction.LOST_RACE,
+        repaired=whole
+        and outcome.action not in (RepairAction.LOST_RACE, RepairAction.ALREADY_CONSISTENT),
         queued=outcome.action is RepairAction.QUEUED,
         observation=obs,
         repair=outcome,

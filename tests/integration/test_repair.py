@@ -11,7 +11,7 @@ import pytest
 
 from stampede import Envelope, Mode, RetryPolicy, Stampede, Status, TornReadError
 from stampede.errors import RepairError
-from stampede.repair import Enqueue, NewestWins, Refetch, RepairQueue
+from stampede.repair import Enqueue, Loaded, NewestWins, Refetch, RepairQueue
 from stampede.results import RepairAction
 from stampede.wire import new_token
 
@@ -262,6 +262,49 @@ async def test_refetch_of_a_vanished_entity_deletes_guarded(st: Stampede) -> Non
     result = await st.read("gone", keys, retry=QUICK, repair=Refetch(none), mode=Mode.COMMIT)
     assert result.status is Status.NOT_FOUND and result.repaired
     assert (await st.read("gone", keys, mode="commit")).status is Status.NOT_FOUND
+
+
+async def test_read_through_of_a_deleted_group_writes_nothing(st: Stampede) -> None:
+    """With `fills_missing`, a read of a deleted group whose source says it is gone is
+    not found and writes nothing: its tombstones are not rewritten (a fresh grace at
+    every read would keep them for ever), and no group that never existed gets any."""
+    keys = spread_keys(st, "rt", 2)
+    await st.write("rt", dict.fromkeys(keys, b"x"))
+    deleted = await st.delete("rt", keys)
+    before = [await st.topology.execute(k.encode(), "GET", k) for k in keys]
+    expiry = [await st.topology.execute(k.encode(), "PEXPIRETIME", k) for k in keys]
+    asked: list[bytes] = []
+
+    async def none(group: bytes, ks: Sequence[bytes]) -> None:
+        asked.append(group)
+
+    repair = Refetch(none, fills_missing=True)
+    result = await st.read("rt", keys, retry=QUICK, repair=repair)
+    assert asked == [b"rt"] and result.status is Status.NOT_FOUND and not result.repaired
+    assert (result.version, result.token) == (deleted.version, deleted.token)
+    assert [await st.topology.execute(k.encode(), "GET", k) for k in keys] == before
+    assert [await st.topology.execute(k.encode(), "PEXPIRETIME", k) for k in keys] == expiry
+
+    never = spread_keys(st, "never", 2)
+    result = await st.read("never", never, retry=QUICK, repair=repair)
+    assert result.status is Status.NOT_FOUND and not result.repaired
+    assert [await st.topology.execute(k.encode(), "EXISTS", k) for k in never] == [0, 0]
+
+    # A source version newer than anything stored orders a delete: its tombstones
+    # keep a stalled writer's older row out, and are written once, not at every read.
+    async def gone_at_7(group: bytes, ks: Sequence[bytes]) -> Loaded:
+        return Loaded(None, 7)
+
+    versioned = Refetch(gone_at_7, fills_missing=True)
+    vkeys = spread_keys(st, "vgone", 2)
+    result = await st.read("vgone", vkeys, retry=QUICK, repair=versioned)
+    assert result.status is Status.NOT_FOUND and result.repaired and result.version == 7
+    tombstones = [await st.topology.execute(k.encode(), "GET", k) for k in vkeys]
+    again = await st.read("vgone", vkeys, retry=QUICK, repair=versioned)
+    assert again.status is Status.NOT_FOUND and not again.repaired
+    assert [await st.topology.execute(k.encode(), "GET", k) for k in vkeys] == tombstones
+    late = await st.write("vgone", dict.fromkeys(vkeys, b"row 6"), version=6)
+    assert late.superseded == tuple(k.encode() for k in vkeys)
 
 
 def test_job_fields_are_the_stream_format() -> None:

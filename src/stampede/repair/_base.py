@@ -56,6 +56,7 @@ __all__ = [
     "guarded_delete",
     "kept_expiry",
     "kept_payloads_expiry",
+    "orders_after",
     "repair_stamp",
     "rewrite",
     "roll_forward",
@@ -69,6 +70,18 @@ def _stamps(obs: Observation) -> list[tuple[int, str]]:
     if record is not None:
         stamps.append((record.version, record.token))
     return stamps
+
+
+def orders_after(obs: Observation, source_version: int | None) -> bool:
+    """Is `source_version` (a loader's) newer than every stamp `obs` saw, and of their
+    kind? (A stamp of version 0, a repair of a group that had none, orders before all.)"""
+    stamps = _stamps(obs)
+    newest = max(stamps)[0] if stamps else 0
+    if source_version is None:
+        return False
+    if not newest:
+        return True
+    return kind_of(newest) is kind_of(source_version) and source_version > newest
 
 
 def repair_stamp(obs: Observation, source_version: int | None = None) -> tuple[int, str]:
@@ -382,11 +395,8 @@ async def guarded_delete(
     ordered just after the newest (as for a source without versions), never refused.
     """
     gone: dict[bytes, bytes | None] = dict.fromkeys(obs.keys)
-    stamps = _stamps(obs)
-    newest = max(stamps)[0] if stamps else 0
-    if source_version is not None and newest:
-        if kind_of(newest) is not kind_of(source_version) or source_version < newest:
-            source_version = None
+    if not orders_after(obs, source_version):
+        source_version = None
     return await rewrite(
         ctx,
         obs,

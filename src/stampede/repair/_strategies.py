@@ -17,10 +17,17 @@ from .._write import check_version
 from ..errors import InvalidValueError, RepairError, TornReadError
 from ..results import RepairAction, RepairOutcome
 from ..typing import RepairContext
-from ..verdict import Observation, Verdict
+from ..verdict import Observation, Status, Verdict
 from ..wire import Envelope, expire_at
 from ..wire._txn import decode_meta, side_key
-from ._base import best_effort, guarded_delete, kept_payloads_expiry, rewrite, roll_forward
+from ._base import (
+    best_effort,
+    guarded_delete,
+    kept_payloads_expiry,
+    orders_after,
+    rewrite,
+    roll_forward,
+)
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
@@ -180,12 +187,30 @@ class Refetch:
                 raise RepairError(obs.group, f"the loader's Loaded.version: {exc}") from None
             loaded = loaded.values
         if loaded is None:
+            if verdict.status is Status.NOT_FOUND and not orders_after(obs, version):
+                return _still_gone(obs, verdict)  # a read-through: gone from both
             return await guarded_delete(ctx, obs, verdict.reason, source_version=version)
         payloads = _payloads(obs, loaded)
         return await rewrite(ctx, obs, payloads, verdict.reason, source_version=version)
 
     def __repr__(self) -> str:
         return f"Refetch({getattr(self.loader, '__qualname__', self.loader)!r})"
+
+
+def _still_gone(obs: Observation, verdict: Verdict) -> RepairOutcome:
+    """A group that reads not found and that the source says is gone: nothing to
+    write (rewriting its tombstones would only extend their life at every read).
+    A source version newer than every stamp seen is written instead (`Refetch`):
+    its tombstones keep older writes out."""
+    env = verdict.envelope
+    return RepairOutcome(
+        obs.group,
+        RepairAction.ALREADY_CONSISTENT,
+        verdict.reason,
+        dict.fromkeys(obs.keys),
+        True,
+        stamp=None if env is None else (env.version, env.token),
+    )
 
 
 def _payloads(obs: Observation, loaded: object) -> dict[bytes, bytes | None]:
