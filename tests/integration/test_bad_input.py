@@ -19,13 +19,14 @@ from stampede import (
     ConfigurationError,
     InvalidKeyError,
     InvalidValueError,
+    RepairError,
     RetryPolicy,
     Stampede,
     StampedeError,
     TornReadError,
     TypedGroup,
 )
-from stampede.repair import NewestWins, RepairQueue
+from stampede.repair import NewestWins, Refetch, RepairQueue
 from stampede.testing import RedisNode
 from stampede.testing.memory import MemoryTopology
 
@@ -168,6 +169,62 @@ async def test_newest_wins_on_a_group_with_a_missing_key(st: Stampede) -> None:
         await st.read(
             "p:{1}", keys, retry=RetryPolicy(attempts=2, deadline=30.0), repair=NewestWins()
         )
+
+
+def test_repair_strategies_given_no_function() -> None:
+    """A loader or rebuild that is not a function, or a fills_missing that is not a
+    bool, is refused when the strategy is made, not at the first torn read."""
+    with _raises(ConfigurationError, r"Refetch\(loader\) takes an async function .* got NoneType"):
+        Refetch(None)  # type: ignore[arg-type]
+    with _raises(ConfigurationError, r"fills_missing is True or False, got str"):
+        Refetch(lambda g, k: None, fills_missing="no")  # type: ignore[arg-type,return-value]
+    with _raises(ConfigurationError, r"NewestWins\(rebuild=...\) takes a function .* got int"):
+        NewestWins(rebuild=123)  # type: ignore[arg-type]
+
+
+async def test_repair_functions_returning_the_wrong_things(st: Stampede) -> None:
+    """A rebuild that raises or returns no bytes, a loader naming its keys as str: a
+    StampedeError naming the group and the key, and nothing is written; a plain
+    (not async) loader is called like an async one."""
+    keys = ["rp:{1}:a", "rp:{1}:b"]
+    await st.write("rp:{1}", dict.fromkeys(keys, b"1"))
+    await write_newer(st, [keys[0].encode()], b"2")
+    stored = [await st.topology.execute(k.encode(), "GET", k) for k in keys]
+    quick = RetryPolicy(attempts=2, deadline=30.0)
+
+    def boom(truth: Any, stale: Any) -> Any:
+        raise KeyError("profile")
+
+    cases: list[tuple[Any, type[StampedeError], str]] = [
+        (NewestWins(rebuild=boom), RepairError, r"'rp:\{1\}' failed: the rebuild raised KeyError"),
+        (
+            NewestWins(rebuild=lambda truth, stale: dict.fromkeys(stale, "text")),
+            InvalidValueError,
+            r"rebuild for group 'rp:\{1\}' returned str for key b'rp:\{1\}:b'; it must return",
+        ),
+        (
+            NewestWins(rebuild=lambda truth, stale: [b"x"]),
+            InvalidValueError,
+            r"rebuild for group 'rp:\{1\}' returned list; it must return a mapping stale key",
+        ),
+        (
+            NewestWins(rebuild=lambda truth, stale: dict.fromkeys(stale)),
+            RepairError,
+            r"rebuild returned no payload for \[b'rp:\{1\}:b'\]; it must return every stale key",
+        ),
+        (
+            Refetch(lambda group, ks: {k.decode(): b"x" for k in ks}),  # type: ignore[arg-type,return-value]
+            RepairError,
+            r"no payload for .* \(it named \['rp:\{1\}:a', 'rp:\{1\}:b'\] as str: the keys are",
+        ),
+    ]
+    for repair, kind, message in cases:
+        with _raises(kind, message):
+            await st.read("rp:{1}", keys, retry=quick, repair=repair)
+        assert [await st.topology.execute(k.encode(), "GET", k) for k in keys] == stored
+    plain = Refetch(lambda group, ks: dict.fromkeys(ks, b"loaded"))  # type: ignore[arg-type,return-value]
+    result = await st.read("rp:{1}", keys, retry=quick, repair=plain)
+    assert result.repaired and result.values == dict.fromkeys(keys, b"loaded")
 
 
 # -- typed groups ------------------------------------------------------------------------

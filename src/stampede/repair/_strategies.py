@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._write import check_version
-from ..errors import InvalidValueError, RepairError, TornReadError
+from ..errors import ConfigurationError, InvalidValueError, RepairError, TornReadError
 from ..results import RepairAction, RepairOutcome
 from ..typing import RepairContext
 from ..verdict import Observation, Status, Verdict
@@ -100,6 +100,11 @@ class NewestWins:
     name = "newest-wins"
 
     def __init__(self, rebuild: Rebuild | None = None) -> None:
+        if rebuild is not None and not callable(rebuild):
+            raise ConfigurationError(
+                f"NewestWins(rebuild=...) takes a function (truth, stale) -> payloads of the "
+                f"stale keys, or None; got {type(rebuild).__name__}"
+            )
         self.rebuild = rebuild
 
     async def repair(self, ctx: RepairContext, obs: Observation, verdict: Verdict) -> RepairOutcome:
@@ -142,10 +147,11 @@ class NewestWins:
                 truth[key] = env.payload
             else:
                 stale.append(key)
-        rebuilt = dict(await _maybe_await(self.rebuild(truth, stale)))
-        absent = [k for k in stale if k not in rebuilt]
-        if absent:
-            raise RepairError(obs.group, f"rebuild returned no payload for {absent!r}")
+        try:
+            made = await _maybe_await(self.rebuild(truth, stale))
+        except Exception as exc:
+            raise RepairError(obs.group, f"the rebuild raised {type(exc).__name__}: {exc}") from exc
+        rebuilt = _payloads(obs, made, stale, loader=False)
         return await rewrite(ctx, obs, {**truth, **rebuilt}, verdict.reason)
 
     def __repr__(self) -> str:
@@ -155,12 +161,14 @@ class NewestWins:
 class Refetch:
     """Rewrite the whole group from the authoritative source.
 
-    `loader(group, keys)` returns the payload (bytes) of every key, or None when
+    `loader(group, keys)` (an async function, or a plain one) returns the payload
+    (bytes) of every key, or None when
     the source has no such entity (the Redis copies are then replaced by
     tombstones, guarded), or a `Loaded(values, version)` carrying the source's own
     version, which then orders the repair. A loader that raises gives
     `RepairError` naming the group; one that returns something else gives
-    `InvalidValueError` naming the key, before anything is written. With
+    `InvalidValueError` naming the key, before anything is written (and the same
+    for a `NewestWins` rebuild). A loader that is not a function is refused here. With
     `fills_missing=True` a read of a group that is not in Redis at all also asks
     the loader (read-through), so missing copies are filled from the source.
     """
@@ -168,6 +176,15 @@ class Refetch:
     name = "refetch"
 
     def __init__(self, loader: Loader, *, fills_missing: bool = False) -> None:
+        if not callable(loader):
+            raise ConfigurationError(
+                "Refetch(loader) takes an async function (group, keys) -> payloads, "
+                f"Loaded(values, version) or None; got {type(loader).__name__}"
+            )
+        if not isinstance(fills_missing, bool):
+            raise ConfigurationError(
+                f"Refetch's fills_missing is True or False, got {type(fills_missing).__name__}"
+            )
         self.loader = loader
         self.fills_missing = fills_missing
 
@@ -176,7 +193,7 @@ class Refetch:
         if rolled is not None:
             return rolled
         try:
-            loaded = await self.loader(obs.group, list(obs.keys))
+            loaded = await _maybe_await(self.loader(obs.group, list(obs.keys)))
         except Exception as exc:
             raise RepairError(obs.group, f"the loader raised {type(exc).__name__}: {exc}") from exc
         version: int | None = None
@@ -190,7 +207,7 @@ class Refetch:
             if verdict.status is Status.NOT_FOUND and not orders_after(obs, version):
                 return _still_gone(obs, verdict)  # a read-through: gone from both
             return await guarded_delete(ctx, obs, verdict.reason, source_version=version)
-        payloads = _payloads(obs, loaded)
+        payloads = _payloads(obs, loaded, obs.keys, loader=True)
         return await rewrite(ctx, obs, payloads, verdict.reason, source_version=version)
 
     def __repr__(self) -> str:
@@ -213,29 +230,46 @@ def _still_gone(obs: Observation, verdict: Verdict) -> RepairOutcome:
     )
 
 
-def _payloads(obs: Observation, loaded: object) -> dict[bytes, bytes | None]:
-    """Every key's payload from a loader's mapping, checked before anything is written."""
+def _payloads(
+    obs: Observation, given: object, keys: Sequence[bytes], *, loader: bool
+) -> dict[bytes, bytes | None]:
+    """The payload of each of `keys` from what a Refetch `loader` (else a NewestWins
+    rebuild) returned, checked before anything is written."""
     group = obs.group.decode("utf-8", "backslashreplace")
-    if not isinstance(loaded, Mapping):
-        raise InvalidValueError(
-            f"the Refetch loader for group {group!r} returned {type(loaded).__name__}; it "
-            "must return a mapping key -> bytes, a Loaded(values, version), or None"
+    who = "the Refetch loader" if loader else "the NewestWins rebuild"
+    if not isinstance(given, Mapping):
+        shape = (
+            "a mapping key -> bytes, a Loaded(values, version), or None"
+            if loader
+            else "a mapping stale key -> bytes"
         )
-    missing = [k for k in obs.keys if loaded.get(k) is None]
+        raise InvalidValueError(
+            f"{who} for group {group!r} returned {type(given).__name__}; it must return "
+            f"{shape}. Nothing was written."
+        )
+    missing = [k for k in keys if given.get(k) is None]
     if missing:
+        named = [k for k in given if isinstance(k, str)]
+        hint = (
+            f" (it named {named[:3]!r} as str: the keys are bytes, as it was given them)"
+            if named
+            else ""
+        )
+        every = (
+            "key of the group, or None when the entity does not exist" if loader else "stale key"
+        )
         raise RepairError(
             obs.group,
-            f"the loader returned no payload for {missing!r}; it must return every "
-            "key of the group, or None when the entity does not exist",
+            f"{who} returned no payload for {missing!r}{hint}; it must return every {every}",
         )
     out: dict[bytes, bytes | None] = {}
-    for key in obs.keys:
-        value = loaded[key]
+    for key in keys:
+        value = given[key]
         if isinstance(value, bytearray | memoryview):
             value = bytes(value)
         if not isinstance(value, bytes):
             raise InvalidValueError(
-                f"the Refetch loader for group {group!r} returned "
+                f"{who} for group {group!r} returned "
                 f"{type(value).__name__} for key {key!r}; it must return bytes (encode "
                 "text, serialise objects). Nothing was written.",
                 key=key,
