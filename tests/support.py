@@ -102,9 +102,17 @@ async def gone(st: Stampede, key: str) -> None:
     await eventually(missing, within=30)
 
 
+def _child_env() -> dict[str, str]:
+    """A CLI child's environment: the current directory (the tests' strategy modules)
+    and the stampede these tests import on its path, so that a child run from a
+    checkout (a git worktree) runs that checkout's code, not an installed copy."""
+    code = os.path.dirname(os.path.dirname(os.path.abspath(stampede.__file__)))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), code])}
+
+
 def run_cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[bytes]:
     """Run `python -m stampede.cli ARGS` (call it through asyncio.to_thread)."""
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = _child_env()
     return subprocess.run(
         [sys.executable, "-m", "stampede.cli", *args],
         capture_output=True,
@@ -116,7 +124,7 @@ def run_cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[b
 
 async def start_cli(*args: str) -> asyncio.subprocess.Process:
     """Start `python -m stampede.cli ARGS` as a child process, stderr piped."""
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = _child_env()
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "stampede.cli", *args, stderr=asyncio.subprocess.PIPE, env=env
     )

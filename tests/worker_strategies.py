@@ -53,6 +53,15 @@ async def _broken_loader(group: bytes, keys: Sequence[bytes]) -> dict[bytes, byt
     raise ConnectionError("the database is unreachable")
 
 
+async def _gone_loader(group: bytes, keys: Sequence[bytes]) -> None:
+    return None
+
+
+def gone() -> Refetch:
+    """Refetch whose source has no entity at all: every repair deletes the group."""
+    return Refetch(_gone_loader)
+
+
 def broken() -> Refetch:
     """Refetch whose loader always fails: its jobs must end as dead letters."""
     return Refetch(_broken_loader)

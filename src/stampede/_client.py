@@ -258,6 +258,7 @@ class Stampede:
             versions=self._versions,
             ttl=options.ttl,
             grace=options.tombstone_grace,
+            version_grace=options.version_grace,
         )
         if tracing.recording():  # else no span, and no attributes to name
             return await traced_read(read, gkey, len(planned), mode_)

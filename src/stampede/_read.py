@@ -39,6 +39,7 @@ async def read_group(
     versions: VersionSource | None = None,
     ttl: float | None = None,
     grace: float = DEFAULT_GRACE,
+    version_grace: float = 5.0,
 ) -> ReadResult[K]:
     """Read until the group is consistent, not found, or stays torn, within
     `retry.deadline` (socket waits included: a bucketed timer, no task), else
@@ -68,8 +69,8 @@ async def read_group(
         if verdict.status is Status.CONSISTENT:
             return _whole(names, obs, verdict, 1, versions)
         return await _settle(
-            topology, group, names, keys, mode, retry, repair, versions, ttl, grace,
-            started, obs, verdict,
+            topology, group, names, keys, mode, retry, repair, versions, (ttl, grace,
+            version_grace), started, obs, verdict,
         )  # fmt: skip
     except asyncio.CancelledError:
         if seconds is None or not timer.expired_by_us():
@@ -90,14 +91,13 @@ async def _settle(
     retry: RetryPolicy,
     repair: RepairStrategy | None,
     versions: VersionSource | None,
-    ttl: float | None,
-    grace: float,
+    windows: tuple[float | None, float, float],
     started: float,
     obs: Observation,
     verdict: Verdict,
 ) -> ReadResult[K]:
     """`read_group` from its first observation and verdict on: retries, kept
-    versions, repair."""
+    versions, repair (`windows`: the repair's ttl, tombstone and version grace)."""
     deadline = None if retry.deadline is None else started + retry.deadline
     attempt = 1
     while True:
@@ -133,7 +133,7 @@ async def _settle(
         )
     if final.status is Status.TORN:
         _report_torn(group, final, attempt)
-    ctx = RepairContext(topology, mode, versions or HybridClock(), ttl, grace)
+    ctx = RepairContext(topology, mode, versions or HybridClock(), *windows)
     outcome = await pipeline.repair(repair, ctx, obs, final, source="read")
     metrics.log_event(
         _log, "read.repaired", logging.INFO, group=_name(group), action=outcome.action.value

@@ -464,6 +464,30 @@ async def test_a_group_repair_leaves_a_transaction_that_is_still_committing_alon
     assert (await st.read_atomic([a, b])).values == {a: b"t", b: b"t"}
 
 
+async def test_a_repair_completes_a_transaction_with_the_configured_version_grace(
+    topology_env: tuple[str, Any],
+) -> None:
+    """A transaction committed at a only: the read's repair commits it at b, keeping
+    what it replaces there (the version hash's expiry past the value's) for the
+    client's `version_grace`, not a fixed 5 s."""
+    async with open_stampede(topology_env[1], topology_env[0], version_grace=30) as st:
+        a, b = spread_keys(st, "vgrace", 2)
+        await st.write("vgrace", {a: b"a0", b: b"b0"})
+        raw = [a.encode(), b.encode()]
+        version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+        at = int(time.time() * 1000) + 60_000
+        sides = [side_key(k, st.topology.slot_of) for k in raw]
+        env = b"%d:%s:t" % (version, token.encode())
+        args = [(version, token, 0, at, env, encode_meta(raw))] * 2
+        assert await run_units(st.topology, PREPARE, raw, sides, args, head=[20_000]) == [1, 1]
+        commit = [(version, token, at, 0, b"", b"")]
+        assert await run_units(st.topology, COMMIT, raw[:1], sides[:1], commit, head=[30_000])
+        result = await st.read("vgrace", [a, b], retry=QUICK, repair=REBUILD)
+        assert result.consistent and result.values == {a: b"t", b: b"t"}
+        kept = int(await st.topology.execute(sides[1], "PEXPIRETIME", sides[1]))
+        assert kept - at >= 29_000
+
+
 async def test_a_one_slot_group_write_with_a_refused_key_writes_nothing(st: Stampede) -> None:
     """The same rule for group writes: a one-slot write that one key refuses (another
     type) leaves every other key, and the commit record, untouched."""

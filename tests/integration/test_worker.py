@@ -6,12 +6,13 @@ import asyncio
 import json
 import signal
 import socket
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from stampede import Envelope, Stampede
-from stampede.repair import NewestWins, RepairQueue, RetryBackoff
+from stampede.repair import NewestWins, Refetch, RepairQueue, RetryBackoff
 from stampede.repair._queue import Job
 from stampede.repair._worker import Worker, serve_metrics
 from stampede.testing import LocalPrimaries
@@ -171,6 +172,41 @@ async def test_failing_loader_dead_letters_and_worker_keeps_going(st: Stampede) 
     assert errors[0].startswith("RepairError") or "unreachable" in errors[0]
     assert any("malformed" in e for e in errors)
     assert sum("the database is unreachable" in e for e in errors) == 3
+
+
+async def test_the_worker_deletes_with_the_configured_tombstone_grace(st: Stampede) -> None:
+    """A group the source says is gone gets tombstones that live the worker's
+    `tombstone_grace` (the option the deletes and reads use), not a fixed 300 s: a
+    late older write is kept out for as long as the application configured."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    await plant(st, queue, 1)
+
+    async def gone(group: bytes, keys: Sequence[bytes]) -> None:
+        return None
+
+    worker = Worker(
+        st.topology, queue, Refetch(gone), tombstone_grace=3600, burst=True, poll_interval=0.01
+    )
+    stats = await worker.run()
+    assert stats.done == 1
+    for key in ("w:0:a", "w:0:b", "w:0:c"):
+        assert Envelope.decode(await st.topology.execute(key.encode(), "GET", key)).tombstone
+        assert await st.topology.execute(key.encode(), "PTTL", key) > 3_000_000
+
+
+async def test_the_worker_cli_takes_the_tombstone_grace(stampede_primaries: Any) -> None:
+    """`stampede worker --tombstone-grace` sets how long its deletes' tombstones live."""
+    async with open_stampede(stampede_primaries, "shards") as st:
+        queue = RepairQueue(st.topology, name="grace")
+        await queue.clear()
+        await plant(st, queue, 1)
+        args = ["worker", *(a for u in stampede_primaries.urls for a in ("--url", u))]
+        args += ["--strategy", "tests.worker_strategies:gone", "--stream", "grace"]
+        done = await asyncio.to_thread(run_cli, *args, "--burst", "--tombstone-grace", "3600")
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        for key in ("w:0:a", "w:0:b", "w:0:c"):
+            assert await st.topology.execute(key.encode(), "PTTL", key) > 3_000_000
 
 
 async def test_a_hung_repair_times_out_and_is_dead_lettered(st: Stampede) -> None:

@@ -139,6 +139,12 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         "Seconds between sweeps that collect read-atomic transactions' old versions "
         "of keys no longer written (0: never).",
     ),
+    "--tombstone-grace": (
+        click.FloatRange(min=0, min_open=True),
+        300.0,
+        "Seconds the tombstones of a repair's delete keep late older writes out: the "
+        "application's Options.tombstone_grace.",
+    ),
     "--min-idle": (
         click.FloatRange(min=0.01),
         30.0,
@@ -194,6 +200,7 @@ def worker_command(
     retry_max_delay: float,
     job_timeout: float,
     sweep_interval: float,
+    tombstone_grace: float,
     min_idle: float,
     grace: float,
     burst: bool,
@@ -259,6 +266,7 @@ def worker_command(
                     registry=registry,
                     sweep_interval=sweep_interval,
                     version_grace=st.options.version_grace,
+                    tombstone_grace=tombstone_grace,
                     job_timeout=job_timeout,
                 )
                 loop = asyncio.get_running_loop()

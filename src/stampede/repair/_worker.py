@@ -35,7 +35,7 @@ from .. import metrics, tracing
 from .._txn.sweep import sweep
 from ..errors import ConfigurationError, RepairError, StampedeError
 from ..results import RepairAction
-from ..typing import RepairContext, RepairStrategy, Topology, VersionSource
+from ..typing import DEFAULT_GRACE, RepairContext, RepairStrategy, Topology, VersionSource
 from ..verdict import Mode, Status, judge
 from ..versions import HybridClock
 from ._queue import Job, RepairQueue
@@ -96,6 +96,7 @@ class Worker:
         sweep_interval: float = 60.0,
         version_grace: float = 5.0,
         job_timeout: float | None = 60.0,
+        tombstone_grace: float = DEFAULT_GRACE,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
@@ -113,8 +114,8 @@ class Worker:
         self.grace = grace
         self.backoff = backoff if backoff is not None else RetryBackoff()
         self.burst = burst
-        self.sweep_interval = sweep_interval
-        self.version_grace = version_grace
+        self.sweep_interval, self.version_grace = sweep_interval, version_grace
+        self.tombstone_grace = tombstone_grace
         self.job_timeout = job_timeout or None
         self.stats = WorkerStats()
         self.stopping = asyncio.Event()
@@ -325,7 +326,8 @@ class Worker:
                 **_follow_up(follow_up),
             )
             return "already_consistent"
-        ctx = RepairContext(self.topology, mode, self.versions, self.ttl)
+        grace, version_grace = self.tombstone_grace, self.version_grace
+        ctx = RepairContext(self.topology, mode, self.versions, self.ttl, grace, version_grace)
         outcome = await pipeline.repair(self.strategy, ctx, obs, verdict, source="worker")
         if outcome.action is RepairAction.LOST_RACE:
             self.stats.lost_races += 1
