@@ -10,9 +10,12 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from stampede import Envelope, Mode, RetryPolicy, Stampede, Status, TornReadError
+from stampede import _pipeline as pipeline
 from stampede.errors import RepairError
 from stampede.repair import Enqueue, Loaded, NewestWins, Refetch, RepairQueue
 from stampede.results import RepairAction
+from stampede.typing import RepairContext
+from stampede.verdict import judge
 from stampede.wire import new_token
 
 from ..support import spread_keys, write_newer
@@ -305,6 +308,29 @@ async def test_read_through_of_a_deleted_group_writes_nothing(st: Stampede) -> N
     assert [await st.topology.execute(k.encode(), "GET", k) for k in vkeys] == tombstones
     late = await st.write("vgone", dict.fromkeys(vkeys, b"row 6"), version=6)
     assert late.superseded == tuple(k.encode() for k in vkeys)
+
+
+async def test_a_second_repair_of_the_same_state_writes_nothing(st: Stampede) -> None:
+    """Two repairs of one observation (a job taken over while its first worker still
+    runs) never share a stamp; the second finds the keys the first wrote, writes
+    nothing and says `lost_race`, with the group whole under the first one's stamp."""
+    keys = spread_keys(st, "twice", 2)
+    await st.write("twice", dict.fromkeys(keys, b"old"))
+    await tear(st, "twice", keys)
+    raw = [k.encode() for k in keys]
+    obs = await pipeline.observe(st.topology, b"twice", raw, Mode.STAMP)
+    ctx = RepairContext(st.topology, Mode.STAMP, st.versions)
+
+    async def load(group: bytes, ks: Sequence[bytes]) -> dict[bytes, bytes]:
+        return dict.fromkeys(ks, b"db")
+
+    first = await Refetch(load).repair(ctx, obs, judge(obs).exhausted())
+    stored = [await st.topology.execute(k, "GET", k) for k in raw]
+    second = await Refetch(load).repair(ctx, obs, judge(obs).exhausted())
+    assert first.action is RepairAction.REWRITTEN
+    assert second.action is RepairAction.LOST_RACE and second.consistent
+    assert second.stamp == first.stamp
+    assert [await st.topology.execute(k, "GET", k) for k in raw] == stored
 
 
 def test_job_fields_are_the_stream_format() -> None:
