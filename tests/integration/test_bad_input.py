@@ -198,17 +198,17 @@ async def test_repair_functions_returning_the_wrong_things(st: Stampede) -> None
     cases: list[tuple[Any, type[StampedeError], str]] = [
         (NewestWins(rebuild=boom), RepairError, r"'rp:\{1\}' failed: the rebuild raised KeyError"),
         (
-            NewestWins(rebuild=lambda truth, stale: dict.fromkeys(stale, "text")),
+            NewestWins(rebuild=lambda truth, stale: dict.fromkeys(stale, "text")),  # type: ignore[arg-type]
             InvalidValueError,
             r"rebuild for group 'rp:\{1\}' returned str for key b'rp:\{1\}:b'; it must return",
         ),
         (
-            NewestWins(rebuild=lambda truth, stale: [b"x"]),
+            NewestWins(rebuild=lambda truth, stale: [b"x"]),  # type: ignore[arg-type,return-value]
             InvalidValueError,
             r"rebuild for group 'rp:\{1\}' returned list; it must return a mapping stale key",
         ),
         (
-            NewestWins(rebuild=lambda truth, stale: dict.fromkeys(stale)),
+            NewestWins(rebuild=lambda truth, stale: dict.fromkeys(stale)),  # type: ignore[arg-type,return-value]
             RepairError,
             r"rebuild returned no payload for \[b'rp:\{1\}:b'\]; it must return every stale key",
         ),
