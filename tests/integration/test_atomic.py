@@ -18,6 +18,7 @@ from stampede import (
     WriteConflict,
     atomic,
 )
+from stampede.testing import LocalPrimaries
 
 PAIR = ["pair:{1}:left", "pair:{1}:right"]
 APART = ["pair:1:left", "pair:2:right"]  # untagged: two different slots
@@ -296,3 +297,22 @@ async def test_watch_refuses_a_write_through_tx_call(st: Stampede) -> None:
         return [("SET", flag, "1")]
 
     assert (await atomic.watch(st, [counter], read_then_set)).attempts == 1
+
+
+async def test_atomic_helpers_under_a_policy_that_hashes_first_segments(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """A HashPolicy that hashes a key's first segment hashes every
+    'stampede:op:{<n>}:...' marker alike: the marker search ran 4M policy hashes
+    (tens of seconds, blocking the event loop) and raised RuntimeError for any other
+    slot. The marker is now named after the key, lands in its slot, and expires."""
+    async with stampede.connect(stampede_primaries.urls, hash_pattern=r"(?P<tag>[^:]+):") as st:
+        key = "tenant7:orders"
+        assert await atomic.multi(st, [("INCR", key)]) == [1]
+        result = await atomic.watch(st, [key], lambda tx: [("INCR", key)])
+        assert result.results == [2]
+        shard = st.topology.shard_names.index(st.topology.shard_of(key.encode()))
+        node = stampede_primaries.nodes[shard]
+        markers = list(node.client().scan_iter(match="tenant7:orders:*:stampede:op"))
+        assert len(markers) == 2
+        assert all(0 < node.client().pttl(m) <= 600_000 for m in markers)

@@ -28,10 +28,12 @@ from typing import Any
 
 from .._backoff import backoff as shared_backoff
 from .._lua import IDEMPOTENT_SHAS
+from ..errors import ConfigurationError
 from ..keys import hash_tag
 
 __all__ = [
     "MARKER_PREFIX",
+    "MARKER_SUFFIX",
     "MARKER_TTL_MS",
     "READ_ONLY",
     "Losses",
@@ -76,6 +78,8 @@ _SCRIPT_SOURCES: set[bytes] = set()
 
 MARKER_PREFIX = b"stampede:op:"
 """Operation markers are `stampede:op:{<tag>}:<token>` (see `Markers`)."""
+MARKER_SUFFIX = b":stampede:op"
+"""...or `<key>:<token>:stampede:op`, under a hashing policy that ignores the tag."""
 MARKER_TTL_MS = 600_000
 """How long an operation marker lives: ten minutes, far beyond any fence."""
 
@@ -191,11 +195,15 @@ class Markers:
     The marker of an operation on slot `s` is `stampede:op:{<tag>}:<token>`:
     `<tag>` is the watched key's own hash tag when it has one, else the first
     decimal `n` whose key lands in `s` (searched once per slot, then cached).
+    A hashing policy (`HashPolicy`) may hash such names by something other than
+    the tag (a rule that takes a key's first segment hashes them all alike): then
+    the marker is named after the key, `<key>:<token>:stampede:op`, which such a
+    rule hashes as it hashes the key.
     """
 
     def __init__(self, slot_of: Callable[[bytes], int]) -> None:
         self._slot_of = slot_of
-        self._prefixes: dict[int, bytes] = {}
+        self._prefixes: dict[int, bytes | None] = {}
 
     def key(self, near: bytes, token: str) -> bytes:
         """A marker key for `token` in the slot of `near`."""
@@ -206,16 +214,32 @@ class Markers:
             candidate = MARKER_PREFIX + b"{" + tag + b"}" + tail
             if self._slot_of(candidate) == slot:
                 return candidate
-        prefix = self._prefixes.get(slot)
-        if prefix is None or self._slot_of(prefix + tail) != slot:
-            prefix = self._search(slot, tail)
-        return prefix + tail
+        prefix = self._prefixes.get(slot, b"")
+        if prefix == b"" or (prefix is not None and self._slot_of(prefix + tail) != slot):
+            prefix = self._prefixes[slot] = self._search(slot, tail)
+        if prefix is not None:
+            return prefix + tail
+        derived = near + tail + MARKER_SUFFIX
+        if self._slot_of(derived) == slot:
+            return derived
+        raise ConfigurationError(
+            f"no operation-marker key lands in slot {slot}, where {near!r} hashes: the "
+            "hashing policy hashes neither 'stampede:op:{<n>}:...' by its tag nor "
+            f"'{near.decode('utf-8', 'backslashreplace')}:...' like the key; give it a "
+            "rule that does, or a hash tag to the keys"
+        )
 
-    def _search(self, slot: int, tail: bytes) -> bytes:
+    def _search(self, slot: int, tail: bytes) -> bytes | None:
+        """The first `stampede:op:{<n>}` whose names land in `slot`; None when the rule
+        does not hash them by `n` (all of the first 1024 land in one slot)."""
         slot_of = self._slot_of
+        seen: set[int] = set()
         for n in range(1 << 22):
             prefix = MARKER_PREFIX + b"{%d}" % n
-            if slot_of(prefix + tail) == slot:
-                self._prefixes[slot] = prefix
+            found = slot_of(prefix + tail)
+            if found == slot:
                 return prefix
+            seen.add(found)
+            if n == 1024 and len(seen) == 1:
+                return None
         raise RuntimeError(f"no operation-marker key found for slot {slot}")  # pragma: no cover

@@ -8,6 +8,7 @@
 {<key>}:stampede:v:u        stampede.wire's transaction layout)
 stampede:v:{<n>}:<key>
 stampede:op:...             exactly-once markers of non-idempotent operations
+<key>:<id>:stampede:op      ...the same, under a hashing policy that ignores the tag
 stampede:shard              a primary's shard identity record
 stampede:repairs...         the repair stream, its partitions, dead letters and
 {stampede:repairs}:...      markers
@@ -29,6 +30,7 @@ _RESERVED = (
     b":stampede:p",  # a key's kept versions
     b":stampede:v",  # a key's version hash (read-atomic transactions)
     b":stampede:v:u",
+    b":stampede:op",  # an operation marker named after its key (a hashing policy's)
 )
 _RESERVED_PREFIXES = (b"stampede:v:{", b"stampede:op:", b"stampede:repairs", b"{stampede:repairs}")
 _RESERVED_NAMES = frozenset({b"stampede:shard"})
