@@ -236,7 +236,8 @@ async def watch(
     backoff (uniform in `[0, min(max_delay, base_delay * 2**n)]`), so `fn` must
     not have side effects of its own. `WriteConflict` after `max_attempts`
     lost races; `CrossSlotError` before anything is sent when `keys` span slots,
-    and before EXEC when the returned commands leave the slot.
+    and before EXEC when the returned commands leave the slot (a command stampede
+    cannot read the keys of, see `keys_of`, is refused: `InvalidKeyError`).
 
     Exactly once: when the reply to EXEC is lost, an operation marker tells
     whether the commands applied (`replies_lost=True`, `fn` is not run again) or
@@ -260,8 +261,17 @@ async def watch(
         if planned is None:
             return None
         cmds = commands_of(planned, "the function of watch() returns None or")
-        named = [k for c in cmds for k in keys_of(c) or ()]
-        common_slot(topology, [*watched, *named], "watch() commands")
+        found = [(c[0], keys_of(c)) for c in cmds]
+        unknown = sorted({str(name) for name, keys in found if keys is None})
+        if unknown:  # unchecked, it could write a key of another shard, out of reach
+            raise InvalidKeyError(
+                f"watch() cannot tell which keys {', '.join(unknown)} touches, so it cannot "
+                "check they stay in the watched slot; return commands it knows (see "
+                "atomic.keys_of), or run the write as a script with its keys declared"
+            )
+        common_slot(
+            topology, [*watched, *(k for _, ks in found for k in ks or ())], "watch() commands"
+        )
         return cmds
 
     for attempt in range(1, max_attempts + 1):  # `body` reads the current attempt

@@ -316,3 +316,22 @@ async def test_atomic_helpers_under_a_policy_that_hashes_first_segments(
         markers = list(node.client().scan_iter(match="tenant7:orders:*:stampede:op"))
         assert len(markers) == 2
         assert all(0 < node.client().pttl(m) <= 600_000 for m in markers)
+
+
+async def test_watch_refuses_a_command_whose_keys_it_cannot_check(st: Stampede) -> None:
+    """A command keys_of does not know was sent unchecked: on independent primaries a
+    GEOADD of another shard's key landed on the watched shard, out of reach of every
+    routed read, and watch() reported success. It is refused before EXEC; nothing
+    is written."""
+    watched = PAIR[0]
+    elsewhere = next(
+        f"geo:{{{i}}}:b"
+        for i in range(500)
+        if st.topology.shard_of(f"geo:{{{i}}}:b".encode()) != st.topology.shard_of(watched.encode())
+    )
+    with pytest.raises(InvalidKeyError, match="cannot tell which keys GEOADD touches"):
+        await atomic.watch(st, [watched], lambda tx: [("GEOADD", elsewhere, 0, 0, "m")])
+    assert await st.topology.execute(elsewhere.encode(), "EXISTS", elsewhere) == 0
+    if not st.topology.slot_bound:  # where it landed: the watched primary
+        owner = st.topology.shard_of(watched.encode())
+        assert await st.topology.execute_on(owner, "EXISTS", elsewhere) == 0
