@@ -188,6 +188,30 @@ async def test_an_unknown_service_is_refused_at_open(watched: LocalSentinels) ->
     await client.aclose()
 
 
+async def test_sentinels_that_cannot_be_asked_are_named_with_the_reason(
+    watched: LocalSentinels,
+) -> None:
+    """Sentinels that refuse the URL's password, or where nothing listens: `open()`
+    says so (the `problem` and its fix, as for a data node), not that the service
+    names may be wrong."""
+    wrong = [u.replace("redis://", "redis://:wrong@") for u in watched.sentinel_urls]
+    client = stampede.connect(sentinels=wrong, services=watched.names, connection=FOLLOW)
+    with pytest.raises(SetupError) as refused:
+        await client.open()
+    await client.aclose()
+    assert refused.value.problem == "auth", refused.value
+    assert "password" in str(refused.value) and "service names" not in str(refused.value)
+    dead = stampede.connect(
+        sentinels=["redis://127.0.0.1:1"], services=watched.names, connection=FOLLOW
+    )
+    with pytest.raises(SetupError) as unreachable:
+        await dead.open()
+    await dead.aclose()
+    assert unreachable.value.problem == "unreachable" and "is the server up" in str(
+        unreachable.value
+    )
+
+
 def test_sentinel_arguments_are_checked() -> None:
     """URLs and sentinels together, or sentinels without services, say what to give."""
     with pytest.raises(ConfigurationError, match="not both"):

@@ -45,11 +45,10 @@ from typing import Any, TypeVar
 import hiredis
 
 from .._backoff import backoff
-from ..errors import ConfigurationError, SetupError
+from ..errors import ConfigurationError
 from ..keys import HashPolicy, SlotMap
 from ..options import ConnectOptions
 from ._base import TRANSPORT_ERRORS, translate
-from ._checks import redact
 from ._endpoint import Endpoint, parse_url
 from ._lane import Lane
 from ._reply_errors import (
@@ -60,6 +59,7 @@ from ._reply_errors import (
     ReplyTimeout,
 )
 from ._resp import pack
+from ._sentinel_ask import ask, is_subscribed, text, unanswered
 from ._shards import Shards
 
 __all__ = ["SentinelShards"]
@@ -130,13 +130,7 @@ class SentinelShards(Shards):
         found = await asyncio.gather(*(self._master_of(i) for i in range(len(self._services))))
         for i, answer in enumerate(found):
             if answer is None:
-                raise SetupError(
-                    f"no Sentinel knows a primary for service {self._services[i]!r} (asked "
-                    f"{', '.join(redact(u) for u in self._sentinel_urls)}); check the "
-                    "service names (sentinel monitor <name> ...) and that a Sentinel is up",
-                    url=redact(self._sentinel_urls[0]),
-                    problem="unreachable",
-                )
+                raise await unanswered(self._sentinel_lanes, self._sentinel_urls, self._services[i])
             self._epochs[i] = answer[0]
             self._point(i, answer[1])
         await super().open()
@@ -152,7 +146,7 @@ class SentinelShards(Shards):
         configuration wins. Held down: the Sentinels hold it down (`o_down`), fail it
         over, or name two addresses under the newest epoch (a failover under way)."""
         name = self._services[shard]
-        answers = await asyncio.gather(*(_ask(lane, name) for lane in self._sentinel_lanes))
+        answers = await asyncio.gather(*(ask(lane, name) for lane in self._sentinel_lanes))
         known = [a for a in answers if a is not None]
         if not known:
             return None
@@ -239,7 +233,7 @@ class SentinelShards(Shards):
             return False
         finally:
             await probe.aclose()
-        return isinstance(role, list) and bool(role) and _text(role[0]) == "master"
+        return isinstance(role, list) and bool(role) and text(role[0]) == "master"
 
     # -- following failovers --------------------------------------------------------
 
@@ -306,7 +300,7 @@ class SentinelShards(Shards):
                 pinged = False
                 parser.feed(data)
                 while (message := parser.gets()) is not False:
-                    if not subscribed and _is_subscribed(message):
+                    if not subscribed and is_subscribed(message):
                         subscribed = True
                         for shard in range(len(self._services)):
                             self._spawn(self._ask_again(shard))
@@ -319,7 +313,7 @@ class SentinelShards(Shards):
         the Sentinels are asked at once (the newest configuration wins there too)."""
         if not isinstance(message, list) or len(message) != 3 or message[0] != b"message":
             return
-        parts = _text(message[2]).split()
+        parts = text(message[2]).split()
         if len(parts) == 5 and parts[0] in self._services:
             self._spawn(self._ask_again(self._services.index(parts[0])))
 
@@ -352,38 +346,3 @@ class SentinelShards(Shards):
         for lane in self._sentinel_lanes:
             await lane.aclose()
         await super().aclose()
-
-
-async def _ask(lane: Lane, name: str) -> tuple[int, tuple[str, int], bool] | None:
-    """One Sentinel's (config-epoch, address, held down) of service `name`, or None. The
-    epoch is -1 when this Sentinel will not say (`SENTINEL MASTER` refused by an ACL);
-    "held down": its flags say the quorum holds that primary down (`o_down`) or a
-    failover of it is under way."""
-    try:
-        master, address = await lane.pipeline(
-            [("SENTINEL", "MASTER", name), ("SENTINEL", "get-master-addr-by-name", name)],
-            resend=True,  # questions: a lost reply is a Sentinel that did not answer
-        )
-    except TRANSPORT_ERRORS:
-        return None
-    if not isinstance(address, list) or len(address) != 2:
-        return None
-    epoch, down = -1, False
-    if isinstance(master, list):
-        fields = dict(zip(master[::2], master[1::2], strict=False))
-        with contextlib.suppress(TypeError, ValueError):
-            epoch = int(fields.get(b"config-epoch", -1))
-        flags = set(_text(fields.get(b"flags", b"")).split(","))
-        down = bool(flags & {"o_down", "failover_in_progress"})
-    try:
-        return epoch, (_text(address[0]), int(address[1])), down
-    except (TypeError, ValueError):
-        return None
-
-
-def _is_subscribed(message: Any) -> bool:
-    return isinstance(message, list) and len(message) == 3 and message[0] == b"subscribe"
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

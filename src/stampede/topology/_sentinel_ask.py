@@ -1,0 +1,94 @@
+"""Questions to one Sentinel (`SentinelShards`), and why none answered at `open()`.
+
+`ask` is one Sentinel's word on a service: its configuration epoch, the address of
+its primary and whether it holds that primary down; None when it cannot say.
+`unanswered` turns a service no Sentinel named into the `SetupError` that says
+why: a service the Sentinels that answered do not monitor, or, when none
+answered, the first Sentinel's own refusal (its credentials, its ACL, TLS, a
+timeout, nothing listening), as `open()` reports a data node's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import SetupError
+from ._base import TRANSPORT_ERRORS
+from ._checks import redact, refusal
+from ._lane import Lane
+
+__all__ = ["ask", "is_subscribed", "text", "unanswered"]
+
+
+async def ask(lane: Lane, name: str) -> tuple[int, tuple[str, int], bool] | None:
+    """One Sentinel's (config-epoch, address, held down) of service `name`, or None. The
+    epoch is -1 when this Sentinel will not say (`SENTINEL MASTER` refused by an ACL);
+    "held down": its flags say the quorum holds that primary down (`o_down`) or a
+    failover of it is under way."""
+    try:
+        master, address = await lane.pipeline(
+            [("SENTINEL", "MASTER", name), ("SENTINEL", "get-master-addr-by-name", name)],
+            resend=True,  # questions: a lost reply is a Sentinel that did not answer
+        )
+    except TRANSPORT_ERRORS:
+        return None
+    if not isinstance(address, list) or len(address) != 2:
+        return None
+    epoch, down = -1, False
+    if isinstance(master, list):
+        fields = dict(zip(master[::2], master[1::2], strict=False))
+        with contextlib.suppress(TypeError, ValueError):
+            epoch = int(fields.get(b"config-epoch", -1))
+        flags = set(text(fields.get(b"flags", b"")).split(","))
+        down = bool(flags & {"o_down", "failover_in_progress"})
+    try:
+        return epoch, (text(address[0]), int(address[1])), down
+    except (TypeError, ValueError):
+        return None
+
+
+async def _why_not(lane: Lane, name: str) -> BaseException | None:
+    """What this Sentinel says of service `name`: None when it answers without naming
+    a primary (it does not monitor that name), else what stopped it answering."""
+    try:
+        (address,) = await lane.pipeline(
+            [("SENTINEL", "get-master-addr-by-name", name)], resend=True
+        )
+    except TRANSPORT_ERRORS as exc:
+        return exc
+    return address if isinstance(address, BaseException) else None
+
+
+async def unanswered(lanes: Sequence[Lane], urls: Sequence[str], name: str) -> SetupError:
+    """The `SetupError` for service `name`, which no Sentinel named a primary for (see
+    the module); `urls[i]` is the URL of `lanes[i]`."""
+    said = await asyncio.gather(*(_why_not(lane, name) for lane in lanes))
+    asked = ", ".join(redact(u) for u in urls)
+    failed = [(url, why) for url, why in zip(urls, said, strict=True) if why is not None]
+    if len(failed) < len(urls):
+        return SetupError(
+            f"no Sentinel knows a primary for service {name!r} (asked {asked}); check the "
+            "service names (sentinel monitor <name> ...) and that a Sentinel is up",
+            url=redact(next(u for u, why in zip(urls, said, strict=True) if why is None)),
+            problem="unreachable",
+        )
+    refusals = [refusal(why, url) for url, why in failed]
+    # the most telling: credentials, an ACL or TLS before nothing listening
+    first = next((r for r in refusals if r.problem != "unreachable"), refusals[0])
+    return SetupError(
+        f"no Sentinel could be asked about service {name!r} ({len(urls)} asked); "
+        f"{str(first).removeprefix(first.url + ': ')}",
+        url=first.url,
+        problem=first.problem,
+    )
+
+
+def is_subscribed(message: Any) -> bool:
+    return isinstance(message, list) and len(message) == 3 and message[0] == b"subscribe"
+
+
+def text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
