@@ -5,12 +5,22 @@ failovers (node timeout 1 s)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from redis.exceptions import RedisError
 
 import stampede
-from stampede import Durability, RetryPolicy, SetupError, Stampede, TransactionAborted
+from stampede import (
+    Durability,
+    RetryPolicy,
+    SetupError,
+    ShardError,
+    Stampede,
+    TransactionAborted,
+)
+from stampede.atomic import multi
 from stampede.keys import keyslot
 from stampede.options import ConnectOptions
 from stampede.testing import LocalCluster, RedisNode
@@ -62,6 +72,41 @@ async def test_a_client_open_before_a_master_dies_writes_after_the_promotion(
     assert receipt.keys and st.topology.shard_of(keys[0].encode()) != before
     got = await st.read(group, keys)
     assert got.consistent and got.values == dict.fromkeys(keys, b"after")
+
+
+async def test_multi_after_a_failover_goes_to_the_promoted_replica(
+    replicated: LocalCluster,
+) -> None:
+    """MULTI/EXEC is not resent, but one that met the dead master reloads the slot map:
+    once the replica is promoted, `multi()` lands there again, even with no periodic
+    reload (it kept going to the dead master's address)."""
+    options = FAILOVER.model_copy(update={"refresh_interval": 0.0})
+    urls = [m.url for m in replicated.masters]
+    async with stampede.connect(urls, cluster=True, connection=options) as st:
+        key = "fm:{1}:n"
+        assert await multi(st, [("INCR", key)]) == [1]
+        victim = replicated.master_for_slot(keyslot(key))
+        victim.client().wait(1, 5000)  # the replica has the count
+        victim.kill()
+
+        async def promoted() -> bool:
+            with contextlib.suppress(LookupError, RedisError, OSError):
+                owner = await asyncio.to_thread(replicated.master_for_slot, keyslot(key))
+                return owner is not victim
+            return False
+
+        await eventually(promoted, within=60.0)
+        counted: list[int] = []
+
+        async def lands() -> bool:
+            try:
+                counted.extend(await multi(st, [("INCR", key)]))
+            except ShardError:
+                return False
+            return True
+
+        await eventually(lands, within=30.0)
+        assert counted == [2]
 
 
 async def test_reads_wait_through_the_election_too(replicated: LocalCluster, st: Stampede) -> None:

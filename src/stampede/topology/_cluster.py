@@ -49,9 +49,6 @@ if TYPE_CHECKING:
 __all__ = ["Cluster"]
 
 
-_MAX_REDIRECTS = 16
-
-
 class Cluster:
     """A Redis Cluster; keys route by slot as the server defines it."""
 
@@ -288,24 +285,8 @@ class Cluster:
         return self._router.node(slots.pop())
 
     async def _on_owner(self, keys: Sequence[bytes], what: str, call: Any) -> Any:
-        """`call(lane)` on the slot owner's lane. Mid-migration (its marker, a new key, is
-        asked away from its keys) wait for the slot: `failover_timeout` s, 16 tries."""
-        loop = asyncio.get_running_loop()
-        until, attempt = loop.time() + self._options.failover_timeout, 0
-        while True:
-            node = self._single(keys, what)
-            try:
-                return await call(self._router.lane_at(node))
-            except (MovedError, AskError, TryAgainError) as exc:
-                attempt += 1
-                if attempt >= _MAX_REDIRECTS and loop.time() >= until:
-                    raise ShardUnavailable(
-                        f"{what}: the slot kept moving for {attempt} attempts", shard=node
-                    ) from exc
-                await self._router.settle(exc)
-                await asyncio.sleep(min(0.2, 0.005 * 2**attempt))
-            except ERRORS as exc:
-                raise translate(exc, node) from exc
+        """Run `call(lane)` on the slot owner's lane (`Router.on_owner`)."""
+        return await self._router.on_owner(lambda: self._single(keys, what), what, call)
 
     async def optimistic(self, keys: Sequence[bytes], body: Body) -> tuple[bool, list[Any]]:
         """One WATCH / read / MULTI / EXEC attempt; (False, []) when a watched key changed."""

@@ -14,10 +14,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .._backoff import backoff
-from ..errors import ShardTimeout, ShardUnavailable
+from ..errors import OutcomeUnknownError, ShardTimeout, ShardUnavailable
 from ..keys import keyslot
 from ..options import ConnectOptions
 from ._base import translate
@@ -40,6 +40,8 @@ from ._resp import (
 from ._retries import is_idempotent
 
 __all__ = ["ERRORS", "TRANSIENT", "Router", "failing", "redirected"]
+
+T = TypeVar("T")
 
 ERRORS = (RedisError, OSError, TimeoutError)
 _MAX_REDIRECTS = 16
@@ -159,6 +161,9 @@ class Router:
         except ERRORS as exc:
             self.stale(node)
             return [translate(exc, node)] * len(commands)
+        except OutcomeUnknownError:
+            self.stale(node)  # a lost reply, not resent: the node may be failing over
+            raise
         if any(failing(r) for r in results):
             self.stale(node)
         return results
@@ -268,6 +273,40 @@ class Router:
             f"still redirected after {_MAX_REDIRECTS} hops; is a resharding stuck?",
             shard=self.safe_shard(key),
         )
+
+    async def on_owner(
+        self, locate: Callable[[], str], what: str, call: Callable[[Lane], Awaitable[T]]
+    ) -> T:
+        """`call(lane)` on the lane of `locate()`, the owner of a call's slot, for a call
+        that cannot follow a redirection or be resent (MULTI/EXEC, WATCH): a moving slot
+        is waited for a few times (`settle`). What else it meets is raised, as its
+        `ShardError` (an `OutcomeUnknownError` as it is); when that says the node failed
+        or is passing, or lost the reply, the map reloads in the background, so that
+        the next call goes where the reloaded map says (a promoted replica). Mid-
+        migration (its marker, a new key, is asked away from its keys) the slot is
+        waited for: `failover_timeout` s, and at least 16 tries."""
+        loop = asyncio.get_running_loop()
+        until, attempt = loop.time() + self.options.failover_timeout, 0
+        while True:
+            node = locate()
+            try:
+                return await call(self.lane_at(node))
+            except (MovedError, AskError, TryAgainError) as exc:
+                attempt += 1
+                if attempt >= _MAX_REDIRECTS and loop.time() >= until:
+                    raise ShardUnavailable(
+                        f"{what}: the slot kept moving for {attempt} attempts", shard=node
+                    ) from exc
+                await self.settle(exc)
+                await asyncio.sleep(min(0.2, 0.005 * 2**attempt))
+            except OutcomeUnknownError:
+                self.stale(node)
+                raise
+            except ERRORS as exc:
+                error = translate(exc, node)
+                if failing(exc) or failing(error):
+                    self.stale(node)
+                raise error from exc
 
     async def settle(self, error: BaseException) -> None:
         """After a redirection of a call that cannot follow it (MULTI/EXEC, WATCH): the
