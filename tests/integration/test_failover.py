@@ -109,6 +109,36 @@ async def test_multi_after_a_failover_goes_to_the_promoted_replica(
         assert counted == [2]
 
 
+async def test_ping_after_a_failover_reaches_the_promoted_replica(
+    replicated: LocalCluster,
+) -> None:
+    """A readiness check (`ping`, which the worker's /healthz and the sweep's SCANs go
+    through too: `execute_on`) that met the dead master reloads the slot map: once the
+    replica is promoted, `ping` is ok again and names it, even with no periodic reload
+    (it kept reporting the dead master down)."""
+    options = FAILOVER.model_copy(update={"refresh_interval": 0.0})
+    urls = [m.url for m in replicated.masters]
+    async with stampede.connect(urls, cluster=True, connection=options) as st:
+        assert (await st.ping()).ok
+        victim = replicated.masters[0]
+        victim.kill()
+
+        async def promoted() -> bool:
+            with contextlib.suppress(LookupError, RedisError, OSError):
+                owner = await asyncio.to_thread(replicated.master_for_slot, 0)
+                return owner is not victim
+            return False
+
+        await eventually(promoted, within=60.0)
+        owner = await asyncio.to_thread(replicated.master_for_slot, 0)
+
+        async def ready() -> bool:
+            return (await st.ping(within=1.0)).ok
+
+        await eventually(ready, within=30.0)
+        assert owner.address in (await st.ping()).latency
+
+
 async def test_reads_wait_through_the_election_too(replicated: LocalCluster, st: Stampede) -> None:
     """A read of a killed master's keys is resent (it is safe to resend) until the
     replica is promoted, instead of failing with conn-failed for good."""

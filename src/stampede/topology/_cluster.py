@@ -265,8 +265,8 @@ class Cluster:
             raise ConfigurationError(f"no cluster primary named {shard!r}")
         try:
             return await self._router.lane_at(shard).call(*args)
-        except ERRORS as exc:
-            raise translate(exc, shard) from exc
+        except ERRORS as exc:  # a primary that failed: the map reloads (a failover)
+            raise self._router.failed(shard, exc) from exc
 
     def misrouted(self, shard: str, keys: Sequence[bytes]) -> list[bytes]:
         """The keys of `keys`, found on the primary `shard`, whose slot it does not own.

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from .._backoff import backoff
-from ..errors import OutcomeUnknownError, ShardTimeout, ShardUnavailable
+from ..errors import OutcomeUnknownError, ShardError, ShardTimeout, ShardUnavailable
 from ..keys import keyslot
 from ..options import ConnectOptions
 from ._base import translate
@@ -303,10 +303,16 @@ class Router:
                 self.stale(node)
                 raise
             except ERRORS as exc:
-                error = translate(exc, node)
-                if failing(exc) or failing(error):
-                    self.stale(node)
-                raise error from exc
+                raise self.failed(node, exc) from exc
+
+    def failed(self, node: str, exc: BaseException) -> ShardError:
+        """The `ShardError` for `exc`, met on `node` by a call that is not sent again;
+        when it says the node failed or is passing, the map reloads in the background
+        (the next call goes where the reloaded map says: a promoted replica)."""
+        error = translate(exc, node)
+        if failing(exc) or failing(error):
+            self.stale(node)
+        return error
 
     async def settle(self, error: BaseException) -> None:
         """After a redirection of a call that cannot follow it (MULTI/EXEC, WATCH): the
