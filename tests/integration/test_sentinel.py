@@ -222,6 +222,23 @@ def test_sentinel_arguments_are_checked() -> None:
         stampede.connect(sentinels="redis://s:26379", services=["x"])
 
 
+def test_services_must_be_names_and_any_iterable_is_read_once() -> None:
+    """A service given as bytes (or not a str, or empty) is refused at once: the client
+    matched `+switch-master`, which names the service as text, against it and never
+    followed the failover it announced. Sentinels and services given as generators
+    are read once (they raised a bare TypeError)."""
+    for wrong in ([b"shard-a"], [1], [""]):
+        with pytest.raises(ConfigurationError, match="non-empty str"):
+            stampede.connect(sentinels=["redis://s:26379"], services=wrong)
+    with pytest.raises(ConfigurationError, match="lists"):
+        stampede.connect(sentinels=["redis://s:26379"], services=b"shard-a")
+    client = stampede.connect(
+        sentinels=(u for u in ["redis://s1:26379", "redis://s2:26379"]),
+        services=(n for n in ["shard-a", "shard-b"]),
+    )
+    assert client.topology.shard_names == ["shard-a", "shard-b"]
+
+
 async def test_the_cli_takes_sentinels_and_services(watched: LocalSentinels) -> None:
     """`--sentinel` and `--service` (repeatable) stand in for `--url` on the commands
     that connect; giving both, or one without the other, is a usage error."""

@@ -45,7 +45,6 @@ from typing import Any, TypeVar
 import hiredis
 
 from .._backoff import backoff
-from ..errors import ConfigurationError
 from ..keys import HashPolicy, SlotMap
 from ..options import ConnectOptions
 from ._base import TRANSPORT_ERRORS, translate
@@ -59,7 +58,7 @@ from ._reply_errors import (
     ReplyTimeout,
 )
 from ._resp import pack
-from ._sentinel_ask import ask, is_subscribed, text, unanswered
+from ._sentinel_ask import ask, is_subscribed, listed, text, unanswered
 from ._shards import Shards
 
 __all__ = ["SentinelShards"]
@@ -88,17 +87,7 @@ class SentinelShards(Shards):
         options: ConnectOptions | None = None,
         data_url: str | None = None,
     ) -> None:
-        if isinstance(sentinels, str) or isinstance(services, str):
-            raise ConfigurationError(
-                "sentinels and services are lists: sentinels=['redis://h1:26379', ...], "
-                "services=['shard-a', 'shard-b', ...] (one master name per shard)"
-            )
-        if not sentinels or not services:
-            raise ConfigurationError(
-                "Sentinel needs at least one Sentinel URL and one service (master name)"
-            )
-        if len(set(services)) != len(services):
-            raise ConfigurationError("a service is listed twice; each shard needs its own")
+        sentinels, services = listed(sentinels, services)
         opts = options or ConnectOptions()
         self._sentinel_urls = list(sentinels)
         self._services = list(services)

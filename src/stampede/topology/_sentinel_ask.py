@@ -15,12 +15,12 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import SetupError
+from ..errors import ConfigurationError, SetupError
 from ._base import TRANSPORT_ERRORS
 from ._checks import redact, refusal
 from ._lane import Lane
 
-__all__ = ["ask", "is_subscribed", "text", "unanswered"]
+__all__ = ["ask", "is_subscribed", "listed", "text", "unanswered"]
 
 
 async def ask(lane: Lane, name: str) -> tuple[int, tuple[str, int], bool] | None:
@@ -84,6 +84,37 @@ async def unanswered(lanes: Sequence[Lane], urls: Sequence[str], name: str) -> S
         url=first.url,
         problem=first.problem,
     )
+
+
+_USAGE = (
+    "sentinels=['redis://h1:26379', ...], services=['shard-a', 'shard-b', ...] (one master "
+    "name per shard)"
+)
+
+
+def listed(sentinels: Any, services: Any) -> tuple[list[str], list[str]]:
+    """The Sentinel URLs and the service names as lists (any iterable, read once),
+    checked: `ConfigurationError` for a lone string or something not iterable, an
+    empty list, a service that is not a non-empty str (a `+switch-master` names it
+    as text: one given as bytes was never followed), or one listed twice."""
+    if isinstance(sentinels, str | bytes) or isinstance(services, str | bytes):
+        raise ConfigurationError(f"sentinels and services are lists: {_USAGE}")
+    try:
+        urls, names = list(sentinels), list(services)
+    except TypeError:
+        raise ConfigurationError(f"sentinels and services are lists: {_USAGE}") from None
+    if not urls or not names:
+        raise ConfigurationError(
+            "Sentinel needs at least one Sentinel URL and one service (master name)"
+        )
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(
+                f"a service is a Sentinel master name, a non-empty str, not {name!r}: {_USAGE}"
+            )
+    if len(set(names)) != len(names):
+        raise ConfigurationError("a service is listed twice; each shard needs its own")
+    return urls, names
 
 
 def is_subscribed(message: Any) -> bool:
