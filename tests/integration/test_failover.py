@@ -13,10 +13,12 @@ from redis.exceptions import RedisError
 
 import stampede
 from stampede import (
+    ConfigurationError,
     Durability,
     RetryPolicy,
     SetupError,
     ShardError,
+    ShardUnavailable,
     Stampede,
     TransactionAborted,
 )
@@ -24,6 +26,7 @@ from stampede.atomic import multi
 from stampede.keys import keyslot
 from stampede.options import ConnectOptions
 from stampede.testing import LocalCluster, RedisNode
+from stampede.testing._admin import command
 
 from ..support import eventually
 
@@ -137,6 +140,31 @@ async def test_ping_after_a_failover_reaches_the_promoted_replica(
 
         await eventually(ready, within=30.0)
         assert owner.address in (await st.ping()).latency
+
+
+async def test_a_primary_demoted_by_a_failover_is_unavailable_not_misconfigured(
+    replicated: LocalCluster, st: Stampede
+) -> None:
+    """A name taken from `shard_names` before a `CLUSTER FAILOVER` (a scan's, the
+    sweep's) names a replica once the map is reloaded: `execute_on` raises
+    `ShardUnavailable` saying so (it raised `ConfigurationError`, "no cluster primary
+    named", as for a name the caller made up, which it still does)."""
+    group, key = "fd:{1}", "fd:{1}:a"
+    await st.write(group, {key: b"before"})
+    old = st.topology.shard_of(key.encode())
+    victim = replicated.master_for_slot(keyslot(key))
+    replica = next(n for n in replicated.replicas if int(command(n, "ROLE")[2]) == victim.port)
+    command(replica, "CLUSTER", "FAILOVER")
+
+    async def moved() -> bool:
+        await st.write(group, {key: b"after"})  # a MOVED reloads the map
+        return old not in st.topology.shard_names
+
+    await eventually(moved, within=60.0)
+    with pytest.raises(ShardUnavailable, match="no longer a primary"):
+        await st.topology.execute_on(old, "PING")
+    with pytest.raises(ConfigurationError, match="no cluster primary named"):
+        await st.topology.execute_on("127.0.0.1:1", "PING")
 
 
 async def test_reads_wait_through_the_election_too(replicated: LocalCluster, st: Stampede) -> None:

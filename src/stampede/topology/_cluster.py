@@ -261,8 +261,7 @@ class Cluster:
 
     async def execute_on(self, shard: str, *args: Any) -> Any:
         """Run one command on the named primary (SCAN, INFO and the like)."""
-        if shard not in self.shard_names:
-            raise ConfigurationError(f"no cluster primary named {shard!r}")
+        self._primary(shard)
         try:
             return await self._router.lane_at(shard).call(*args)
         except ERRORS as exc:  # a primary that failed: the map reloads (a failover)
@@ -274,9 +273,21 @@ class Cluster:
         On a settled cluster there are none (the server refuses such writes); keys
         of a slot being migrated show up until the migration ends.
         """
-        if shard not in self.shard_names:
-            raise ConfigurationError(f"no cluster primary named {shard!r}")
+        self._primary(shard)
         return [k for k in keys if self._router.safe_shard(k) != shard]
+
+    def _primary(self, shard: str) -> None:
+        """`ConfigurationError` for a name that is no node of the cluster;
+        `ShardUnavailable` for a node it knew that is no primary now (a failover)."""
+        if shard in self.shard_names:
+            return
+        if shard in self._router.lanes or shard in self._table.known():
+            raise ShardUnavailable(
+                f"is no longer a primary (a failover demoted or replaced it); the primaries "
+                f"now: {', '.join(self.shard_names)}: take shard_names again",
+                shard=shard,
+            )
+        raise ConfigurationError(f"no cluster primary named {shard!r}")
 
     def _single(self, keys: Sequence[bytes], what: str) -> str:
         slots = {keyslot(k) for k in keys}
