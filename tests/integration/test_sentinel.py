@@ -85,6 +85,29 @@ async def test_a_client_open_before_a_primary_dies_writes_after_the_promotion(
     assert isinstance(st.topology, SentinelShards) and st.topology.switches >= 3
 
 
+async def test_a_write_that_timed_out_at_a_paused_primary_waits_for_the_promotion(
+    watched: LocalSentinels, st: Stampede
+) -> None:
+    """The primary of shard-a is SIGSTOPped: a write (safe to resend) times out there
+    and goes again, within `failover_timeout`, to the replica Sentinel promotes. It
+    raised `WriteTimeout` at the first timeout, a second before the promotion, where
+    the docs promise that a call safe to resend goes again to the new primary."""
+    name = watched.names[0]
+    group = _group_on(st, name)
+    key = f"{group}:a"
+    await st.write(group, {key: b"before"})
+    old = watched.node_at(watched.primary_of(name))
+    old.client().wait(1, 5000)
+    old.pause()
+    try:
+        receipt = await st.write(group, {key: b"after"})
+        got = await st.read(group, [key], retry=RetryPolicy(deadline=30.0))
+    finally:
+        old.resume()
+    assert receipt.keys == (key.encode(),)
+    assert got.values == {key: b"after"}
+
+
 def _named_by_a_sentinel(
     watched: LocalSentinels, name: str, old: tuple[str, int]
 ) -> RedisNode | None:

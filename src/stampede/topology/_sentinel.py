@@ -22,7 +22,8 @@ then follows failovers four ways:
 - a call that meets a failed connection, a timeout, `READONLY`, `MASTERDOWN` or
   `LOADING` asks the Sentinels again, and a call that is safe to resend goes again
   to the primary they name, with backoff, for up to
-  `ConnectOptions.failover_timeout` seconds;
+  `ConnectOptions.failover_timeout` seconds (after a timeout: once the shard moved
+  or its primary answers a quick PING again);
 - every `ConnectOptions.refresh_interval` seconds it asks again anyway.
 
 Questions are asked one at a time per shard, and whoever asks gets an answer to a
@@ -59,7 +60,7 @@ from ._reply_errors import (
     ReplyTimeout,
 )
 from ._resp import pack
-from ._sentinel_ask import ask, is_subscribed, listed, text, unanswered
+from ._sentinel_ask import ask, is_primary, is_subscribed, listed, pings, text, unanswered
 from ._shards import Shards
 
 __all__ = ["SentinelShards"]
@@ -80,7 +81,7 @@ _CURSORS = 4096
 
 _MOVED_ON = (ConnectionLost, OSError, ReadOnlyError, MasterDownError, BusyLoadingError)
 """What a call meets when its shard's primary is gone or demoted (a timeout too,
-but a timed-out call is resent only once the shard has moved)."""
+but a timed-out call is resent only once the shard moved or its primary answers)."""
 
 
 class SentinelShards(Shards):
@@ -218,45 +219,55 @@ class SentinelShards(Shards):
         if epoch < self._epochs.get(shard, -1) and not unanimous:
             self._unsure[shard] = False
             return False
-        if down or not await self._is_primary(address):
+        if down or not await is_primary(self._template.at(*address)):
             return False
         self._unsure[shard] = False
         self._epochs[shard] = epoch
         return self._point(shard, address)
 
-    async def _is_primary(self, address: tuple[str, int]) -> bool:
-        probe = Lane(self._template.at(*address), limit=1, retries=0)
-        try:
-            role = await probe.call("ROLE")
-        except TRANSPORT_ERRORS:
-            return False
-        finally:
-            await probe.aclose()
-        return isinstance(role, list) and bool(role) and text(role[0]) == "master"
-
     # -- following failovers --------------------------------------------------------
 
     async def _call(self, shard: int, call: Callable[[], Awaitable[T]], *, safe: bool) -> T:
         """`call()` on shard `shard`; after a sign that its primary moved, ask the
-        Sentinels again and, when `safe`, send it again (see the module)."""
+        Sentinels again and, when `safe`, send it again (see the module). A safe call
+        that timed out goes again once the shard moved or its primary answers again
+        (it was paused), within `failover_timeout`: it waits through the election."""
         deadline: float | None = None
         attempt = 0
+        lane = self._lanes[shard]
         while True:
+            endpoint = lane.endpoint
             try:
                 return await call()
             except TRANSPORT_ERRORS as exc:
                 timed_out = isinstance(exc, ReplyTimeout | TimeoutError)
                 if not (timed_out or isinstance(exc, _MOVED_ON)):
                     raise translate(exc, self._names[shard]) from exc
-                moved = await self._ask_again(shard)
+                await self._ask_again(shard)
                 if deadline is None:
                     deadline = time.monotonic() + self._options.failover_timeout
-                if not safe or (timed_out and not moved) or time.monotonic() >= deadline:
+                if not safe or time.monotonic() >= deadline:
+                    raise translate(exc, self._names[shard]) from exc
+                if timed_out and not await self._resumed(shard, endpoint, deadline):
                     raise translate(exc, self._names[shard]) from exc
             await asyncio.sleep(
                 backoff(attempt, self._options.retry_base, min(0.25, self._options.retry_cap))
             )
             attempt += 1
+
+    async def _resumed(self, shard: int, endpoint: Endpoint, deadline: float) -> bool:
+        """After a timeout at `endpoint`: wait until the shard moved away from it (the
+        Sentinels asked again meanwhile) or it answers a quick PING; False at `deadline`."""
+        lane = self._lanes[shard]
+        attempt = 0
+        while lane.endpoint is endpoint and not await pings(lane):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(backoff(attempt, self._options.retry_base, 0.25))
+            attempt += 1
+            with contextlib.suppress(*TRANSPORT_ERRORS):
+                await self._ask_again(shard)
+        return True
 
     async def execute_on(self, shard: str, *args: Any) -> Any:
         """`Shards.execute_on`, and a SCAN goes on only at the primary that gave its
