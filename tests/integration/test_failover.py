@@ -25,7 +25,7 @@ from stampede import (
 from stampede.atomic import multi
 from stampede.keys import keyslot
 from stampede.options import ConnectOptions
-from stampede.testing import LocalCluster, RedisNode
+from stampede.testing import LocalCluster, RedisNode, RedisProxy
 from stampede.testing._admin import command
 
 from ..support import eventually
@@ -318,6 +318,31 @@ async def test_a_write_that_timed_out_at_a_paused_master_lands_once_it_resumes()
             receipt = await st.write(group, {key: b"after"})  # times out, then lands
             assert receipt.keys == (key.encode(),)
             assert (await st.read(group, [key])).values == {key: b"after"}
+
+
+async def test_a_primary_that_moves_by_dns_is_followed_past_readonly(
+    primary_and_replica: tuple[RedisNode, RedisNode],
+) -> None:
+    """A managed failover behind one name (a proxy stands in for DNS): the replica is
+    promoted, the old primary demoted (it keeps its connections) and the name now
+    leads to the new one. The client's next write met READONLY on its old connection,
+    and every later one too, for good; now the connections are made again (through
+    the name) and the write, safe to resend, lands on the new primary, as does
+    `multi()` after it."""
+    primary, replica = primary_and_replica
+    async with RedisProxy(primary.address) as proxy:
+        options = ConnectOptions(socket_timeout=1.0, connect_timeout=0.5)
+        async with stampede.connect([proxy.url], connection=options) as st:
+            await st.write("dn:{1}", {"dn:{1}:a": b"1"})
+            primary.client().wait(1, 5000)
+            command(replica, "REPLICAOF", "NO", "ONE")
+            command(primary, "REPLICAOF", replica.host, str(replica.port))
+            proxy.target = (replica.host, replica.port)  # the name resolves anew
+            receipt = await st.write("dn:{1}", {"dn:{1}:a": b"2"})
+            assert receipt.keys == (b"dn:{1}:a",)
+            assert await multi(st, [("INCR", "dn:n")]) == [1]
+            assert replica.client().get("dn:{1}:a") is not None
+            assert (await st.read("dn:{1}", ["dn:{1}:a"])).values == {"dn:{1}:a": b"2"}
 
 
 async def test_a_call_behind_a_long_wait_is_not_cut_short(

@@ -15,17 +15,38 @@ A transaction's rounds of scripts go the same way through `_rounds.script_round`
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from ._base import TRANSPORT_ERRORS, guarded, translate
 from ._encode import Packed
 from ._guard import GUARD, WriteRequest, joined, split_codes
 from ._lane import Lane, Sent
 from ._node_ops import evalsha
+from ._reply_errors import ReadOnlyError
 
-__all__ = ["Call", "ShardReads", "ShardWrites", "guard_call"]
+__all__ = ["Call", "ShardReads", "ShardWrites", "guard_call", "primary_call"]
+
+T = TypeVar("T")
 
 Call = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 """Awaits a call to the shard with its transport errors mapped (`Shards._call`)."""
+
+
+async def primary_call(lane: Lane, name: str, call: Callable[[], Awaitable[T]], *, safe: bool) -> T:
+    """`call()` on the primary of `lane`, its transport errors mapped (`guarded`). A
+    READONLY reply says the server is a primary no more: a managed failover demoted
+    it (its name now resolves to the promoted replica), and a demoted primary keeps
+    its connections. The lane's connections are closed, so that the next ones resolve
+    the name again, and a call safe to resend goes once more, on a fresh one."""
+    try:
+        return await call()
+    except ReadOnlyError as exc:
+        lane.repoint(lane.endpoint)
+        if not safe:
+            raise translate(exc, name) from exc
+    except TRANSPORT_ERRORS as exc:
+        raise translate(exc, name) from exc
+    return await guarded(name, call)
 
 
 def _mget(requests: list[list[bytes]]) -> tuple[Any, ...]:

@@ -20,7 +20,7 @@ from .._lua import Script
 from ..errors import ConfigurationError, SetupError, ShardError
 from ..keys import HashPolicy, SlotMap, keyslot
 from ..options import ConnectOptions
-from ._base import TRANSPORT_ERRORS, FixedShards, WriteOutcome, guarded
+from ._base import TRANSPORT_ERRORS, FixedShards, WriteOutcome
 from ._checks import (
     IDENTITY_KEY,
     Identity,
@@ -48,7 +48,7 @@ from ._node_ops import (
 from ._plan import FetchPlans, Part, WritePlan, write_parts, write_plan
 from ._retries import Markers, is_idempotent
 from ._rounds import script_round
-from ._shard_io import ShardReads, ShardWrites
+from ._shard_io import ShardReads, ShardWrites, primary_call
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp
@@ -301,7 +301,7 @@ class Shards(FixedShards):
         """Await `call()`, which talks to shard `shard`, with its transport errors mapped
         to `ShardError`s naming the shard. `safe`: the call may be sent again (a hook:
         Sentinel-managed shards resend it to a new primary after a failover)."""
-        return await guarded(self._names[shard], call)
+        return await primary_call(self._lanes[shard], self._names[shard], call, safe=safe)
 
     async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
         """Run one command on the shard of `key`; its raw (RESP2) reply."""
