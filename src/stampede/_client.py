@@ -79,6 +79,10 @@ class Stampede:
         return self
 
     async def aclose(self) -> None:
+        """Close every connection (batches in flight are answered first). A call still
+        waiting then fails (`OutcomeUnknownError` for one that may have run), and no
+        connection is opened again until `open()`: a call meanwhile raises
+        `ClientClosedError` (nothing sent)."""
         await self.topology.aclose()
 
     async def ping(self, *, within: float = 2.0) -> Health:

@@ -13,7 +13,8 @@ StampedeError
 ├── ShardError                         one shard failed; names the shard
 │   ├── ShardUnavailable (ConnectionError)
 │   ├── ShardTimeout (TimeoutError)
-│   └── ShardResponseError             the server answered with an error
+│   ├── ShardResponseError             the server answered with an error
+│   └── ClientClosedError              the client was closed: nothing sent, open() it again
 ├── WriteError
 │   ├── PartialWriteError              some shards took the write, others did not
 │   │   └── WriteTimeout (TimeoutError) ...because a shard did not answer in time
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from .verdict import Observation
 
 __all__ = [
+    "ClientClosedError",
     "ClockSkewError",
     "ConfigurationError",
     "CrossSlotError",
@@ -75,10 +77,7 @@ __all__ = [
 
 def _show(key: bytes | str) -> str:
     """Render a key for a message: keys are names, not payloads, so they may appear."""
-    if isinstance(key, bytes):
-        text = key.decode("utf-8", "backslashreplace")
-    else:
-        text = key
+    text = key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key
     return repr(text if len(text) <= 200 else text[:200] + "...")
 
 
@@ -211,6 +210,10 @@ class ShardResponseError(ShardError):
     """A shard answered with an error reply."""
 
 
+class ClientClosedError(ShardError):
+    """The client was closed (`aclose`) before this call went out: nothing was sent."""
+
+
 class WriteError(StampedeError):
     """A logical write did not complete."""
 
@@ -243,8 +246,7 @@ class PartialWriteError(WriteError):
 
 
 class WriteTimeout(PartialWriteError, TimeoutError):
-    """A shard did not answer in time (it may still apply its part; the guard keeps
-    that harmless)."""
+    """A shard did not answer in time (it may still apply its part, harmlessly)."""
 
 
 class WriteConflict(WriteError):

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import pytest
 
 import stampede
 from stampede import ConnectOptions, RetryPolicy, SetupError, Shards
+from stampede._lua import Script
+from stampede._txn.scripts import COMMIT
+from stampede.errors import ClientClosedError
 from stampede.testing import LocalCluster, LocalPrimaries, RedisNode
+from stampede.testing.faults import DelegatingTopology
 from stampede.topology._checks import IDENTITY_KEY
 
-from ..support import FAST, open_stampede, spread_keys
+from ..support import FAST, eventually, open_stampede, spread_keys
 
 
 @pytest.fixture
@@ -259,3 +263,109 @@ async def test_a_read_deadline_bounds_a_paused_shard(primaries: LocalPrimaries) 
     assert isinstance(info.value, stampede.ShardTimeout) and isinstance(info.value, TimeoutError)
     assert "deadline of 0.5 s" in str(info.value) and paused.address in str(info.value)
     assert elapsed < 15  # the socket timeout is 30 s
+
+
+# -- closing with calls in flight ------------------------------------------------------
+
+
+async def test_calls_in_flight_when_the_client_closes_leave_no_connection_open(
+    primaries: LocalPrimaries,
+) -> None:
+    """`aclose()` while calls wait on a shard: each caller hears of it (a read whose
+    connection the close ended is not sent again on a new one, a non-idempotent
+    command's outcome is unknown) and no connection is opened after the close, where
+    nothing would ever close it; `open()` makes the client usable again."""
+    name = "closing-in-flight"
+    slow = ConnectOptions(socket_timeout=30, connect_timeout=5, connection_retries=3)
+    st = stampede.connect([f"{u}?client_name={name}" for u in primaries.urls], connection=slow)
+    await st.open()
+    key = b"closing:{1}"
+    home = st.topology.shard_of(key)
+    paused = next(n for n in primaries.nodes if n.address == home)
+    paused.pause()
+    try:
+        read = asyncio.ensure_future(st.topology.execute(key, "GET", key))
+        incr = asyncio.ensure_future(st.topology.execute(key, "INCR", key))
+        for _ in range(3):  # both are sent (on the connection `open` made), and wait
+            await asyncio.sleep(0)
+        assert not read.done() and not incr.done()
+        await st.aclose()
+    finally:
+        paused.resume()
+    got = await asyncio.gather(read, incr, return_exceptions=True)
+    assert isinstance(got[0], ClientClosedError), got[0]
+    assert got[0].shard == home and "open it again" in str(got[0])
+    assert isinstance(got[1], stampede.OutcomeUnknownError), got[1]
+
+    async def none_left() -> bool:
+        return await asyncio.to_thread(_named, paused, name) == 0
+
+    await eventually(none_left, within=10)
+    with pytest.raises(ClientClosedError, match="open it again"):
+        await st.topology.execute(key, "GET", key)  # still closed: nothing opened
+    async with st:  # open again
+        await st.write("closing:{1}", {"closing:{1}:a": b"v"})
+        read_back = await st.read("closing:{1}", ["closing:{1}:a"])
+        assert read_back.values == {"closing:{1}:a": b"v"}
+    await eventually(none_left, within=10)
+
+
+async def test_a_closed_cluster_client_opens_no_connection_until_opened_again(
+    stampede_cluster: LocalCluster,
+) -> None:
+    """A call after `aclose()` (one still in flight then) raises at once, naming the
+    fix, and opens no connection to any node; `open()` makes the client usable again."""
+    name = "closed-cluster"
+    st = stampede.connect(f"{stampede_cluster.url}?client_name={name}", cluster=True)
+    async with st:
+        await st.write("closed:{1}", {"closed:{1}:a": b"v"})
+    with pytest.raises(ClientClosedError, match="open it again"):
+        await st.topology.execute(b"closed:{1}:a", "GET", "closed:{1}:a")
+
+    async def none_left() -> bool:
+        counts = [await asyncio.to_thread(_named, n, name) for n in stampede_cluster.nodes]
+        return sum(counts) == 0
+
+    await eventually(none_left, within=10)
+    async with st:
+        read_back = await st.read("closed:{1}", ["closed:{1}:a"])
+        assert read_back.values == {"closed:{1}:a": b"v"}
+    await eventually(none_left, within=10)
+
+
+class _ClosingBeforeCommit(DelegatingTopology):
+    """Closes the client ahead of the first COMMIT call; counts the COMMIT calls."""
+
+    def __init__(self, st: stampede.Stampede) -> None:
+        super().__init__(st.topology)
+        self.st = st
+        self.commits = 0
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        if script.sha == COMMIT.sha:
+            self.commits += 1
+            if self.commits == 1:
+                await self.st.aclose()
+        return await self.inner.script(script, keys, args)
+
+
+async def test_a_transaction_whose_client_closes_before_its_commit_answers_at_once(
+    primaries: LocalPrimaries,
+) -> None:
+    """Prepared everywhere, then the client closes: the commit is not resent for the
+    transaction timeout (nothing more can be sent), the writer hears at once that no
+    commit was acknowledged, and the transaction stays invisible."""
+    st = open_stampede(primaries, "shards", transaction_timeout=30)
+    await st.open()
+    keys = spread_keys(st, "txclose", 2)
+    closing = _ClosingBeforeCommit(st)
+    tx = st.transaction()
+    tx._topology = closing  # noqa: SLF001 - the test swaps in the closing step
+    for key in keys:
+        tx.set(key, b"v")
+    with pytest.raises(stampede.OutcomeUnknownError) as info:
+        await tx.commit()
+    assert isinstance(info.value.cause, ClientClosedError)
+    assert closing.commits == 2  # one call per shard, none sent again
+    async with st:
+        assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, None)

@@ -39,6 +39,7 @@ from .._write import (
     raise_refusals,
 )
 from ..errors import (
+    ClientClosedError,
     ConfigurationError,
     OutcomeUnknownError,
     ShardError,
@@ -237,15 +238,16 @@ class Transaction:
             error = next((c for c in codes if isinstance(c, ShardError)), None)
             if error is None:
                 return codes
-            if attempt == 0 and not lost.count and isinstance(error, ShardResponseError):
-                # the server refused the call itself, the first time, and no reply was
-                # lost before (a resend refused says nothing of the send it follows,
-                # which may have run): nothing ran
+            refused = isinstance(error, ShardResponseError | ClientClosedError)
+            if attempt == 0 and not lost.count and refused:
+                # the server refused the call itself (or it was not sent: the client was
+                # closed), the first time, and no reply was lost before (a resend refused
+                # says nothing of the send it follows, which may have run): nothing ran
                 raise TransactionAborted(
                     f"the one-slot call failed ({error})", keys=keys, cause=error
                 ) from error
             attempt += 1
-            if attempt >= _COMMIT_TRIES:
+            if attempt >= _COMMIT_TRIES or isinstance(error, ClientClosedError):
                 raise OutcomeUnknownError(
                     f"one-slot transaction of {len(keys)} key(s)",
                     shard=error.shard,
@@ -275,6 +277,8 @@ class Transaction:
             failed = [i for i, c in enumerate(codes) if isinstance(c, ShardError)]
             if not failed or time.monotonic() >= deadline:
                 break
+            if any(isinstance(codes[i], ClientClosedError) for i in failed):
+                break  # the client was closed: nothing more can be sent
             await asyncio.sleep(backoff(attempt, 0.02, 1.0))
             attempt += 1
             again = await run(

@@ -15,9 +15,16 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from ..errors import ShardError, ShardResponseError, ShardTimeout, ShardUnavailable
+from ..errors import (
+    ClientClosedError,
+    ShardError,
+    ShardResponseError,
+    ShardTimeout,
+    ShardUnavailable,
+)
 from ._resp import (
     AuthError,
+    ClientClosed,
     ConnectionLost,
     NoPermissionError,
     RedisError,
@@ -146,6 +153,8 @@ def translate(exc: BaseException, shard: str) -> ShardError:
     """
     if isinstance(exc, ShardError):
         return exc
+    if isinstance(exc, ClientClosed):
+        return ClientClosedError(str(exc), shard=shard)
     if isinstance(exc, AuthError):
         return ShardUnavailable(
             f"authentication failed ({exc}); authentication required; put user:password in "

@@ -97,10 +97,10 @@ class Cluster:
         """Check a startup node, learn the slot map, and check every primary.
 
         `SetupError` (naming the URL and the fix) when no startup node can be reached,
-        one cannot be used (credentials, ACL, TLS), is not cluster-enabled, or a
-        primary does not answer. Then the map is reloaded every `refresh_interval`
-        seconds in the background.
+        one cannot be used (credentials, ACL, TLS), is not cluster-enabled, or a primary
+        does not answer. Then the map reloads every `refresh_interval` s in the background.
         """
+        self._router.reopen()  # (after an `aclose`)
         timeout = self._options.socket_timeout
         info = await self._startup()
         if info.cluster_enabled is False:

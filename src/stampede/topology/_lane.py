@@ -20,7 +20,10 @@ runs pipelines on them:
   and is never retried;
 - once a connection was lost (or could not be made), the next one is opened only
   after `check` (when set) has run: Sentinel shards ask the Sentinels there where
-  the primary is now, which may `repoint` the lane first.
+  the primary is now, which may `repoint` the lane first;
+- once closed (`aclose`), the lane opens no connection until `reopen`: a call still
+  in flight then (or after) raises `ClientClosed`, and a connection that was being
+  opened is closed, not kept (nothing would ever close it).
 
 `session()` holds one connection alone for several round trips (WATCH ... EXEC).
 
@@ -41,7 +44,7 @@ from typing import Any
 
 from ..errors import OutcomeUnknownError
 from ._endpoint import Endpoint
-from ._resp import Connection, ConnectionLost, ConnectTimeout, ReplyTimeout, blocking
+from ._resp import ClientClosed, Connection, ConnectionLost, ConnectTimeout, ReplyTimeout, blocking
 from ._retries import all_idempotent, backoff, describe, note_loss
 from ._sent import Sent
 from ._session import Session, check_auth
@@ -78,6 +81,7 @@ class Lane:
         "_shared",
         "_waiters",
         "check",
+        "closed",
         "corked",
         "endpoint",
         "name",
@@ -110,6 +114,7 @@ class Lane:
         self._losses = 0  # connections lost or refused so far
         self._checked = 0  # of those, how many a finished `check` came after
         self.corked: Any = None  # this loop turn's round pipelines (`_rounds._Cork`)
+        self.closed = False  # `aclose`d, and not `reopen`ed since
 
     @property
     def limit(self) -> int:
@@ -133,10 +138,12 @@ class Lane:
         was `repoint`ed away from meanwhile is closed, and another opened."""
         attempt = 0
         while True:
+            self._refuse_if_closed()
             losses = self._losses
             if losses != self._checked and self.check is not None:
                 await self.check()
                 self._checked = max(self._checked, losses)
+                self._refuse_if_closed()
             endpoint = self.endpoint
             self._opening += 1
             try:
@@ -149,6 +156,9 @@ class Lane:
                 if attempt >= self.retries:
                     raise
             else:
+                if self.closed:  # closed while this one was being opened
+                    conn.close()
+                    self._refuse_if_closed()
                 if endpoint is self.endpoint:
                     return conn
                 conn.close()
@@ -157,6 +167,13 @@ class Lane:
                 self._opening -= 1
             attempt += 1
             await asyncio.sleep(backoff(attempt, self._base, self._cap))
+
+    def _refuse_if_closed(self) -> None:
+        if self.closed:
+            raise ClientClosed(
+                "the client was closed (aclose), nothing was sent: open it again (await "
+                "st.open(), or async with) before using it"
+            )
 
     def _pick(self) -> Connection | None:
         """The connection for the next pipeline when one is at hand (see the module):
@@ -367,7 +384,12 @@ class Lane:
         for conn in [*conns, *held]:
             conn.close()
 
+    def reopen(self) -> None:
+        self.closed = False  # connect again when asked (after `aclose`)
+
     async def aclose(self) -> None:
+        """Close every connection; until `reopen`, open none (see the module)."""
+        self.closed = True
         conns, self._shared = self._shared, []
         held, self._exclusive = self._exclusive, []
         for conn in [*conns, *held]:

@@ -15,6 +15,7 @@ __all__ = [
     "AskError",
     "AuthError",
     "BusyLoadingError",
+    "ClientClosed",
     "ClusterDownError",
     "ConnectTimeout",
     "ConnectionLost",
@@ -113,6 +114,11 @@ class ConnectionLost(RedisError):
 
 class ConnectTimeout(ConnectionLost):
     """Connecting (or the TLS handshake, or the hello) took longer than `connect_timeout`."""
+
+
+class ClientClosed(RedisError):
+    """The client was closed (`aclose`): nothing was sent, and no connection is opened
+    until it is opened again. Not a lost connection: nothing retries it."""
 
 
 class ReplyTimeout(RedisError):

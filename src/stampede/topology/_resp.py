@@ -45,6 +45,7 @@ from ._reply_errors import PLAIN as _PLAIN
 from ._reply_errors import AskError as AskError
 from ._reply_errors import AuthError as AuthError
 from ._reply_errors import BusyLoadingError as BusyLoadingError
+from ._reply_errors import ClientClosed as ClientClosed
 from ._reply_errors import ClusterDownError as ClusterDownError
 from ._reply_errors import ConnectionLost as ConnectionLost
 from ._reply_errors import ConnectTimeout as ConnectTimeout
@@ -65,6 +66,7 @@ __all__ = [
     "AskError",
     "AuthError",
     "BusyLoadingError",
+    "ClientClosed",
     "ClusterDownError",
     "ConnectTimeout",
     "Connection",

@@ -79,6 +79,7 @@ class Router:
         self.table = table
         self.options = options
         self.lanes: dict[str, Lane] = {}
+        self.closed = False  # its lanes open no connection (`Lane.closed`)
         self._refreshing: asyncio.Future[None] | None = None
         self.reloads = 0
         """How many times the slot map was loaded (tests and metrics)."""
@@ -374,6 +375,7 @@ class Router:
                 retry_base=opts.retry_base,
                 retry_cap=opts.retry_cap,
             )
+            lane.closed = self.closed  # (a call in flight when the client was closed)
         return lane
 
     def safe_shard(self, key: bytes) -> str:
@@ -383,7 +385,13 @@ class Router:
         except ERRORS:
             return "cluster"
 
+    def reopen(self) -> None:
+        self.closed = False
+        for lane in self.lanes.values():
+            lane.reopen()
+
     async def aclose(self) -> None:
+        self.closed = True
         lanes, self.lanes = list(self.lanes.values()), {}
         for lane in lanes:
             await lane.aclose()

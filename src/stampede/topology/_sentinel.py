@@ -127,6 +127,8 @@ class SentinelShards(Shards):
     async def open(self) -> None:
         """Ask the Sentinels for every service's primary, then check the servers as
         `Shards.open` does (each must be a primary); then follow failovers."""
+        for lane in self._sentinel_lanes:
+            lane.reopen()  # (after an `aclose`)
         found = await asyncio.gather(*(self._master_of(i) for i in range(len(self._services))))
         for i, answer in enumerate(found):
             if answer is None:

@@ -138,6 +138,8 @@ class Shards(FixedShards):
         server's identity record must agree with its place in the list (written
         on first use; see docs/wire-formats.md).
         """
+        for lane in self._lanes:
+            lane.reopen()  # (after an `aclose`)
         timeout = self._options.socket_timeout
         found = await asyncio.gather(
             *(
