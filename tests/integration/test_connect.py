@@ -369,3 +369,21 @@ async def test_a_transaction_whose_client_closes_before_its_commit_answers_at_on
     assert closing.commits == 2  # one call per shard, none sent again
     async with st:
         assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, None)
+
+
+async def test_closing_a_cluster_client_ends_its_background_slot_map_reload(
+    stampede_cluster: LocalCluster,
+) -> None:
+    """A slot-map reload running in the background when the client closes (a node had
+    failed) is over once `aclose()` returns: no task of the client outlives it."""
+    st = stampede.connect(stampede_cluster.url, cluster=True, connection=FAST)
+    await st.open()
+    router = st.topology._router  # type: ignore[attr-defined]  # noqa: SLF001 - no public trigger
+    router.stale("")  # what a failed node does: the map reloads in the background
+    await st.aclose()
+    left = [
+        t
+        for t in asyncio.all_tasks()
+        if not t.done() and getattr(t.get_coro(), "__qualname__", "").startswith("Router.")
+    ]
+    assert left == []

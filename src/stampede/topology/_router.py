@@ -391,7 +391,12 @@ class Router:
             lane.reopen()
 
     async def aclose(self) -> None:
+        """Close every lane, then wait for a reload in flight (which, its lanes closed,
+        ends at once): no task of this client outlives it."""
         self.closed = True
         lanes, self.lanes = list(self.lanes.values()), {}
         for lane in lanes:
             await lane.aclose()
+        task = self._refreshing
+        if task is not None and not task.done():
+            await asyncio.wait([task])  # (not cancelled: callers may be waiting on it)
