@@ -19,7 +19,7 @@ from stampede.testing import LocalPrimaries
 from stampede.wire import new_token
 
 from ..support import eventually, open_stampede, run_cli, start_cli
-from ..worker_strategies import broken, stuck
+from ..worker_strategies import StallsAfter, broken, stuck
 
 GROUPS = 120
 
@@ -425,3 +425,30 @@ async def test_an_error_that_is_not_utf8_is_recorded_as_a_retry(st: Stampede) ->
     (dead,) = await queue.dead_letters()
     assert dead["attempts"] == "2" and dead["last_error"].startswith("LookupError: no row for")
     assert worker.stats.counts()["dead_lettered"] == 1
+
+
+async def test_a_worker_cancelled_while_full_leaves_no_task_behind(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """A worker whose own task is cancelled while every slot holds a job (waiting for one
+    to finish, or for stop()) ends every task it started, its wait for stop() too."""
+    async with open_stampede(stampede_primaries, "shards") as st:
+        queue = RepairQueue(st.topology)
+        await queue.clear()
+        await plant(st, queue, 2)
+        before = asyncio.all_tasks()
+        worker = Worker(
+            st.topology, queue, StallsAfter(0), concurrency=1, poll_interval=0.01, grace=0.05
+        )
+        run = asyncio.ensure_future(worker.run())
+
+        async def full() -> bool:
+            return worker.stats.in_hand == 1  # then it waits, full, at once
+
+        await eventually(full)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        await asyncio.sleep(0)  # the tasks it cancelled see their cancellation
+        left = [t for t in asyncio.all_tasks() - before if not t.done()]
+        assert left == [], left

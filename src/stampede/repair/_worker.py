@@ -178,14 +178,13 @@ class Worker:
         touching = asyncio.create_task(
             keep_held(self.queue, self.consumer, lambda: list(self._held.values()))
         )
+        stop = asyncio.ensure_future(self.stopping.wait())  # (ended with the others below)
         idle = self.poll_interval
         try:
             while not self.stopping.is_set():
                 free = self.concurrency - len(self._in_hand)
                 if free <= 0:  # full: wait for a job to finish, or for stop()
-                    stop = asyncio.ensure_future(self.stopping.wait())
                     await asyncio.wait({*self._in_hand, stop}, return_when=asyncio.FIRST_COMPLETED)
-                    stop.cancel()
                     continue
                 jobs = await self._claim(free)
                 if not jobs:
@@ -207,8 +206,8 @@ class Worker:
                     task.add_done_callback(self._done)
         finally:
             await self._drain()
-            for task in (health, sweeping, touching):
-                task.cancel()
+            for background in (health, sweeping, touching, stop):
+                background.cancel()
             await self._check_queue()
             event("worker.stop", consumer=self.consumer, **self.stats.counts())
 
