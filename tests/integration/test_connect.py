@@ -387,3 +387,37 @@ async def test_closing_a_cluster_client_ends_its_background_slot_map_reload(
         if not t.done() and getattr(t.get_coro(), "__qualname__", "").startswith("Router.")
     ]
     assert left == []
+
+
+async def test_an_aclose_cancelled_while_it_waits_for_batches_still_closes_every_connection(
+    primaries: LocalPrimaries,
+) -> None:
+    """`aclose()` waits for the batches in flight; cancelled meanwhile (a shutdown's own
+    deadline), it still closes every connection, and the write it waited for is
+    answered (an error, its part never acknowledged), not left to finish later on a
+    connection nothing would close."""
+    name = "close-cancelled"
+    slow = ConnectOptions(socket_timeout=30, connect_timeout=5, connection_retries=1)
+    st = stampede.connect([f"{u}?client_name={name}" for u in primaries.urls], connection=slow)
+    await st.open()
+    home = st.topology.shard_of(b"cc:{1}:a")
+    paused = next(n for n in primaries.nodes if n.address == home)
+    paused.pause()
+    try:
+        write = asyncio.ensure_future(st.write("cc:{1}", {"cc:{1}:a": b"v"}))
+        await asyncio.sleep(0)  # the write's batch is sent, its reply awaited
+        closing = asyncio.ensure_future(st.aclose())
+        await asyncio.sleep(0)  # aclose waits for that batch
+        assert not write.done() and not closing.done()
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+    finally:
+        paused.resume()
+    with pytest.raises(stampede.WriteError):  # not a receipt on a connection left open
+        await write
+
+    async def none_left() -> bool:
+        return await asyncio.to_thread(_named, paused, name) == 0
+
+    await eventually(none_left, within=10)

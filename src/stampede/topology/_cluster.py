@@ -383,10 +383,10 @@ class Cluster:
     async def aclose(self) -> None:
         if self._refresher is not None:
             self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+            await asyncio.wait([self._refresher])  # (a cancel of aclose itself stays one)
             self._refresher = None
-        for pair in self._batchers.values():
-            for coalescer in pair:
+        try:  # batches in flight first; the lanes closed even if that is cancelled
+            for coalescer in [c for pair in self._batchers.values() for c in pair]:
                 await coalescer.aclose()
-        await self._router.aclose()
+        finally:
+            await self._router.aclose()

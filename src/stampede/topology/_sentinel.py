@@ -385,11 +385,13 @@ class SentinelShards(Shards):
         self._tasks = []
         for task in tasks:
             task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=2.0)
-        for lane in self._sentinel_lanes:
-            await lane.aclose()
-        await super().aclose()
+        try:
+            if tasks:
+                await asyncio.wait(tasks, timeout=2.0)
+        finally:  # the lanes closed even if that is cancelled
+            for lane in self._sentinel_lanes:
+                await lane.aclose()
+            await super().aclose()
 
 
 def _cursor(value: Any) -> bytes:

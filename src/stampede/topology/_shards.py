@@ -383,12 +383,13 @@ class Shards(FixedShards):
         )
 
     async def aclose(self) -> None:
-        for reader in self._readers:
-            await reader.aclose()
-        for writer in self._writers:
-            await writer.aclose()
-        for lane in self._lanes:
-            await lane.aclose()
+        coalescers: list[Coalescer[Any, Any]] = [*self._readers, *self._writers]
+        try:  # batches in flight first; the lanes closed even if that is cancelled
+            for coalescer in coalescers:
+                await coalescer.aclose()
+        finally:
+            for lane in self._lanes:
+                await lane.aclose()
 
 
 async def _one(lane: Lane, command: tuple[Any, ...], resend: bool | None) -> Any:
