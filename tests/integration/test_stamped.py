@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -21,6 +22,7 @@ from stampede import (
     TornReadError,
 )
 from stampede._kept import drop_kept
+from stampede.repair import NewestWins
 from stampede.topology._guard import KEPT, SAME, WRITTEN
 from stampede.wire import new_token
 
@@ -342,3 +344,25 @@ async def test_reason_values_match_the_stream_format() -> None:
     """The reasons are the repair stream's vocabulary."""
     assert {r.value for r in Reason} == {"torn", "uncommitted", "unstamped", "partial"}
     assert Mode("commit") is Mode.COMMIT
+
+
+async def test_a_write_cancelled_at_any_step_leaves_its_group_whole_or_repairable(
+    st: Stampede,
+) -> None:
+    """docs/retries.md, cancelled calls: a write cancelled after any number of loop turns
+    leaves each key old or new, and a read with `NewestWins` finds the group whole (or
+    makes it whole: each key keeps the value it holds)."""
+    keys = spread_keys(st, "cancelled", 4)
+    for turns in range(12):
+        group = f"cancelled:{turns}"
+        names = [f"{k}:{turns}" for k in keys]
+        await st.write(group, dict.fromkeys(names, b"old"))
+        write = asyncio.ensure_future(st.write(group, dict.fromkeys(names, b"new")))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        write.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await write
+        seen = await st.read(group, names, repair=NewestWins())
+        assert seen.status is Status.CONSISTENT, (turns, seen)
+        assert set(seen.values.values()) <= {b"old", b"new"}, (turns, seen.values)
