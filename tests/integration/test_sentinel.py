@@ -221,8 +221,11 @@ async def test_a_scan_across_a_failover_is_refused_not_cut_short(
     before = st.topology.switches
     command(watched.sentinels[0], "SENTINEL", "FAILOVER", name)
 
+    topology = st.topology
+    assert isinstance(topology, SentinelShards)
+
     async def moved() -> bool:
-        return st.topology.switches > before
+        return topology.switches > before
 
     await eventually(moved, within=60.0)
     with pytest.raises(ShardUnavailable, match="scan of this shard again"):
@@ -286,12 +289,12 @@ def test_services_must_be_names_and_any_iterable_is_read_once() -> None:
     are read once (they raised a bare TypeError)."""
     for wrong in ([b"shard-a"], [1], [""]):
         with pytest.raises(ConfigurationError, match="non-empty str"):
-            stampede.connect(sentinels=["redis://s:26379"], services=wrong)
+            stampede.connect(sentinels=["redis://s:26379"], services=wrong)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="lists"):
-        stampede.connect(sentinels=["redis://s:26379"], services=b"shard-a")
+        stampede.connect(sentinels=["redis://s:26379"], services=b"shard-a")  # type: ignore[arg-type]
     client = stampede.connect(
-        sentinels=(u for u in ["redis://s1:26379", "redis://s2:26379"]),
-        services=(n for n in ["shard-a", "shard-b"]),
+        sentinels=(u for u in ["redis://s1:26379", "redis://s2:26379"]),  # type: ignore[arg-type]
+        services=(n for n in ["shard-a", "shard-b"]),  # type: ignore[arg-type]
     )
     assert client.topology.shard_names == ["shard-a", "shard-b"]
 

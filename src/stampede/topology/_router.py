@@ -280,12 +280,10 @@ class Router:
     ) -> T:
         """`call(lane)` on the lane of `locate()`, the owner of a call's slot, for a call
         that cannot follow a redirection or be resent (MULTI/EXEC, WATCH): a moving slot
-        is waited for a few times (`settle`). What else it meets is raised, as its
-        `ShardError` (an `OutcomeUnknownError` as it is); when that says the node failed
-        or is passing, or lost the reply, the map reloads in the background, so that
-        the next call goes where the reloaded map says (a promoted replica). Mid-
-        migration (its marker, a new key, is asked away from its keys) the slot is
-        waited for: `failover_timeout` s, and at least 16 tries."""
+        (its marker, a new key, is asked away mid-migration) is waited for (`settle`),
+        `failover_timeout` s and at least 16 tries. What else it meets is raised, as its
+        `ShardError` (`OutcomeUnknownError` as it is); when the node failed, is passing
+        or lost the reply, the map reloads in the background (`failed`)."""
         loop = asyncio.get_running_loop()
         until, attempt = loop.time() + self.options.failover_timeout, 0
         while True:
