@@ -406,6 +406,31 @@ async def test_foreign_overlong_version_is_refused(st: Stampede) -> None:
     assert info.value.why == "foreign"
 
 
+@pytest.mark.parametrize(
+    "token",
+    ["IIIIIIIIIIIIIIIIIIIIIIIIII", "8ZZZZZZZZZZZZZZZZZZZZZZZZZ", "01JD4Z8X3T0Y7K9M2N5P6Q8R1U"],
+)
+async def test_a_token_that_is_no_ulid_is_no_envelope(st: Stampede, token: str) -> None:
+    """Another program's `<digits>:<26 capitals>:...` whose token is no ULID (a letter
+    Crockford's base32 leaves out, a first character past 7) is no envelope: readers
+    say `unstamped`, so a write lands over it (a clock write was refused as of the
+    other kind, a sequence write kept out as superseded), and so does a transaction."""
+    keys = spread_keys(st, "notulid", 2)
+    for key in keys:
+        await st.topology.execute(key.encode(), "SET", key, f"5:{token}:theirs")
+    with pytest.raises(TornReadError) as info:
+        await st.read("notulid", keys)
+    assert info.value.reason == "unstamped"
+    receipt = await st.write("notulid", {keys[0]: b"mine"}, version=3)
+    assert not receipt.superseded
+    async with st.transaction() as tx:
+        tx.set(keys[1], b"ours")
+    assert not tx.receipt.pending
+    for key, want in zip(keys, (b"mine", b"ours"), strict=True):
+        stored = await st.topology.execute(key.encode(), "GET", key)
+        assert Envelope.decode(stored).payload == want
+
+
 async def test_bad_keys_are_refused_before_anything_is_sent(st: Stampede) -> None:
     """Reserved record names and one key named twice raise InvalidKeyError; nothing lands."""
     for reserved in ("g:stampede:commit", "g:stampede:version", "{g:a}:stampede:p"):

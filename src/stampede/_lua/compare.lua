@@ -7,10 +7,12 @@
     if cur then
       -- (a version that starts with 0, which is 0 itself or has leading zeros, is
       -- matched apart: the usual one then needs no look at its first byte)
-      local cv, ct, sep = string.match(cur, '^([1-9]%d*):([0-9A-Z]+)(:?)')
+      -- (the token a ULID: 26 of Crockford's base32, the first 0-7, as a reader
+      -- decodes it; a value with another token is no envelope and is written over)
+      local cv, ct, sep = string.match(cur, '^([1-9]%d*):([0-7][0-9A-HJKMNP-TV-Z]+)(:?)')
       local zero = false
       if not cv then
-        cv, ct, sep = string.match(cur, '^(0%d*):([0-9A-Z]+)(:?)')
+        cv, ct, sep = string.match(cur, '^(0%d*):([0-7][0-9A-HJKMNP-TV-Z]+)(:?)')
         zero = true
       end
       if cv and #ct == 26 and (sep == ':' or #cur == #cv + 27) then
