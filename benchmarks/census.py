@@ -215,7 +215,7 @@ def kind_of(key: Key) -> str:
         return "commit record"
     if name.endswith(COUNTER_SUFFIX):
         return "counter"
-    if name.endswith(b":stampede:p"):
+    if name.endswith((b":stampede:p", b":stampede:p:u")):
         return "kept versions"
     if name.endswith((b":stampede:v", b":stampede:v:u")) or name.startswith(b"stampede:v:{"):
         return "version hash"

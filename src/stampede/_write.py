@@ -118,7 +118,7 @@ def planned_keys(group: bytes, names: Iterable[bytes | str]) -> tuple[bytes, ...
         if is_reserved(key):
             raise InvalidKeyError(
                 f"key {key!r} is named like one of stampede's own keys (<group>:stampede:"
-                "commit, :stampede:version, a key's :stampede:p or :stampede:v, "
+                "commit, :stampede:version, a key's :stampede:p(:u) or :stampede:v(:u), "
                 "stampede:v:{...}, stampede:op:..., stampede:shard, stampede:repairs...) "
                 "and would collide with one; rename it",
                 key=name,

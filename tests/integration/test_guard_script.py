@@ -168,10 +168,10 @@ async def test_a_key_written_twice_in_one_call_keeps_all_it_replaced(st: Stamped
 
 
 async def test_a_key_without_braces_keeps_and_raises_its_floor(st: Stampede) -> None:
-    """A key with no braces: what it replaces goes to `{key}:stampede:p` and its
+    """A key with no braces: what it replaces goes to `{key}:stampede:p:u` and its
     floor rises in `{key}:stampede:v:u`, alone in a call or twice in one."""
     key = b"gs7-plain"
-    kept, vh = b"{gs7-plain}:stampede:p", b"{gs7-plain}:stampede:v:u"
+    kept, vh = b"{gs7-plain}:stampede:p:u", b"{gs7-plain}:stampede:v:u"
     await st.topology.execute(vh, "HSET", vh, b"k", key)
     await st.topology.execute(vh, "PEXPIRE", vh, 60_000)
     first, second = (3, new_token(), b"a"), (4, new_token(), b"b")

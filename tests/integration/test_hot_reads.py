@@ -73,7 +73,7 @@ async def test_hot_group_reads_are_never_torn(topology_env: tuple[str, Any], lay
             assert torn == 0
             assert (await st.read("hot", keys)).version != before  # and wrote meanwhile
             kept = [
-                f"{k}:stampede:p" if layout == "one slot" else f"{{{k}}}:stampede:p" for k in keys
+                f"{k}:stampede:p" if layout == "one slot" else f"{{{k}}}:stampede:p:u" for k in keys
             ]
             held = [await st.topology.execute(k.encode(), "EXISTS", k.encode()) for k in kept]
             assert held == ([0] * 4 if layout == "one slot" else [1] * 4)

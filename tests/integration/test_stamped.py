@@ -80,7 +80,7 @@ async def test_a_write_in_one_call_keeps_nothing(st: Stampede, mode: Mode) -> No
 
     async def kept(keys: list[str]) -> list[int]:
         lists = [
-            k.encode() + b":stampede:p" if "{" in k else b"{%s}:stampede:p" % k.encode()
+            k.encode() + b":stampede:p" if "{" in k else b"{%s}:stampede:p:u" % k.encode()
             for k in keys
         ]
         return [await st.topology.execute(k, "EXISTS", k) for k in lists]
@@ -157,6 +157,28 @@ async def test_partial_write_reads_as_the_last_whole_write_then_torn(st: Stamped
         await st.read("half", keys, retry=QUICK)
     assert info.value.reason == "torn"
     assert info.value.attempts == QUICK.attempts
+
+
+async def test_a_key_and_its_name_in_braces_keep_apart(st: Stampede) -> None:
+    """`kk` (no brace) and `{kk}` (tagged) share a slot; each keeps what it replaced
+    in its own list, so a group of both read while a write is in flight returns each
+    key's own value (`kk` kept in `{kk}:stampede:p`, the list of `{kk}`, read `{kk}`'s
+    value as its own), and the untagged list's name is refused as a data key."""
+    here = st.topology.shard_of(b"kk")
+    other = next(f"kk-o{i}" for i in range(64) if st.topology.shard_of(f"kk-o{i}".encode()) != here)
+    keys = ["kk", "{kk}", other]
+    await st.write("kk", {keys[0]: b"a0", keys[1]: b"b0", keys[2]: b"c0"})
+    await st.write("kk", {keys[0]: b"a", keys[1]: b"b", keys[2]: b"c"})
+    # A newer write reaches the slot of `kk` and `{kk}` only, as if its writer died.
+    version, token = 2**62, new_token()
+    some = [k.encode() for k in keys[:2]]
+    value = Envelope(version, token, b"new").encode()
+    out = await st.topology.write_guarded(some, [value] * 2, version=version, token=token)
+    assert out.ok
+    got = await st.read("kk", keys, retry=QUICK)
+    assert got.consistent and got.values == {keys[0]: b"a", keys[1]: b"b", keys[2]: b"c"}
+    with pytest.raises(InvalidKeyError, match="stampede's own keys"):
+        await st.write("kk", {"{kk}:stampede:p:u": b"x"})
 
 
 async def test_complete_but_unrecorded_write_is_not_committed(st: Stampede) -> None:

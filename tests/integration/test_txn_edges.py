@@ -48,7 +48,13 @@ async def _stampede_keys(st: Stampede) -> list[bytes]:
     """Every version hash and kept list left on every shard."""
     found: list[bytes] = []
     for shard in st.topology.shard_names:
-        for pattern in (b"*:stampede:v", b"*:stampede:v:u", b"stampede:v:{*", b"*:stampede:p"):
+        for pattern in (
+            b"*:stampede:v",
+            b"*:stampede:v:u",
+            b"stampede:v:{*",
+            b"*:stampede:p",
+            b"*:stampede:p:u",
+        ):
             cursor: Any = b"0"
             while True:
                 cursor, keys = await st.topology.execute_on(

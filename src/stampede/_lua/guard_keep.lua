@@ -13,7 +13,7 @@
 -- effort (pcall): a slot migrating away may not hold it.
     local ms = ARGV[s + 5]
     if tagged ~= nil and cur and ms ~= '0' then
-      local kk = tagged and key .. ':stampede:p' or '{' .. key .. '}:stampede:p'
+      local kk = tagged and key .. ':stampede:p' or '{' .. key .. '}:stampede:p:u'
       local len
       if type(cur) == 'table' then len = redis.pcall('LPUSH', kk, unpack(cur))
       else len = redis.pcall('LPUSH', kk, cur) end

@@ -109,7 +109,7 @@ def kept_key(key: bytes) -> bytes | None:
     if opened >= 0:
         closed = key.find(b"}", opened + 1)
         return key + b":stampede:p" if closed > opened + 1 else None
-    return None if b"}" in key else b"{" + key + b"}:stampede:p"
+    return None if b"}" in key else b"{" + key + b"}:stampede:p:u"
 
 
 class MemoryTopology(FixedShards):

@@ -39,7 +39,7 @@ reply  one integer per key:
            keys share one call (one slot) is all or nothing
 
 Kept versions: a write that replaces an envelope pushes it onto the key's kept
-list, `<key>:stampede:p` for a key with a hash tag or `{<key>}:stampede:p` for one
+list, `<key>:stampede:p` for a key with a hash tag or `{<key>}:stampede:p:u` for one
 without braces (same slot either way; a key with braces but no tag keeps none):
 newest first, cut back to four once it holds more than eight (one LTRIM every
 fourth push), and the list expires `keep` ms after the last push, or with the new

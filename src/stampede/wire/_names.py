@@ -3,7 +3,7 @@
 ```
 <group>:stampede:commit     a group's commit record
 <group>:stampede:version    a group's Counter
-<key>:stampede:p            a key's kept versions ({<key>}:stampede:p without a tag)
+<key>:stampede:p            a key's kept versions ({<key>}:stampede:p:u without a brace)
 <key>:stampede:v            a key's version hash (read-atomic transactions; see
 {<key>}:stampede:v:u        stampede.wire's transaction layout)
 stampede:v:{<n>}:<key>
@@ -28,6 +28,7 @@ _RESERVED = (
     COMMIT_SUFFIX,
     COUNTER_SUFFIX,
     b":stampede:p",  # a key's kept versions
+    b":stampede:p:u",
     b":stampede:v",  # a key's version hash (read-atomic transactions)
     b":stampede:v:u",
     b":stampede:op",  # an operation marker named after its key (a hashing policy's)

@@ -3,7 +3,7 @@
 
 Its keys are the entities' (`stampede-demo:user:1:profile`, ...) and what stampede
 keeps beside them: commit records (`<group>:stampede:commit`), kept versions
-(`{<key>}:stampede:p`), its repair stream `{stampede-demo}:repairs` with its
+(`{<key>}:stampede:p:u`), its repair stream `{stampede-demo}:repairs` with its
 markers, retries and dead letters, and operation markers in the stream's slot.
 Every one of them starts with one of `PATTERNS`; no shard identity record is
 written (the demo connects to servers it does not own with `check_identity` off).
