@@ -22,6 +22,7 @@ from stampede import (
     PartialWriteError,
     RetryPolicy,
     Stampede,
+    TransactionAborted,
     metrics,
 )
 from stampede._kept import newest_whole
@@ -151,6 +152,34 @@ async def test_no_commit_acknowledged_anywhere_is_outcome_unknown(quick: Stamped
     with pytest.raises(OutcomeUnknownError, match="no commit acknowledged"):
         await tx.commit()
     assert faulty.hits >= 2  # resent before giving up
+
+
+class LostPrepares(DelegatingTopology):
+    """Deletes every version hash a COMMIT call names before running it, as a failover
+    to a replica that had not received the prepares would."""
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        if script.sha == COMMIT.sha:
+            for key in keys[1::2]:  # (data key, version hash) pairs
+                await self.inner.execute(key, "DEL", key)
+        return await self.inner.script(script, keys, args)
+
+
+async def test_a_commit_that_finds_no_prepared_version_anywhere_is_no_receipt(
+    st: Stampede,
+) -> None:
+    """Every prepare acknowledged, then lost before the commit: no key can ever hold the
+    transaction, so the writer raises TransactionAborted instead of returning a receipt
+    (every key `pending`) for a transaction nobody will see."""
+    keys = spread_keys(st, "lostprep", 3)
+    tx = st.transaction()
+    tx._topology = LostPrepares(st.topology)  # noqa: SLF001 - the test swaps in a faulty topology
+    for key in keys:
+        tx.set(key, b"x")
+    with pytest.raises(TransactionAborted, match="prepared version was gone"):
+        await tx.commit()
+    assert tx.receipt is None
+    assert (await st.read_atomic(keys)).values == dict.fromkeys(keys)
 
 
 async def test_a_commit_that_fails_once_is_resent(quick: Stampede) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Container
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -62,6 +63,7 @@ __all__ = ["PREPARE_HOLD_MS", "Transaction", "run_units"]
 _LABEL = b"transaction"
 _GONE = 3  # COMMIT: the version's expiry instant had passed, nothing was written
 _NOT_WRITTEN = int(GuardCode.WITHHELD)  # COMMIT_ONE: another key was refused
+_LOST = -5  # COMMIT: the prepared version is gone (a failover, an eviction)
 _SETTLED = (0, 1, 2, _GONE)  # a reply that says what the key holds now
 _COMMIT_TRIES = 4  # sends of a one-slot transaction whose outcome stays unknown
 PREPARE_HOLD_MS = 3_600_000
@@ -273,12 +275,14 @@ class Transaction:
         codes = await run(keys, sides, args, positions=units)
         deadline = time.monotonic() + self._timeout
         attempt = 0
+        resent: set[int] = set()  # keys whose reply was lost once: a later reply is no proof
         while True:
             failed = [i for i, c in enumerate(codes) if isinstance(c, ShardError)]
             if not failed or time.monotonic() >= deadline:
                 break
             if any(isinstance(codes[i], ClientClosedError) for i in failed):
                 break  # the client was closed: nothing more can be sent
+            resent.update(failed)
             await asyncio.sleep(backoff(attempt, 0.02, 1.0))
             attempt += 1
             again = await run(
@@ -296,7 +300,32 @@ class Transaction:
                     cause=error,
                     resent=True,
                 ) from error
+            self._check_unseen(keys, codes, resent)
         return codes
+
+    def _check_unseen(self, keys: list[bytes], codes: list[Any], resent: Container[int]) -> None:
+        """No key holds the transaction and a commit found no prepared version to make
+        current (a failover or an eviction lost it since its prepare): nobody will ever
+        see it, so no receipt. Aborted when that reply answered the first send; unknown
+        when it answered a resend (the lost first one may have landed, and gone since)."""
+        unseen = [i for i, c in enumerate(codes) if c != 0]  # 0: kept out by a newer value
+        if not unseen:
+            return  # superseded at every key, as a group write can be
+        key = keys[unseen[0]]
+        if any(i in resent for i in unseen):
+            raise OutcomeUnknownError(
+                f"commit of a transaction of {len(keys)} key(s) (a resend found no prepared "
+                f"version at {key!r}, no commit acknowledged)",
+                shard=self._topology.shard_of(key),
+                resent=True,
+            )
+        refused = {keys[i]: codes[i] for i in unseen if codes[i] != _LOST}
+        raise_refusals(_LABEL, refused)  # (a refusal says why: the key's type, its version)
+        raise TransactionAborted(
+            f"its prepared version was gone at commit at {key!r} (lost in a failover or "
+            "evicted since its prepare) and no key holds it; retry the transaction",
+            keys=keys,
+        )
 
     def _check_prepared(self, keys: list[bytes], codes: list[Any], acks: Acks | None) -> None:
         error = next((c for c in codes if isinstance(c, ShardError)), None)
