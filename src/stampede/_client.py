@@ -149,7 +149,7 @@ class Stampede:
             ttl=options.ttl if ttl is None else ttl,
             version=None if version is None else check_version(version),
             keep_ms=self._keep_ms,
-            durability=options.durability if durability is None else durability,
+            durability=self._durability(durability),
         )
         started = time.perf_counter()
         try:
@@ -198,8 +198,20 @@ class Stampede:
             ttl=self.options.tombstone_grace if grace is None else grace,
             version=None if version is None else check_version(version),
             keep_ms=self._keep_ms,
-            durability=self.options.durability if durability is None else durability,
+            durability=self._durability(durability),
         )
+
+    def _durability(self, durability: Durability | None) -> Durability | None:
+        """A call's `durability=`, or the option's; `ConfigurationError` for another kind
+        of value, before anything is sent."""
+        if durability is None:
+            return self.options.durability
+        if not isinstance(durability, Durability):
+            raise ConfigurationError(
+                f"durability must be a stampede.Durability, e.g. Durability(replicas=1), or "
+                f"None, got {kind_name(durability)}"
+            )
+        return durability
 
     @property
     def _keep_ms(self) -> int:
@@ -331,7 +343,7 @@ class Stampede:
             tombstone_grace=self.options.tombstone_grace,
             timeout=self.options.transaction_timeout,
             version=version,
-            durability=self.options.durability if durability is None else durability,
+            durability=self._durability(durability),
         )
 
     async def read_atomic(self, keys: Sequence[K], *, attempts: int = 3) -> AtomicRead[K]:

@@ -116,6 +116,20 @@ async def test_a_per_call_strategy_or_policy_class(st: Stampede) -> None:
         await st.read("g", ["g:a"], retry=RetryPolicy)  # type: ignore[arg-type]
 
 
+async def test_a_per_call_durability_that_is_no_durability(st: Stampede) -> None:
+    """durability=1 on a write, a delete or a transaction is refused by name before
+    anything is sent (it raised AttributeError from deep inside)."""
+    fix = r"durability must be a stampede.Durability, e.g. Durability\(replicas=1\), or None"
+    with _raises(ConfigurationError, fix):
+        await st.write("g", {"g:a": b"1"}, durability=1)  # type: ignore[arg-type]
+    with _raises(ConfigurationError, fix):
+        await st.delete("g", ["g:a"], durability="replicas=1")  # type: ignore[arg-type]
+    with _raises(ConfigurationError, fix):
+        async with st.transaction(durability=1) as tx:  # type: ignore[arg-type]
+            tx.set("g:a", b"1")
+    assert await st.topology.execute(b"g:a", "EXISTS", b"g:a") == 0
+
+
 async def test_a_str_as_the_keys(st: Stampede) -> None:
     """A single str where a list of keys belongs: read, update and delete all refuse it."""
     fix = r"must be a list of key names, not one str; write \['g:a'\]"
