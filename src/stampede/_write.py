@@ -319,18 +319,18 @@ _REFUSALS = {
         "mixed-sources",
         "the stored version is of the other kind (clock versions from a HybridClock "
         "against sequence versions from a Counter or the application), so the two cannot "
-        "be ordered; keep one version source per group, or delete the group first",
+        "be ordered; keep one version source per group, or DEL its keys outside stampede",
     ),
     FUTURE: (
         "future",
         "the stored clock version is further ahead of this writer's clock than "
-        "max_offset allows; a writer's clock ran ahead (or another program stamped it). "
-        "Fix that clock; then delete the group or wait until that time has passed",
+        "max_offset allows; a writer's clock ran ahead (or another program stamped it). Fix "
+        "it; then delete the group (delete() clears such values) or wait",
     ),
     FOREIGN: (
         "foreign",
         "the stored value looks like an envelope but its version cannot be ordered "
-        "(2**63 or more, or leading zeros); another program wrote it: delete it",
+        "(2**63 or more, or leading zeros); another program wrote it: DEL it outside stampede",
     ),
 }
 

@@ -303,6 +303,33 @@ async def test_a_poisoned_version_does_not_wedge_the_client(st: Stampede) -> Non
         await st.write("poison", dict.fromkeys(keys, b"mine"))
 
 
+async def test_a_refused_write_names_a_remedy_that_works(st: Stampede) -> None:
+    """Each refusal's remedy works: a key stamped a year ahead names stampede's delete
+    (which clears such values), after which the group is written again; a value of
+    the other version kind names a DEL outside stampede (a delete is refused there
+    as a write is), after which the group is written again too."""
+    keys = spread_keys(st, "remedy", 2)
+    ahead = Envelope(time.time_ns() + YEAR_MS * 10**6, new_token(), b"p").encode()
+    for key in keys:
+        await st.topology.execute(key.encode(), "SET", key, ahead)
+    with pytest.raises(ClockSkewError, match="delete the group"):
+        await st.write("remedy", dict.fromkeys(keys, b"mine"))
+    await st.delete("remedy", keys)
+    assert not (await st.write("remedy", dict.fromkeys(keys, b"mine"))).superseded
+    counted = Envelope(7, new_token(), b"p").encode()
+    for key in keys:
+        await st.topology.execute(key.encode(), "SET", key, counted)
+    for attempt in (
+        lambda: st.write("remedy", dict.fromkeys(keys, b"mine")),
+        lambda: st.delete("remedy", keys),
+    ):
+        with pytest.raises(OrderingError, match="DEL its keys outside stampede"):
+            await attempt()
+    for key in keys:
+        await st.topology.execute(key.encode(), "DEL", key)
+    assert not (await st.write("remedy", dict.fromkeys(keys, b"mine"))).superseded
+
+
 async def test_a_clock_a_year_ahead_does_not_spread(topology_env: tuple[str, object]) -> None:
     """A writer a year ahead: readers do not adopt its time, and their writes to its
     group fail with ClockSkewError instead of being silently superseded."""
