@@ -8,15 +8,18 @@ from typing import Any
 
 import pytest
 
-from stampede import Envelope, InvalidKeyError, Stampede
+from stampede import Envelope, InvalidKeyError, ReadError, Stampede, TransactionAborted
+from stampede._lua import Script
+from stampede._txn import read_atomic
 from stampede._txn.read import required_versions
-from stampede._txn.scripts import COMMIT, PREPARE
+from stampede._txn.scripts import COMMIT, PREPARE, ROUND2
 from stampede._txn.sweep import sweep
 from stampede._txn.write import run_units
 from stampede.errors import ConfigurationError
 from stampede.repair import NewestWins, RepairQueue
 from stampede.repair._worker import Worker
 from stampede.results import AtomicRead
+from stampede.testing.faults import DelegatingTopology
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
@@ -123,6 +126,79 @@ async def test_prepared_but_never_committed_is_invisible(st: Stampede) -> None:
         head=[3_600_000],
     )  # fmt: skip
     got = await st.read_atomic(keys)
+    assert got.rounds == 1 and got.values == dict.fromkeys(keys, b"old")
+
+
+class _BeforeRoundTwo(DelegatingTopology):
+    """Runs `before(pairs, args)` just ahead of each ROUND2 call it passes on."""
+
+    def __init__(self, inner: Any, before: Any) -> None:
+        super().__init__(inner)
+        self.before = before
+
+    async def script(self, script: Script, keys: Any, args: Any) -> Any:
+        if script.sha == ROUND2.sha:
+            await self.before(keys, args)
+        return await self.inner.script(script, keys, args)
+
+
+@pytest.mark.parametrize("attempts", [1, 2])
+async def test_a_version_collected_between_the_rounds_reads_again_then_raises(
+    st: Stampede, attempts: int
+) -> None:
+    """transactions.md, grace window: a read whose key was rewritten between its two
+    rounds, the version it needed collected meanwhile, starts again (and then reads the
+    newer value whole), up to `attempts` times, then raises ReadError saying so."""
+    keys = spread_keys(st, f"collected{attempts}", 2)
+    async with st.transaction() as tx:
+        for key in keys:
+            tx.set(key, b"old")
+    await _half_committed(st, keys, b"mid")  # keys[0] holds it; keys[1] has it prepared
+
+    async def rewrite(pairs: Any, args: Any) -> None:
+        key, side = pairs[0], pairs[1]
+        async with st.transaction() as tx:
+            tx.set(key, b"new")
+        await st.topology.execute(side, "HDEL", side, b"d:" + bytes(args[0]))  # collected
+
+    faulty = _BeforeRoundTwo(st.topology, rewrite)
+    if attempts == 1:
+        with pytest.raises(ReadError, match="rewritten between the read's two rounds"):
+            await read_atomic(faulty, keys, attempts=1)
+        return
+    got = await read_atomic(faulty, keys, attempts=2)
+    assert got.attempts == 2 and got.values == {keys[0]: b"mid", keys[1]: b"new"}
+
+
+class _SlowPrepares(DelegatingTopology):
+    """Answers each PREPARE call only after `delay` seconds."""
+
+    def __init__(self, inner: Any, delay: float) -> None:
+        super().__init__(inner)
+        self.delay = delay
+
+    async def script(self, script: Script, keys: Any, args: Any) -> Any:
+        reply = await self.inner.script(script, keys, args)
+        if script.sha == PREPARE.sha:
+            await asyncio.sleep(self.delay)
+        return reply
+
+
+async def test_prepares_slower_than_the_transaction_timeout_abort(quick: Stampede) -> None:
+    """transactions.md, failures: prepares that take longer than transaction_timeout
+    (0.3 s here) abort the transaction before anything is committed."""
+    keys = spread_keys(quick, "slowprep", 2)
+    async with quick.transaction() as tx:
+        for key in keys:
+            tx.set(key, b"old")
+    tx = quick.transaction()
+    tx._topology = _SlowPrepares(quick.topology, 0.4)  # noqa: SLF001 - a slow topology
+    for key in keys:
+        tx.set(key, b"new")
+    with pytest.raises(TransactionAborted, match="longer than the transaction timeout"):
+        await tx.commit()
+    assert tx.receipt is None
+    got = await quick.read_atomic(keys)
     assert got.rounds == 1 and got.values == dict.fromkeys(keys, b"old")
 
 

@@ -70,13 +70,14 @@ async def _stampede_keys(st: Stampede) -> list[bytes]:
 # -- 1. deleted or expired keys never come back ------------------------------------
 
 
-@pytest.mark.parametrize("how", ["tx.delete", "st.delete", "ttl"])
+@pytest.mark.parametrize("how", ["tx.delete", "st.delete", "ttl", "st.write ttl", "update ttl"])
 async def test_a_key_deleted_or_expired_after_its_transaction_stays_gone(
     quick: Stampede, how: str
 ) -> None:
     """T writes A and B; A is then deleted (transaction or group delete) or rewritten
-    with a TTL, and its tombstone or value expires. read_atomic reads A as missing,
-    never writes T's old A back, and keeps doing so after the grace window."""
+    with a TTL (by a transaction, a group write or an update), and its tombstone or
+    value expires. read_atomic reads A as missing, never writes T's old A back, and
+    keeps doing so after the grace window."""
     st = quick
     a, b = spread_keys(st, f"gone-{how}", 2)
     async with st.transaction() as tx:
@@ -87,6 +88,10 @@ async def test_a_key_deleted_or_expired_after_its_transaction_stays_gone(
             tx.delete(a)
     elif how == "st.delete":
         await st.delete(a, [a])
+    elif how == "st.write ttl":
+        await st.write(a, {a: b"a2"}, ttl=0.05)
+    elif how == "update ttl":
+        await st.update(a, [a], lambda cur: {a: b"a2"}, ttl=0.05)
     else:
         async with st.transaction(ttl=0.05) as tx:
             tx.set(a, b"a2")
