@@ -7,6 +7,8 @@ URL and the fix, before anything is written. Real servers throughout.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
@@ -122,6 +124,29 @@ async def test_rediss_to_a_plain_port_is_refused(primaries: LocalPrimaries) -> N
     url = f"rediss://{primaries.nodes[0].address}"
     err = await refused(url, connection=ConnectOptions(connect_timeout=0.5, socket_timeout=0.5))
     assert err.problem == "tls" and err.url == url and "use redis://" in str(err)
+
+
+async def test_the_identity_record_is_the_compact_json_the_wire_format_names(
+    primaries: LocalPrimaries,
+) -> None:
+    """wire-formats.md, shard identity record: compact JSON with format, shard, shards,
+    topology (one ULID for every primary), layout (16 hex digits) and written_at, in
+    that order; another hash_pattern than the one it was written with is refused."""
+    before = int(time.time() * 1000)
+    async with stampede.connect(primaries.urls, connection=FAST) as st:
+        await st.write("g", {"g:a": b"x"})
+    raws = [node.client().get(IDENTITY_KEY) for node in primaries.nodes]
+    records = [json.loads(raw) for raw in raws]
+    for place, (raw, record) in enumerate(zip(raws, records, strict=True)):
+        assert raw == json.dumps(record, separators=(",", ":")).encode()
+        assert list(record) == ["format", "shard", "shards", "topology", "layout", "written_at"]
+        assert (record["format"], record["shard"], record["shards"]) == (1, place, 3)
+        assert re.fullmatch(r"[0-7][0-9A-HJKMNP-TV-Z]{25}", record["topology"])
+        assert re.fullmatch(r"[0-9a-f]{16}", record["layout"])
+        assert before <= record["written_at"] <= int(time.time() * 1000)
+    assert len({(r["topology"], r["layout"]) for r in records}) == 1
+    err = await refused(primaries.urls, hash_pattern=r"^(?P<tag>[^:]+):")
+    assert "another slot map or hash_pattern" in str(err)
 
 
 async def test_urls_in_another_order_are_refused(primaries: LocalPrimaries) -> None:

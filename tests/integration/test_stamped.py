@@ -24,7 +24,7 @@ from stampede import (
 from stampede._kept import drop_kept
 from stampede.repair import NewestWins
 from stampede.topology._guard import KEPT, SAME, WRITTEN
-from stampede.wire import new_token
+from stampede.wire import commit_key, new_token
 
 from ..support import raw_get, spread_keys
 
@@ -179,6 +179,40 @@ async def test_a_key_and_its_name_in_braces_keep_apart(st: Stampede) -> None:
     assert got.consistent and got.values == {keys[0]: b"a", keys[1]: b"b", keys[2]: b"c"}
     with pytest.raises(InvalidKeyError, match="stampede's own keys"):
         await st.write("kk", {"{kk}:stampede:p:u": b"x"})
+
+
+async def test_the_commit_record_names_keys_that_are_not_utf8_and_expires_with_them(
+    st: Stampede,
+) -> None:
+    """wire-formats.md, commit record: keys that are not UTF-8 are stored in its JSON
+    with surrogateescape escapes (\\udcff for 0xff), and with a TTL every data key and
+    the record share one expiry instant."""
+    group = b"nu:{x}\xff"
+    keys = [group + b":a", group + b":b"]
+    await st.write(group, dict.fromkeys(keys, b"v"), mode="commit", ttl=100)
+    record = commit_key(group)
+    payload = Envelope.decode(await st.topology.execute(record, "GET", record)).payload
+    assert b"\\udcff" in payload
+    assert json.loads(payload) == [k.decode("utf-8", "surrogateescape") for k in keys]
+    assert (await st.read(group, keys, mode="commit")).consistent
+    instants = {await st.topology.execute(k, "PEXPIRETIME", k) for k in [*keys, record]}
+    assert len(instants) == 1 and instants != {-1}
+
+
+async def test_a_commit_mode_delete_leaves_tombstones_for_the_grace_period(st: Stampede) -> None:
+    """wire-formats.md, tombstones: a delete writes `<version>:<token>` at every key (and
+    in commit mode its record) expiring after tombstone_grace (300 s); it reads not found."""
+    keys = spread_keys(st, "dc", 3)
+    await st.write("dc", dict.fromkeys(keys, b"x"), mode="commit")
+    receipt = await st.delete("dc", keys, mode="commit")
+    assert (await st.read("dc", keys, mode="commit")).status is Status.NOT_FOUND
+    for key in [*(k.encode() for k in keys), b"dc:stampede:commit"]:
+        stored = await st.topology.execute(key, "GET", key)
+        if key == b"dc:stampede:commit":
+            assert Envelope.decode(stored).token == receipt.token
+        else:
+            assert stored == f"{receipt.version}:{receipt.token}".encode()
+        assert 290_000 < await st.topology.execute(key, "PTTL", key) <= 300_000
 
 
 async def test_complete_but_unrecorded_write_is_not_committed(st: Stampede) -> None:
