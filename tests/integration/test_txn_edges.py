@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import stampede
 from stampede import (
     Durability,
     Envelope,
@@ -33,6 +34,7 @@ from stampede._txn.write import Transaction, run_units
 from stampede.errors import ConfigurationError, ShardUnavailable
 from stampede.repair import NewestWins
 from stampede.results import GuardCode
+from stampede.testing import LocalPrimaries
 from stampede.testing.faults import DelegatingTopology
 from stampede.topology._guard import GUARD, requests_for
 from stampede.typing import GuardStamp, RepairContext
@@ -40,7 +42,7 @@ from stampede.verdict import Observation, judge
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, mark_record, side_key
 
-from ..support import eventually, gone, open_stampede, raw_value, spread_keys
+from ..support import FAST, eventually, gone, open_stampede, raw_value, spread_keys
 
 QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=5.0)
 
@@ -644,6 +646,32 @@ async def test_a_group_delete_of_a_key_with_empty_braces_is_never_undone(
     its floor in its own call; the client raises it right after. Once the tombstone
     expires, neither a reader nor the sweep completes the older transaction there."""
     await _group_delete_over_pending(quick, "f1{}a", "f1odd:b")
+
+
+async def test_a_group_delete_under_a_hash_policy_is_never_undone(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """F1 over primaries hashed by a HashPolicy: `{<key>}:stampede:v:u`, the name the
+    guard gives a key's version hash, is in another slot than `order:1:a` under the
+    policy, so the client's hash is `stampede:v:{<n>}:order:1:a`, whose floor the guard
+    never raised (it raised that of a hash nobody uses): once the tombstone expired, a
+    reader completed the older transaction there, and the deleted key came back."""
+    loose = FAST.model_copy(update={"check_identity": False})  # (the fixture's layout)
+    async with stampede.connect(
+        stampede_primaries.urls,
+        connection=loose,
+        hash_pattern=r"order:(?P<tag>\d+):",
+        tombstone_grace=0.05,
+        version_grace=0.05,
+    ) as st:
+        a, b = next(
+            (f"order:{i}:a", f"order:{i + 1}:b")
+            for i in range(64)
+            if st.topology.shard_of(b"order:%d:a" % i)
+            != st.topology.shard_of(b"order:%d:b" % (i + 1))
+        )
+        assert side_key(a.encode(), st.topology.slot_of).startswith(b"stampede:v:{")
+        await _group_delete_over_pending(st, a, b)
 
 
 async def test_a_resent_write_of_a_key_with_empty_braces_still_raises_its_floor(

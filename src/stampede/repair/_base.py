@@ -31,7 +31,7 @@ from typing import Any
 from .. import _pipeline as pipeline
 from ..errors import MalformedEnvelope, ShardResponseError
 from ..results import RepairAction, RepairOutcome
-from ..topology._floor import FLOOR_ELSEWHERE, raise_floor
+from ..topology._floor import FLOOR_ELSEWHERE, client_named, raise_floor
 from ..topology._guard import CAS, KEPT
 from ..typing import RepairContext, Topology
 from ..verdict import Mode, Observation, Reason, Status, judge
@@ -152,7 +152,9 @@ async def compare_and_set(
     for keys, codes in zip(calls, results, strict=True):
         for key, code in zip(keys, codes, strict=True):
             value = new[key]
-            if code == FLOOR_ELSEWHERE and value is not None:
+            if value is not None and (
+                code == FLOOR_ELSEWHERE or (code == 1 and client_named(ctx.topology, key))
+            ):
                 # set, with its version hash out of the call's reach (topology._floor)
                 try:
                     env = Envelope.decode(value, key=key)

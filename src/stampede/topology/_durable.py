@@ -148,6 +148,6 @@ async def durable_write(
         outcome.acks[name] = acks_of(replies[1:])
 
     await asyncio.gather(*(one(shard, pos) for shard, pos in partition.items()))
-    if needs_floors(outcome.results.values()):
+    if needs_floors(outcome.results.values(), floors):
         await raise_floors(floors, outcome, stamp, wait_commands(stamp))
     return outcome

@@ -14,6 +14,12 @@ Two cases where it cannot:
   other: on the exporting node once the hash has moved, and on the importing node
   (after ASK) while it has not, where its absence proves nothing.
 
+A third: over independent primaries hashed by a `HashPolicy`, the name the guard
+derives (`{<key>}:stampede:v:u`, `<key>:stampede:v`) may be in another slot than the
+key under the policy, and the client then names the hash `stampede:v:{<n>}:<key>`;
+the guard, raising the floor of a hash nobody uses, cannot tell. `raise_floors` then
+raises the floor of every key written whose name the client gives otherwise.
+
 There the guard replies `FLOOR_ELSEWHERE` for the key, or `SAME_ELSEWHERE` for a key
 it found already written (a resend after a lost reply, whose first call may have
 left the floor to the client); the cluster's router turns every key written by a
@@ -50,10 +56,12 @@ __all__ = [
     "RAISE_FLOOR",
     "SAME_ELSEWHERE",
     "after_ask",
+    "client_named",
     "floor_commands",
     "needs_floors",
     "raise_floor",
     "raise_floors",
+    "renames",
 ]
 
 FLOOR_ELSEWHERE = 10
@@ -97,22 +105,38 @@ def floor_commands(
     return out
 
 
-def needs_floors(codes: Any) -> bool:
+def needs_floors(codes: Any, topology: Topology | None = None) -> bool:
     """Whether `raise_floors` has anything to look at in these codes (a view of an
-    outcome's results: usually none of the three, so no call at all)."""
-    return FLOOR_ELSEWHERE in codes or SAME_ELSEWHERE in codes or GuardCode.SAME in codes
+    outcome's results: usually none of the three, so no call at all), or, over a
+    `topology` that `renames`, in any key written."""
+    if FLOOR_ELSEWHERE in codes or SAME_ELSEWHERE in codes or GuardCode.SAME in codes:
+        return True
+    return topology is not None and renames(topology) and GuardCode.WRITTEN in codes
 
 
-def _unnamed(key: bytes) -> bool:
-    """A key with braces but no tag: only the client can name its version hash."""
-    return hash_tag(key) is None and (b"{" in key or b"}" in key)
+def renames(topology: Topology) -> bool:
+    """Whether `topology` hashes keys by a policy (`Shards(policy=...)`), under which the
+    name the guard gives a key's version hash may not be the client's."""
+    return getattr(topology, "hash_policy", None) is not None
+
+
+def client_named(topology: Topology, key: bytes) -> bool:
+    """Whether the guard's own call cannot name `key`'s version hash: braces but no
+    tag, or a name the client gives otherwise (under a topology that `renames`)."""
+    if hash_tag(key) is not None:
+        named = key + b":stampede:v"
+    elif b"{" in key or b"}" in key:
+        return True
+    else:
+        named = b"{" + key + b"}:stampede:v:u"
+    return side_key(key, topology.slot_of) != named
 
 
 async def raise_floors(
     topology: Topology, outcome: WriteOutcome, stamp: GuardStamp, then: list[Any] | None = None
 ) -> None:
     """Raise the floor of each key of `outcome` coded `FLOOR_ELSEWHERE` or
-    `SAME_ELSEWHERE` (or `SAME` with a name only the client can turn into its hash)
+    `SAME_ELSEWHERE` (or `SAME`, `WRITTEN`, with a hash only the client names)
     to the write's stamp; each such key then reads `WRITTEN` (`SAME`), or failed
     with its error. A durable write passes its `then`: each floor waits for the same
     replicas, and a shard's `acks` become the fewest of its write's and its floors'."""
@@ -120,7 +144,8 @@ async def raise_floors(
     keys = [
         key
         for key, code in done.items()
-        if code in _AFTER or (code == GuardCode.SAME and _unnamed(key))
+        if code in _AFTER
+        or (code in (GuardCode.SAME, GuardCode.WRITTEN) and client_named(topology, key))
     ]
     if not keys:
         return

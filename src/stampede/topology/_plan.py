@@ -206,6 +206,6 @@ async def write_parts(
             outcome.failed.update(dict.fromkeys(request.keys, codes))
         else:
             raise codes
-    if floors is not None and needs_floors(done.values()):
+    if floors is not None and needs_floors(done.values(), floors):
         await raise_floors(floors, outcome, stamp)
     return outcome

@@ -105,7 +105,7 @@ class Shards(FixedShards):
                 f"the slot map names {self._map.shards} shards but {len(endpoints)} "
                 "URLs were given; give one URL per shard of the map"
             )
-        self._policy = policy
+        self._policy = self.hash_policy = policy  # (`_floor.renames`)
         self._places: dict[bytes, tuple[int, int]] = {}
         self._write_plans: dict[tuple[bytes, ...], WritePlan] = {}  # see `write_plan`
         self._fetches = FetchPlans(self._fetch_plan)
