@@ -136,7 +136,7 @@ async def test_the_identity_record_is_the_compact_json_the_wire_format_names(
     async with stampede.connect(primaries.urls, connection=FAST) as st:
         await st.write("g", {"g:a": b"x"})
     raws = [node.client().get(IDENTITY_KEY) for node in primaries.nodes]
-    records = [json.loads(raw) for raw in raws]
+    records = [json.loads(raw) for raw in raws]  # type: ignore[arg-type]
     for place, (raw, record) in enumerate(zip(raws, records, strict=True)):
         assert raw == json.dumps(record, separators=(",", ":")).encode()
         assert list(record) == ["format", "shard", "shards", "topology", "layout", "written_at"]

@@ -674,6 +674,35 @@ async def test_a_group_delete_under_a_hash_policy_is_never_undone(
         await _group_delete_over_pending(st, a, b)
 
 
+async def test_a_hash_policy_that_hashes_stampedes_own_names_alike(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """A HashPolicy hashing each key by its first segment hashes every marker
+    `stampede:op:{<n>}:...` and every hash `stampede:v:{<n>}:<key>` by `stampede`: no n
+    moved them into a key's slot, and update() and every transaction searched 4M names
+    (15 s and more) before a RuntimeError. They then sit beside the key
+    (`<key>:stampede:op:<id>`, `<key>:stampede:v`), hashed as the key is."""
+    loose = FAST.model_copy(update={"check_identity": False})  # (the fixture's layout)
+    async with stampede.connect(
+        stampede_primaries.urls,
+        connection=loose,
+        hash_pattern=r"(?P<tag>[^:]+):",
+        tombstone_grace=0.05,
+        version_grace=0.05,
+    ) as st:
+        a, b = next(
+            (f"p{i}:a", f"p{i + 1}:b")
+            for i in range(64)
+            if st.topology.shard_of(b"p%d:a" % i) != st.topology.shard_of(b"p%d:b" % (i + 1))
+        )
+        assert side_key(a.encode(), st.topology.slot_of) == a.encode() + b":stampede:v"
+        receipt = await st.update("pinned", [a], lambda cur: {a: b"1"})
+        assert receipt.atomic and (await st.read("pinned", [a])).values == {a: b"1"}
+        await _group_delete_over_pending(st, a, b)
+        with pytest.raises(InvalidKeyError, match="stampede's own keys"):  # a marker's name
+            await st.write("pinned", {f"{a}:stampede:op:x": b"1"})
+
+
 async def test_a_resent_write_of_a_key_with_empty_braces_still_raises_its_floor(
     st: Stampede,
 ) -> None:

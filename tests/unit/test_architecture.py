@@ -247,7 +247,6 @@ BUILTIN_RAISES = {
     ("stampede.options", "ValueError"): "pydantic's validator: open() raises ConfigurationError",
     ("stampede._update", "RuntimeError"): "unreachable: the loop returns or raises",
     ("stampede.topology._session", "RuntimeError"): "a context manager used outside `with`",
-    ("stampede.topology._retries", "RuntimeError"): "unreachable: every slot has a marker",
     ("stampede.wire._txn", "RuntimeError"): "unreachable: every slot has a hash name",
     ("stampede._deadline", "RuntimeError"): "internal: called from a task only",
 }

@@ -8,7 +8,7 @@
 {<key>}:stampede:v:u        stampede.wire's transaction layout)
 stampede:v:{<n>}:<key>
 stampede:op:...             exactly-once markers of non-idempotent operations
-<key>:<id>:stampede:op      ...the same, under a hashing policy that ignores the tag
+<key>:stampede:op:...       (beside the key, under a rule that pins the others)
 stampede:shard              a primary's shard identity record
 stampede:repairs...         the repair stream, its partitions, dead letters and
 {stampede:repairs}:...      markers
@@ -31,7 +31,6 @@ _RESERVED = (
     b":stampede:p:u",
     b":stampede:v",  # a key's version hash (read-atomic transactions)
     b":stampede:v:u",
-    b":stampede:op",  # an operation marker named after its key (a hashing policy's)
 )
 _RESERVED_PREFIXES = (b"stampede:v:{", b"stampede:op:", b"stampede:repairs", b"{stampede:repairs}")
 _RESERVED_NAMES = frozenset({b"stampede:shard"})
@@ -49,4 +48,9 @@ def version_key(group: bytes) -> bytes:
 
 def is_reserved(key: bytes) -> bool:
     """True when `key` is named like one of stampede's own keys (and would collide)."""
-    return key.endswith(_RESERVED) or key.startswith(_RESERVED_PREFIXES) or key in _RESERVED_NAMES
+    return (
+        key.endswith(_RESERVED)
+        or key.startswith(_RESERVED_PREFIXES)
+        or key in _RESERVED_NAMES
+        or b":stampede:op:" in key  # a marker beside its key (`topology._retries.Markers`)
+    )

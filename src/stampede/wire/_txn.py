@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
+from ..errors import ConfigurationError
 from ..keys._slots import hash_tag
 
 __all__ = [
@@ -92,10 +93,22 @@ def marked(log: bytes | None, token: str) -> bool:
 
 def _anchored(key: bytes, slot: int, slot_of: Callable[[bytes], int]) -> bytes:
     """`stampede:v:{<n>}:<key>` with the first n that lands in `slot` (cached per slot,
-    checked on every use, so another hashing rule just searches again)."""
+    checked on every use, so another hashing rule just searches again). Under a rule
+    (a `HashPolicy`) that hashes every such name alike (`{0}` and `{1}`, two slots
+    under the standard rule, share one), `<key>:stampede:v`, which the rule hashes as
+    it hashes the key, if that lands in `slot` (else `ConfigurationError`)."""
     prefix = _ANCHORS.get(slot)
     if prefix is not None and slot_of(prefix + key) == slot:
         return prefix + key
+    first, second = (slot_of(b"stampede:v:{%d}:" % n + key) for n in (0, 1))
+    if first == second != slot:
+        if slot_of(key + SUFFIX) == slot:
+            return key + SUFFIX
+        raise ConfigurationError(
+            f"no version-hash key lands in slot {slot} of {key!r} under this hashing rule: "
+            "it hashes every stampede:v:{<n>}:<key> alike, and <key>:stampede:v elsewhere; "
+            r"give the hash_pattern a first rule for them, e.g. r'stampede:v:\{(?P<tag>\d+)\}'"
+        )
     for n in range(1 << 22):
         prefix = b"stampede:v:{%d}:" % n
         if slot_of(prefix + key) == slot:
