@@ -335,3 +335,36 @@ async def test_watch_refuses_a_command_whose_keys_it_cannot_check(st: Stampede) 
     if not st.topology.slot_bound:  # where it landed: the watched primary
         owner = st.topology.shard_of(watched.encode())
         assert await st.topology.execute_on(owner, "EXISTS", elsewhere) == 0
+
+
+async def _markers(st: Stampede, near: str) -> list[bytes]:
+    """Every operation marker on the shard of `near`."""
+    found: list[bytes] = []
+    cursor: Any = b"0"
+    while True:
+        cursor, keys = await st.topology.execute_on(
+            st.topology.shard_of(near.encode()),
+            "SCAN",
+            cursor,
+            "MATCH",
+            b"stampede:op:*",
+            "COUNT",
+            1000,
+        )
+        found.extend(keys)
+        if cursor in (b"0", 0, "0"):
+            return found
+
+
+async def test_a_writing_transaction_leaves_one_marker_for_ten_minutes(st: Stampede) -> None:
+    """retries.md, the operation marker: an update() leaves `stampede:op:{<tag>}:<id>`
+    (its first key's tag) holding "applied", expiring after 10 minutes; a MULTI/EXEC of
+    read-only commands has no marker."""
+    key = "mk:{42}:balance"
+    await st.update("mk:{42}", [key], lambda cur: {key: b"1"})
+    (marker,) = await _markers(st, key)
+    assert marker.startswith(b"stampede:op:{42}:")
+    assert await st.topology.execute(marker, "GET", marker) == b"applied"
+    assert 590_000 < await st.topology.execute(marker, "PTTL", marker) <= 600_000
+    assert await atomic.multi(st, [("GET", key), ("EXISTS", key)]) != []
+    assert await _markers(st, key) == [marker]
