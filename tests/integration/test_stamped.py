@@ -422,3 +422,32 @@ async def test_a_write_cancelled_at_any_step_leaves_its_group_whole_or_repairabl
         seen = await st.read(group, names, repair=NewestWins())
         assert seen.status is Status.CONSISTENT, (turns, seen)
         assert set(seen.values.values()) <= {b"old", b"new"}, (turns, seen.values)
+
+
+@pytest.mark.parametrize("ttl", [0, -1, 0.0005, float("nan"), float("inf"), True, "5"])
+async def test_a_per_call_ttl_that_is_no_positive_number_is_refused(st: Stampede, ttl: Any) -> None:
+    """stamps.md, bad input: a ttl that is not a number of seconds of at least 0.001 is
+    a ConfigurationError before anything is sent (a write, a delete's grace, a
+    transaction); nothing lands."""
+    with pytest.raises(ConfigurationError, match="ttl must be a number of seconds"):
+        await st.write("badttl", {"badttl:a": b"x"}, ttl=ttl)
+    with pytest.raises(ConfigurationError, match="ttl must be a number of seconds"):
+        await st.delete("badttl", ["badttl:a"], grace=ttl)
+    with pytest.raises(ConfigurationError, match="ttl must be a number of seconds"):
+        async with st.transaction(ttl=ttl) as tx:
+            tx.set("badttl:a", b"x")
+    assert await st.topology.execute(b"badttl:a", "EXISTS", b"badttl:a") == 0
+
+
+@pytest.mark.parametrize("version", [0, -1, 2**56, True, 1.5])
+async def test_an_application_version_outside_the_sequence_range_is_refused(
+    st: Stampede, version: Any
+) -> None:
+    """stamps.md, bad input: version= outside 1..2**56-1 (or no int) is a
+    ConfigurationError before anything is sent."""
+    with pytest.raises(ConfigurationError, match="version must be"):
+        await st.write("badv", {"badv:a": b"x"}, version=version)
+    with pytest.raises(ConfigurationError, match="version must be"):
+        async with st.transaction(version=version) as tx:
+            tx.set("badv:a", b"x")
+    assert await st.topology.execute(b"badv:a", "EXISTS", b"badv:a") == 0

@@ -109,3 +109,15 @@ def test_default_clock_is_the_wall_clock() -> None:
     before = time.time_ns()
     version = HybridClock().now()
     assert before <= version <= time.time_ns() + 1000
+
+
+def test_a_refused_version_is_logged_on_the_versions_logger(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """stamps.md: a version read more than max_offset ahead is counted in `refused` and
+    logged as a warning on the `stampede.versions` logger."""
+    clock = HybridClock(clock=lambda: NOW, max_offset=5.0)
+    with caplog.at_level("WARNING", logger="stampede.versions"):
+        clock.observe(NOW + 6 * SECOND)
+    assert clock.refused == 1
+    assert [r.name for r in caplog.records if r.levelname == "WARNING"] == ["stampede.versions"]
