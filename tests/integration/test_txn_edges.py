@@ -23,6 +23,7 @@ from stampede import (
     PartialWriteError,
     RetryPolicy,
     Stampede,
+    TornReadError,
     TransactionAborted,
     metrics,
 )
@@ -274,6 +275,23 @@ async def test_a_group_repair_completes_a_pending_transaction(st: Stampede) -> N
 
 
 # -- 6. mixing APIs is refused, not silent -------------------------------------------
+
+
+async def test_a_group_read_of_one_transaction_is_whole_in_stamp_mode_only(
+    st: Stampede,
+) -> None:
+    """stamps.md / transactions.md, which reader for which writer: a group every key of
+    which one transaction wrote reads consistent in stamp mode; in commit mode no
+    record names it (a transaction writes none), so it reads `uncommitted`."""
+    keys = spread_keys(st, "txgroup", 2)
+    async with st.transaction() as tx:
+        for key in keys:
+            tx.set(key, b"v")
+    got = await st.read("txgroup", keys, mode="stamp", retry=QUICK)
+    assert got.consistent and got.token == tx.receipt.token
+    with pytest.raises(TornReadError) as info:
+        await st.read("txgroup", keys, mode="commit", retry=QUICK)
+    assert info.value.reason == "uncommitted"
 
 
 async def test_read_atomic_refuses_keys_written_by_group_writes(st: Stampede) -> None:
