@@ -202,6 +202,23 @@ async def test_prepares_slower_than_the_transaction_timeout_abort(quick: Stamped
     assert got.rounds == 1 and got.values == dict.fromkeys(keys, b"old")
 
 
+async def test_a_commit_inside_the_block_is_not_reported_as_an_error_at_its_end(
+    st: Stampede,
+) -> None:
+    """`await tx.commit()` inside `async with st.transaction() as tx:` commits once; the
+    block's end does not commit again (it raised ConfigurationError "this transaction
+    has ended" after a commit that had succeeded, as if it had not)."""
+    keys = spread_keys(st, "inner", 2)
+    async with st.transaction() as tx:
+        for key in keys:
+            tx.set(key, b"v")
+        receipt = await tx.commit()
+    assert tx.receipt is receipt and receipt.pending == ()
+    assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"v")
+    with pytest.raises(ConfigurationError, match="has ended"):
+        tx.set(keys[0], b"w")
+
+
 async def test_counter_versions_are_refused_for_transactions(st: Stampede) -> None:
     """A per-group counter cannot order writes across keys."""
     with pytest.raises(ConfigurationError, match="ordered across keys"):

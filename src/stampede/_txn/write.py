@@ -140,7 +140,8 @@ class Transaction:
         if exc_type is not None:
             self._done = True  # aborted: nothing was sent
             return
-        await self.commit()
+        if not self._done:  # (the block may have run `await tx.commit()` itself)
+            await self.commit()
 
     async def commit(self) -> TransactionReceipt:
         """Prepare and commit every write; the receipt (also kept as `self.receipt`)."""
