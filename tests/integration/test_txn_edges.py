@@ -721,6 +721,21 @@ async def test_a_hash_policy_that_hashes_stampedes_own_names_alike(
             await st.write("pinned", {f"{a}:stampede:op:x": b"1"})
 
 
+async def test_a_version_hash_of_another_type_fails_only_its_own_key(st: Stampede) -> None:
+    """Another program's string at a key's version hash name: the guard's floor (an
+    HGET there) raised WRONGTYPE after the call's writes, and the whole call was
+    reported failed though every key was written. The guard leaves that floor to the
+    client instead, whose call fails for that key alone: the other is acknowledged."""
+    keys = ["{wt}:a", "{wt}:b"]
+    await st.write("{wt}", dict.fromkeys(keys, b"old"))
+    junk = b"{wt}:a:stampede:v"
+    await st.topology.execute(junk, "SET", junk, b"another program's")
+    with pytest.raises(PartialWriteError, match="WRONGTYPE") as info:
+        await st.write("{wt}", dict.fromkeys(keys, b"new"))
+    assert info.value.landed == [b"{wt}:b"] and list(info.value.failed) == [b"{wt}:a"]
+    assert await st.topology.execute(junk, "GET", junk) == b"another program's"
+
+
 async def test_a_resent_write_of_a_key_with_empty_braces_still_raises_its_floor(
     st: Stampede,
 ) -> None:

@@ -17,22 +17,28 @@ end
 -- transaction prepared there at or below it is known to be superseded even once the
 -- value that superseded it is gone (a tombstone expired): no reader or sweep may
 -- complete it there.
+-- Returns false, changing nothing, when `vh` holds another type (another program's
+-- value at stampede's name): an error here would stop a guard call half way, after
+-- its writes, and fail them all; the client raises the floor itself, and fails.
 local function floor_at(vh, v, t)
-  local g = redis.call('HGET', vh, 'g')
+  local g = redis.pcall('HGET', vh, 'g')
+  if type(g) == 'table' then return false end
   local gv, gt = nil, nil
   if g then gv, gt = string.match(g, '^(%d+):([0-9A-Z]+)$') end
   if not gv or older(gv, gt, v, t) then redis.call('HSET', vh, 'g', v .. ':' .. t) end
+  return true
 end
 -- raise_floor(key, v, t): the same for the data key `key`, if it has a version hash.
 -- Returns false when this call cannot reach the hash: the key has braces but no tag
--- (only the client can name its hash), or the hash is not on this node (its slot is
--- migrating); the guard then leaves the floor to the client (topology/_floor.py).
+-- (only the client can name its hash), the hash is not on this node (its slot is
+-- migrating), or it holds another type; the guard then leaves the floor to the client
+-- (topology/_floor.py).
 local function raise_floor(key, v, t)
   local vh = version_hash(key)
   if not vh then return false end
   -- pcall: in a slot that is migrating, the hash may be on the other node
   local exists = redis.pcall('EXISTS', vh)
   if type(exists) ~= 'number' then return false end
-  if exists == 1 then floor_at(vh, v, t) end
+  if exists == 1 then return floor_at(vh, v, t) end
   return true
 end
