@@ -431,7 +431,7 @@ async def test_a_per_call_ttl_that_is_no_positive_number_is_refused(st: Stampede
     transaction); nothing lands."""
     with pytest.raises(ConfigurationError, match="ttl must be a number of seconds"):
         await st.write("badttl", {"badttl:a": b"x"}, ttl=ttl)
-    with pytest.raises(ConfigurationError, match="ttl must be a number of seconds"):
+    with pytest.raises(ConfigurationError, match="grace must be a number of seconds"):
         await st.delete("badttl", ["badttl:a"], grace=ttl)
     with pytest.raises(ConfigurationError, match="ttl must be a number of seconds"):
         async with st.transaction(ttl=ttl) as tx:
