@@ -288,6 +288,7 @@ async def test_a_group_read_of_one_transaction_is_whole_in_stamp_mode_only(
         for key in keys:
             tx.set(key, b"v")
     got = await st.read("txgroup", keys, mode="stamp", retry=QUICK)
+    assert tx.receipt is not None
     assert got.consistent and got.token == tx.receipt.token
     with pytest.raises(TornReadError) as info:
         await st.read("txgroup", keys, mode="commit", retry=QUICK)
