@@ -18,7 +18,7 @@ dead letters  stampede:repairs:dead       (entry fields plus last_error, failed_
 A group's partition is its slot modulo the partition count, and its pending
 marker lives in the slot of its partition's stream, so "one pending job per group"
 is checked and recorded in the same Lua call as the XADD. A job whose worker
-died stays pending in the consumer group and is taken over with XAUTOCLAIM once
+died stays pending in the consumer group and is taken over (XPENDING, XCLAIM) once
 idle long enough; a job that fails (or whose worker died) `max_attempts` times
 goes to the dead-letter stream with its last error.
 
@@ -52,6 +52,7 @@ from ..errors import ConfigurationError, ShardResponseError
 from ..keys import hash_tag, keyslot, to_bytes
 from ..typing import Topology
 from . import _queue_admin as _admin
+from . import _queue_claim as _claim
 from ._jobs import BASE, CONSUMER_GROUP, DEAD, Job, as_text, encode_fields, flatten, parse_job
 
 __all__ = ["CONSUMER_GROUP", "DEAD", "Job", "RepairQueue"]
@@ -65,8 +66,6 @@ _RETRY = script("queue_retry")
 
 _PROMOTE = script("queue_promote")
 
-
-_PENDING = script("queue_pending")
 
 _HELD = script("queue_held")
 
@@ -114,6 +113,7 @@ class RepairQueue:
             [base] if partitions == 1 else [b"%s:{%d}" % (base, n) for n in range(partitions)]
         )
         self._ready: set[bytes] = set()
+        self.cursors: dict[bytes, bytes] = {}  # per stream: where `reclaim` goes on
 
     def __repr__(self) -> str:
         return (
@@ -251,33 +251,20 @@ class RepairQueue:
         return added
 
     async def reclaim(self, consumer: str, count: int) -> list[Job]:
-        """XAUTOCLAIM jobs idle past `min_idle` (their worker died) for `consumer`."""
+        """Take over jobs idle past `min_idle` (their worker died) for `consumer`.
+
+        Each partition's pending list is walked from where the last call left off, a
+        bounded stretch per call, so a job behind many held ones is reached too."""
         jobs: list[Job] = []
         for stream in self.streams:
-            reply = await self._call(
-                stream,
-                lambda s=stream: self.topology.execute(
-                    s,
-                    "XAUTOCLAIM",
-                    s,
-                    CONSUMER_GROUP,
-                    consumer,
-                    self.min_idle_ms,
-                    "0-0",
-                    "COUNT",
-                    count,
-                ),
-            )
-            entries = [(eid, f) for eid, f in reply[1] if f]
-            if not entries:
-                continue
-            counts = await self.topology.script(
-                _PENDING, [stream], [CONSUMER_GROUP, *(eid for eid, _ in entries)]
-            )
-            for (eid, fields), n in zip(entries, counts, strict=True):
-                jobs.append(self._job(stream, eid, fields, int(n) or 1))
-            if len(jobs) >= count:
+            want = count - len(jobs)
+            if want <= 0:
                 break
+            jobs.extend(
+                await self._call(
+                    stream, lambda s=stream, w=want: _claim.reclaim(self, s, consumer, w)
+                )
+            )
         return jobs
 
     def _job(self, stream: bytes, eid: Any, raw: Any, deliveries: int = 1) -> Job:
