@@ -3,9 +3,19 @@ counting only the deliveries that died, and draining past entries that are not j
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import pytest
+
 from stampede import Stampede
-from stampede.repair import CONSUMER_GROUP, RepairQueue
+from stampede.errors import ConfigurationError
+from stampede.repair import CONSUMER_GROUP, NewestWins, RepairQueue
 from stampede.repair._queue import Job
+from stampede.repair._worker import Worker
+
+from ..support import eventually
+from .test_worker import plant
 
 
 async def abandon(st: Stampede, queue: RepairQueue, job: Job, consumer: str = "dead") -> None:
@@ -36,3 +46,83 @@ async def test_a_dead_workers_job_behind_many_held_ones_is_taken_over(st: Stampe
             break
     assert [job.id for job in taken] == [last.id] and taken[0].deliveries == 2
     assert await queue.reclaim("other", 10) == []  # the live worker's jobs stay its own
+
+
+class _Holding(NewestWins):
+    """NewestWins that holds each repair until `release` is set, counting the calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[bytes] = []
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def repair(self, ctx: Any, obs: Any, verdict: Any) -> Any:
+        self.calls.append(obs.group)
+        self.entered.set()
+        await self.release.wait()
+        return await super().repair(ctx, obs, verdict)
+
+
+class _Counted(RepairQueue):
+    """A queue that counts its `claim` calls and sets `claimed` after each."""
+
+    claims = 0
+
+    async def claim(self, consumer: str, count: int = 16, **kw: Any) -> list[Job]:
+        jobs = await super().claim(consumer, count, **kw)
+        self.claims += 1
+        return jobs
+
+
+async def test_a_job_in_hand_that_looks_idle_is_not_claimed_again_by_its_worker(
+    st: Stampede,
+) -> None:
+    """The worker's job in hand looks idle past min_idle (its touches fell behind: a
+    busy loop, a short min_idle): the worker's own next claims took it over again and
+    started a second repair of the same group beside the first."""
+    queue = _Counted(st.topology, min_idle=30.0)
+    await queue.clear()
+    await plant(st, queue, 1)  # group w:0, torn
+    strategy = _Holding()
+    worker = Worker(
+        st.topology, queue, strategy, concurrency=4, poll_interval=0.01, block_ms=10,
+        job_timeout=None, sweep_interval=0,
+    )  # fmt: skip
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(strategy.entered.wait(), 30)
+        (held,) = worker._held.values()  # noqa: SLF001 - the job the worker is repairing
+        await abandon(st, queue, held, worker.consumer)  # idle past min_idle, still its own
+        seen = queue.claims
+        await eventually(lambda: _true(queue.claims >= seen + 3))
+        assert strategy.calls == [b"w:0"]
+    finally:
+        strategy.release.set()
+        worker.stop()
+        await running
+    assert strategy.calls == [b"w:0"] and worker.stats.counts()["done"] == 1
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_claim_never_returns_a_job_twice(st: Stampede) -> None:
+    """Jobs the caller holds are left out of the take-over, and so are the ones the
+    same claim just delivered; and a min_idle too short to keep a live worker's jobs
+    its own is refused, naming the bound."""
+    queue = RepairQueue(st.topology, partitions=1, min_idle=0.1)
+    await queue.clear()
+    for n in range(3):
+        await queue.enqueue(f"once:{n}", [f"once:{n}:a"], {}, "torn")
+    first = await queue.claim("w", 10)
+    assert len({job.id for job in first}) == 3
+    for job in first:
+        await abandon(st, queue, job, "w")  # idle past min_idle, in the hands of "w"
+    assert await queue.claim("w", 10, in_hand=[job.id for job in first]) == []
+    again = await queue.claim("other", 10, in_hand=[first[0].id])
+    assert sorted(job.id for job in again) == sorted(job.id for job in first[1:])
+    assert [job.id for job in await queue.claim("other", 10)] == [first[0].id]
+    with pytest.raises(ConfigurationError, match=r"min_idle must be at least 0\.1 s"):
+        RepairQueue(st.topology, min_idle=0.001)

@@ -211,12 +211,12 @@ async def test_failed_jobs_retry_then_dead_letter(st: Stampede) -> None:
 
 async def test_jobs_of_a_dead_consumer_are_reclaimed(st: Stampede) -> None:
     """A job claimed but never acked is taken over once idle, with its delivery count."""
-    queue = RepairQueue(st.topology, min_idle=0.05)
+    queue = RepairQueue(st.topology, min_idle=0.1)
     await queue.clear()
     await queue.enqueue("rc", ["rc:a"], {}, "torn")
     assert len(await queue.claim("dead-worker", 5)) == 1
     assert await queue.claim("live-worker", 5) == []
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.15)
     jobs = await queue.claim("live-worker", 5)
     assert len(jobs) == 1 and jobs[0].deliveries == 2
 

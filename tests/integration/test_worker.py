@@ -365,10 +365,10 @@ class _Watched(RepairQueue):
     since = float("inf")
     late = 0
 
-    async def reclaim(self, consumer: str, count: int) -> list[Job]:
+    async def reclaim(self, consumer: str, count: int, *, in_hand: Any = ()) -> list[Job]:
         if asyncio.get_running_loop().time() >= self.since:
             self.late += 1
-        return await super().reclaim(consumer, count)
+        return await super().reclaim(consumer, count, in_hand=in_hand)
 
 
 async def test_a_job_in_hand_past_min_idle_is_not_taken_over(st: Stampede) -> None:

@@ -146,7 +146,7 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         "application's Options.tombstone_grace.",
     ),
     "--min-idle": (
-        click.FloatRange(min=0.01),
+        click.FloatRange(min=0.1),
         30.0,
         "Seconds before a job of a dead worker is taken over.",
     ),

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .._lua import script
@@ -97,6 +97,12 @@ class RepairQueue:
             partitions = 8 if topology.slot_bound else 1
         if not 1 <= partitions <= 1024:
             raise ConfigurationError(f"partitions must be in 1..1024, got {partitions}")
+        if min_idle < _claim.MIN_IDLE:
+            raise ConfigurationError(
+                f"min_idle must be at least {_claim.MIN_IDLE} s, got {min_idle}: a shorter one "
+                "takes jobs over from workers that are alive but busy (one job repaired "
+                "twice at once); it is how long a dead worker's jobs wait (30 s by default)"
+            )
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
         self.topology = topology
@@ -205,11 +211,20 @@ class RepairQueue:
         )
         return None if job_id is None else as_text(job_id)
 
-    async def claim(self, consumer: str, count: int = 16, *, block_ms: int = 0) -> list[Job]:
+    async def claim(
+        self,
+        consumer: str,
+        count: int = 16,
+        *,
+        block_ms: int = 0,
+        in_hand: Collection[str] = (),
+    ) -> list[Job]:
         """New jobs for `consumer`, then jobs idle past `min_idle` from dead consumers.
 
-        `block_ms` blocks on a single-partition queue only (keep it below the
-        socket timeout); partitioned queues are polled, the caller sleeping between.
+        No job comes twice, nor one whose id is in `in_hand` (the jobs the caller holds:
+        one of them idle past `min_idle` is still its own). `block_ms` blocks on a
+        single-partition queue only (keep it below the socket timeout); partitioned
+        queues are polled, the caller sleeping between.
         """
         jobs: list[Job] = []
         await self.promote()
@@ -237,7 +252,8 @@ class RepairQueue:
             for _, entries in reply or []:
                 jobs.extend(self._job(stream, eid, fields) for eid, fields in entries if fields)
         if len(jobs) < count:
-            jobs.extend(await self.reclaim(consumer, count - len(jobs)))
+            held = {*in_hand, *(job.id for job in jobs)}
+            jobs.extend(await self.reclaim(consumer, count - len(jobs), in_hand=held))
         return jobs
 
     async def promote(self, limit: int = 1000) -> int:
@@ -250,8 +266,11 @@ class RepairQueue:
             )
         return added
 
-    async def reclaim(self, consumer: str, count: int) -> list[Job]:
-        """Take over jobs idle past `min_idle` (their worker died) for `consumer`.
+    async def reclaim(
+        self, consumer: str, count: int, *, in_hand: Collection[str] = ()
+    ) -> list[Job]:
+        """Take over jobs idle past `min_idle` (their worker died) for `consumer`,
+        never one whose id is in `in_hand`.
 
         Each partition's pending list is walked from where the last call left off, a
         bounded stretch per call, so a job behind many held ones is reached too."""
@@ -262,7 +281,8 @@ class RepairQueue:
                 break
             jobs.extend(
                 await self._call(
-                    stream, lambda s=stream, w=want: _claim.reclaim(self, s, consumer, w)
+                    stream,
+                    lambda s=stream, w=want: _claim.reclaim(self, s, consumer, w, in_hand),
                 )
             )
         return jobs

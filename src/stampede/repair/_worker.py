@@ -32,7 +32,6 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from .. import _pipeline as pipeline
 from .. import metrics, tracing
-from .._txn.sweep import sweep
 from ..errors import ConfigurationError, RepairError, StampedeError
 from ..results import RepairAction
 from ..typing import DEFAULT_GRACE, RepairContext, RepairStrategy, Topology, VersionSource
@@ -40,6 +39,7 @@ from ..verdict import Mode, Status, judge
 from ..versions import HybridClock
 from ._queue import Job, RepairQueue
 from ._queue_admin import keep_held
+from ._worker_loops import sweep_loop
 from ._worker_stats import (
     RetryBackoff,
     StrategyLifecycle,
@@ -174,7 +174,9 @@ class Worker:
             burst=self.burst,
         )
         health = asyncio.create_task(self._health_loop())
-        sweeping = asyncio.create_task(self._sweep_loop())
+        sweeping = asyncio.create_task(
+            sweep_loop(self.topology, self.sweep_interval, self.version_grace)
+        )
         touching = asyncio.create_task(
             keep_held(self.queue, self.consumer, lambda: list(self._held.values()))
         )
@@ -200,6 +202,7 @@ class Worker:
                     if self.stopping.is_set():
                         await self._release(job)
                         continue
+                    self._held[job.id] = job  # in hand from now: no claim returns it again
                     task = asyncio.create_task(self._process(job))
                     self._in_hand.add(task)
                     self.stats.in_hand = len(self._in_hand)
@@ -225,7 +228,9 @@ class Worker:
 
     async def _claim(self, count: int) -> list[Job]:
         try:
-            return await self.queue.claim(self.consumer, count, block_ms=self.block_ms)
+            return await self.queue.claim(
+                self.consumer, count, block_ms=self.block_ms, in_hand=list(self._held)
+            )
         except Exception as exc:  # a worker outlives a bad shard or a bad reply
             self.stats.error("claim")
             event("worker.claim_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
@@ -369,19 +374,6 @@ class Worker:
             event("worker.queue_unreachable", logging.WARNING, error=str(exc))
             return
         self.stats.queue_gauges(stats)
-
-    async def _sweep_loop(self) -> None:
-        """Collect transactions' version hashes of keys no longer written, now and then."""
-        if self.sweep_interval <= 0:
-            return
-        while True:
-            await asyncio.sleep(self.sweep_interval)
-            try:
-                visited = await sweep(self.topology, grace=self.version_grace)
-            except StampedeError as exc:  # a shard down: try again next time
-                event("worker.sweep_failed", logging.WARNING, error=str(exc))
-                continue
-            event("worker.sweep", logging.DEBUG, version_hashes=visited)
 
     async def _health_loop(self) -> None:
         while True:
