@@ -15,7 +15,7 @@ from stampede.repair._queue import Job
 from stampede.repair._worker import Worker
 
 from ..support import eventually
-from .test_worker import plant
+from .test_worker import check_repaired, plant
 
 
 async def abandon(st: Stampede, queue: RepairQueue, job: Job, consumer: str = "dead") -> None:
@@ -126,3 +126,48 @@ async def test_a_claim_never_returns_a_job_twice(st: Stampede) -> None:
     assert [job.id for job in await queue.claim("other", 10)] == [first[0].id]
     with pytest.raises(ConfigurationError, match=r"min_idle must be at least 0\.1 s"):
         RepairQueue(st.topology, min_idle=0.001)
+
+
+async def test_a_job_handed_back_on_every_stop_is_never_dead_lettered(st: Stampede) -> None:
+    """Workers stopped with the job in hand (SIGTERM, grace over) hand it back; each
+    hand-back counted as a delivery, and past max_attempts of them the next worker
+    dead-lettered the job as one that "killed its worker", though nothing failed."""
+    queue = RepairQueue(st.topology, max_attempts=2)
+    await queue.clear()
+    expected = await plant(st, queue, 1)
+    for _ in range(4):  # twice max_attempts restarts, each with the job in hand
+        strategy = _Holding()
+        worker = Worker(
+            st.topology, queue, strategy, poll_interval=0.01, block_ms=10, grace=0,
+            job_timeout=None, sweep_interval=0,
+        )  # fmt: skip
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(strategy.entered.wait(), 30)
+        worker.stop()
+        await running
+        assert worker.stats.counts()["released"] == 1
+    worker = Worker(
+        st.topology, queue, NewestWins(), poll_interval=0.01, block_ms=10, sweep_interval=0,
+        burst=True,
+    )  # fmt: skip
+    await asyncio.wait_for(worker.run(), 60)
+    counts = worker.stats.counts()
+    assert counts["dead_lettered"] == 0 and counts["repaired"] == 1, counts
+    assert (await queue.stats())["dead"] == 0
+    await check_repaired(st, expected)
+
+
+async def test_a_late_hand_back_leaves_a_job_another_worker_took_over(st: Stampede) -> None:
+    """Worker a looked dead and b took its job over; a, stopping, hands the job back:
+    that made b's job in hand idle for a third worker to take (one job, two repairs)."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    await queue.enqueue("late", ["late:a"], {}, "torn")
+    (held,) = await queue.claim("a", 10)
+    await abandon(st, queue, held, "a")
+    (taken,) = await queue.reclaim("b", 10)
+    assert not await queue.release(held, "a")  # no longer a's
+    assert await queue.reclaim("c", 10) == []  # b's, not idle
+    assert await queue.release(taken, "b")
+    (again,) = await queue.reclaim("c", 10)
+    assert again.id == held.id and again.deliveries == 2  # a's death counts, b's stop not

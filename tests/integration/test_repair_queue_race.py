@@ -14,7 +14,7 @@ import re
 import time
 
 from stampede import RetryPolicy, Stampede, Status
-from stampede.repair import Enqueue, NewestWins, RepairContext, RepairQueue
+from stampede.repair import CONSUMER_GROUP, Enqueue, NewestWins, RepairContext, RepairQueue
 from stampede.repair._queue import Job
 from stampede.repair._worker import Worker
 from stampede.results import RepairOutcome
@@ -285,7 +285,10 @@ async def test_a_reclaimed_job_counts_its_deliveries_behind_a_hundred_others(
     held = await queue.claim("w", 200)
     assert len(held) == 101
     last = max(held, key=lambda job: tuple(map(int, job.id.split("-"))))
-    await queue.release(last)  # idle past min_idle, as if its worker died
+    await st.topology.execute(  # idle past min_idle, as if its worker died
+        last.stream, "XCLAIM", last.stream, CONSUMER_GROUP, "w", 0, last.id,
+        "IDLE", queue.min_idle_ms + 1, "JUSTID",
+    )  # fmt: skip
     (again,) = await queue.reclaim("w", 20)
     assert again.id == last.id and again.deliveries == 2
 

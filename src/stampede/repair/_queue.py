@@ -69,6 +69,8 @@ _PROMOTE = script("queue_promote")
 
 _HELD = script("queue_held")
 
+_RELEASE = script("queue_release")
+
 
 def _ms(name: str, seconds: object) -> int:
     """`seconds` in ms, or `ConfigurationError` naming `name` (NaN, infinity, a str)."""
@@ -290,20 +292,12 @@ class RepairQueue:
     def _job(self, stream: bytes, eid: Any, raw: Any, deliveries: int = 1) -> Job:
         return parse_job(stream, eid, raw, deliveries, self.max_attempts)
 
-    async def release(self, job: Job) -> None:
-        """Hand a claimed job back: make it idle enough for any worker to take at once."""
-        await self.topology.execute(
-            job.stream,
-            "XCLAIM",
-            job.stream,
-            CONSUMER_GROUP,
-            "released",
-            0,
-            job.id,
-            "IDLE",
-            self.min_idle_ms + 1,
-            "JUSTID",
-        )
+    async def release(self, job: Job, holder: str | None = None) -> bool:
+        """Hand a claimed job back: idle enough for any worker to take at once, its
+        delivery count as before the claim (a stop does not count toward the dead
+        letters). With `holder`, only while that consumer holds it; False if not."""
+        args = [CONSUMER_GROUP, job.id, self.min_idle_ms + 1, holder or ""]
+        return bool(await self.topology.script(_RELEASE, [job.stream], args))
 
     async def ack(self, job: Job) -> str | None:
         """The job is done: remove it and its pending marker.

@@ -253,8 +253,8 @@ class Worker:
 
     async def _release(self, job: Job) -> None:
         try:
-            await self.queue.release(job)
-            self.stats.released += 1
+            if await self.queue.release(job, self.consumer):
+                self.stats.released += 1
         except StampedeError as exc:  # it stays pending and is reclaimed after min_idle
             self.stats.error("release")
             event("job.release_failed", logging.WARNING, job=job.id, error=str(exc))
