@@ -4,6 +4,7 @@ counting only the deliveries that died, and draining past entries that are not j
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -108,6 +109,10 @@ async def _true(value: bool) -> bool:
     return value
 
 
+async def _no(name: str, listed: Awaitable[dict[str, int]]) -> bool:
+    return name not in await listed
+
+
 async def test_a_claim_never_returns_a_job_twice(st: Stampede) -> None:
     """Jobs the caller holds are left out of the take-over, and so are the ones the
     same claim just delivered; and a min_idle too short to keep a live worker's jobs
@@ -171,3 +176,72 @@ async def test_a_late_hand_back_leaves_a_job_another_worker_took_over(st: Stampe
     assert await queue.release(taken, "b")
     (again,) = await queue.reclaim("c", 10)
     assert again.id == held.id and again.deliveries == 2  # a's death counts, b's stop not
+
+
+async def test_the_dead_letter_stream_keeps_about_its_bound(st: Stampede) -> None:
+    """Dead letters were kept for ever: the stream grew with every job that kept
+    failing. It keeps about `dead_max_len` now, the newest."""
+    queue = RepairQueue(st.topology, partitions=1, dead_max_len=10)
+    await queue.clear()
+    for n in range(300):
+        await queue.enqueue(f"dl:{n}", [f"dl:{n}:a"], {}, "torn")
+    jobs = await queue.claim("w", 300)
+    assert len(jobs) == 300
+    for job in jobs:
+        await queue.dead_letter(job, "boom")
+    length = int(await st.topology.execute(queue.dead, "XLEN", queue.dead))
+    assert 10 <= length < 150, length  # approximate: whole nodes of old ones go
+    newest = await queue.dead_letters(1)
+    assert newest[0]["source_id"] == jobs[-1].id
+    with pytest.raises(ConfigurationError, match="dead_max_len"):
+        RepairQueue(st.topology, dead_max_len=0)
+
+
+async def consumers(st: Stampede, stream: bytes) -> dict[str, int]:
+    """The consumer group's consumers: name -> jobs held."""
+    reply = await st.topology.execute(stream, "XINFO", "CONSUMERS", stream, CONSUMER_GROUP)
+    out = {}
+    for info in reply:
+        fields = dict(zip(info[::2], info[1::2], strict=True)) if isinstance(info, list) else info
+        out[fields[b"name"].decode()] = int(fields[b"pending"])
+    return out
+
+
+async def test_consumers_of_workers_that_are_gone_are_forgotten(st: Stampede) -> None:
+    """Every worker that ever ran stayed listed in the consumer group (a new name per
+    process): consumers that hold no job and were idle for `forget_after` are deleted,
+    by `forget_consumers` and by a worker at its start; one holding a job is kept."""
+    queue = RepairQueue(st.topology, partitions=1, forget_after=0.2)
+    await queue.clear()
+    stream = queue.streams[0]
+    await queue.enqueue("fg:1", ["fg:1:a"], {}, "torn")
+    assert len(await queue.claim("holder", 1)) == 1
+    for name in ("gone-1", "gone-2"):  # workers that took jobs, acked them, and went
+        await st.topology.execute(stream, "XGROUP", "CREATECONSUMER", stream, CONSUMER_GROUP, name)
+    assert await consumers(st, stream) == {"holder": 1, "gone-1": 0, "gone-2": 0}
+
+    async def idle_enough() -> bool:
+        reply = await st.topology.execute(stream, "XINFO", "CONSUMERS", stream, CONSUMER_GROUP)
+        return all(
+            int((dict(zip(i[::2], i[1::2], strict=True)) if isinstance(i, list) else i)[b"idle"])
+            >= 250
+            for i in reply
+        )
+
+    await eventually(idle_enough)
+    assert await queue.forget_consumers() == 2
+    assert await consumers(st, stream) == {"holder": 1}
+
+    await st.topology.execute(stream, "XGROUP", "CREATECONSUMER", stream, CONSUMER_GROUP, "gone-3")
+    await eventually(idle_enough)
+    worker = Worker(
+        st.topology, queue, NewestWins(), consumer="new", poll_interval=0.01, block_ms=10,
+        sweep_interval=0,
+    )  # fmt: skip
+    running = asyncio.create_task(worker.run())
+    try:
+        await eventually(lambda: _no("gone-3", consumers(st, stream)))
+    finally:
+        worker.stop()
+        await running
+    assert "holder" in await consumers(st, stream)

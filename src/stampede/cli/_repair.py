@@ -150,6 +150,18 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         30.0,
         "Seconds before a job of a dead worker is taken over.",
     ),
+    "--dead-max-len": (
+        click.IntRange(min=1),
+        10_000,
+        "Dead letters kept: past it the oldest are trimmed (approximately: a few more "
+        "stay until a whole block of old ones can go).",
+    ),
+    "--forget-after": (
+        click.FloatRange(min=1),
+        3600.0,
+        "Seconds after which a consumer holding no job (a worker that is gone) is "
+        "removed from the consumer group; workers check at start and every minute.",
+    ),
     "--grace": (
         _SECONDS,
         10.0,
@@ -202,6 +214,8 @@ def worker_command(
     sweep_interval: float,
     tombstone_grace: float,
     min_idle: float,
+    dead_max_len: int,
+    forget_after: float,
     grace: float,
     burst: bool,
     metrics_port: int | None,
@@ -245,6 +259,8 @@ def worker_command(
                     partitions=where.partitions,
                     max_attempts=max_attempts,
                     min_idle=min_idle,
+                    dead_max_len=dead_max_len,
+                    forget_after=forget_after,
                 )
                 registry = CollectorRegistry()
                 for collector in (ProcessCollector, PlatformCollector, GCCollector):

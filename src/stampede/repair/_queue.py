@@ -67,8 +67,6 @@ _RETRY = script("queue_retry")
 _PROMOTE = script("queue_promote")
 
 
-_HELD = script("queue_held")
-
 _RELEASE = script("queue_release")
 
 
@@ -93,6 +91,8 @@ class RepairQueue:
         max_attempts: int = 5,
         min_idle: float = 30.0,
         marker_ttl: float = 3600.0,
+        dead_max_len: int = 10_000,
+        forget_after: float = 3600.0,
     ) -> None:
         if partitions is None:
             # Slot-bound: one stream per slot would be one hot node; spread over eight.
@@ -107,6 +107,13 @@ class RepairQueue:
             )
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
+        if dead_max_len < 1 or forget_after <= 0:
+            raise ConfigurationError(
+                f"dead_max_len must be at least 1 (got {dead_max_len}) and forget_after "
+                f"above 0 s (got {forget_after})"
+            )
+        self.dead_max_len = dead_max_len
+        self.forget_after_ms = int(forget_after * 1000)
         self.topology = topology
         self.partitions = partitions
         self.max_attempts = max_attempts
@@ -324,7 +331,7 @@ class RepairQueue:
         """
         attempts = job.attempts + 1
         if attempts >= self.max_attempts or not job.keys:
-            return await self._dead_letter(job, error, attempts) is not False
+            return await _admin.dead_letter(self, job, error, attempts) is not False
         delay = max(0.0, delay)
         delays = (*job.delays, delay) if delay > 0 else job.delays
         fields = encode_fields(
@@ -350,21 +357,13 @@ class RepairQueue:
         no longer pending (a worker that took it over acked or retried it) is left
         alone: no dead letter.
         """
-        done = await self._dead_letter(job, error, attempts)
+        done = await _admin.dead_letter(self, job, error, attempts)
         return done if isinstance(done, str) else None
 
-    async def _dead_letter(self, job: Job, error: str, attempts: int | None) -> str | bool | None:
-        """`dead_letter`: False when the job is no longer pending, else the follow-up id."""
-        held = await self.topology.script(_HELD, [job.stream], [CONSUMER_GROUP, job.id])
-        if not int(held):
-            return False
-        fields = job.fields() if job.keys else {b"group": job.group, b"reason": b"malformed"}
-        fields[b"attempts"] = str(attempts if attempts is not None else job.attempts).encode()
-        fields[b"last_error"] = error[:500].encode("utf-8", "backslashreplace")
-        fields[b"failed_at"] = repr(time.time()).encode()
-        fields[b"source_id"] = job.id.encode()
-        await self.topology.execute(self.dead, "XADD", self.dead, "*", *flatten(fields))
-        return await self.ack(job)
+    async def forget_consumers(self) -> int:
+        """Delete the consumers holding no job and idle for `forget_after` seconds (workers
+        that are gone); how many. Workers do it at start and every minute."""
+        return await _admin.forget_consumers(self)
 
     async def dead_letters(self, count: int = 100) -> list[dict[str, str]]:
         """The newest dead-lettered jobs, fields as text."""

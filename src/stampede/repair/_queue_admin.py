@@ -6,19 +6,33 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._lua import script
 from ..errors import ShardResponseError, StampedeError
-from ._jobs import CONSUMER_GROUP, Job, as_text
+from ._jobs import CONSUMER_GROUP, Job, as_text, flatten
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
 
-__all__ = ["dead_letters", "delayed", "keep_held", "requeue_dead", "stats", "touch"]
+__all__ = [
+    "dead_letter",
+    "dead_letters",
+    "delayed",
+    "forget_consumers",
+    "keep_held",
+    "requeue_dead",
+    "stats",
+    "touch",
+]
 
 _TOUCH = script("queue_touch")
+
+_HELD = script("queue_held")
+
+_FORGET = script("queue_forget")
 
 
 async def touch(queue: RepairQueue, consumer: str, jobs: Collection[Job]) -> int:
@@ -45,6 +59,36 @@ async def keep_held(queue: RepairQueue, consumer: str, held: Callable[[], Collec
                 await touch(queue, consumer, jobs)
             except StampedeError:  # a shard down: the next round tries again
                 pass
+
+
+async def dead_letter(
+    queue: RepairQueue, job: Job, error: str, attempts: int | None
+) -> str | bool | None:
+    """`RepairQueue.dead_letter`: False when the job is no longer pending, else the
+    follow-up id. The dead-letter stream keeps about `dead_max_len` entries, the newest
+    (approximate trimming: a few more until a whole node of old ones can go)."""
+    held = await queue.topology.script(_HELD, [job.stream], [CONSUMER_GROUP, job.id])
+    if not int(held):
+        return False
+    fields = job.fields() if job.keys else {b"group": job.group, b"reason": b"malformed"}
+    fields[b"attempts"] = str(attempts if attempts is not None else job.attempts).encode()
+    fields[b"last_error"] = error[:500].encode("utf-8", "backslashreplace")
+    fields[b"failed_at"] = repr(time.time()).encode()
+    fields[b"source_id"] = job.id.encode()
+    trim = ["MAXLEN", "~", queue.dead_max_len]
+    await queue.topology.execute(queue.dead, "XADD", queue.dead, *trim, "*", *flatten(fields))
+    return await queue.ack(job)
+
+
+async def forget_consumers(queue: RepairQueue) -> int:
+    """Delete the consumers, in every partition, that hold no job and were idle for
+    `forget_after` (workers that are gone); how many. Each partition is checked and
+    cleared in one Lua call, so a consumer that takes a job meanwhile is kept."""
+    forgotten = 0
+    for stream in queue.streams:
+        args = [CONSUMER_GROUP, queue.forget_after_ms]
+        forgotten += int(await queue.topology.script(_FORGET, [stream], args))
+    return forgotten
 
 
 async def dead_letters(queue: RepairQueue, count: int = 100) -> list[dict[str, str]]:

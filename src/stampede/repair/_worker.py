@@ -39,7 +39,7 @@ from ..verdict import Mode, Status, judge
 from ..versions import HybridClock
 from ._queue import Job, RepairQueue
 from ._queue_admin import keep_held
-from ._worker_loops import sweep_loop
+from ._worker_loops import forget_loop, sweep_loop
 from ._worker_stats import (
     RetryBackoff,
     StrategyLifecycle,
@@ -177,6 +177,7 @@ class Worker:
         sweeping = asyncio.create_task(
             sweep_loop(self.topology, self.sweep_interval, self.version_grace)
         )
+        forgetting = asyncio.create_task(forget_loop(self.queue))
         touching = asyncio.create_task(
             keep_held(self.queue, self.consumer, lambda: list(self._held.values()))
         )
@@ -209,7 +210,7 @@ class Worker:
                     task.add_done_callback(self._done)
         finally:
             await self._drain()
-            for background in (health, sweeping, touching, stop):
+            for background in (health, sweeping, touching, forgetting, stop):
                 background.cancel()
             await self._check_queue()
             event("worker.stop", consumer=self.consumer, **self.stats.counts())

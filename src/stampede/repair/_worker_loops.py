@@ -1,19 +1,27 @@
 """The repair worker's housekeeping, run beside its jobs: collecting read-atomic
-transactions' old versions (`sweep_loop`)."""
+transactions' old versions (`sweep_loop`) and removing the consumers of workers that
+are gone (`forget_loop`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from .. import metrics
 from .._txn.sweep import sweep
 from ..errors import StampedeError
 from ..typing import Topology
 
-__all__ = ["sweep_loop"]
+if TYPE_CHECKING:
+    from ._queue import RepairQueue
+
+__all__ = ["FORGET_INTERVAL", "forget_loop", "sweep_loop"]
 
 log = logging.getLogger("stampede.worker")
+
+FORGET_INTERVAL = 60.0
+"""Seconds between two rounds of `forget_loop`."""
 
 
 async def sweep_loop(topology: Topology, interval: float, grace: float) -> None:
@@ -29,3 +37,17 @@ async def sweep_loop(topology: Topology, interval: float, grace: float) -> None:
             metrics.log_event(log, "worker.sweep_failed", logging.WARNING, error=str(exc))
             continue
         metrics.log_event(log, "worker.sweep", logging.DEBUG, version_hashes=visited)
+
+
+async def forget_loop(queue: RepairQueue, interval: float = FORGET_INTERVAL) -> None:
+    """Delete the consumer entries of workers that are gone (no job held, idle for the
+    queue's `forget_after`) now, then every `interval` seconds."""
+    while True:
+        try:
+            forgotten = await queue.forget_consumers()
+        except StampedeError as exc:  # a shard down: try again next time
+            metrics.log_event(log, "worker.forget_failed", logging.WARNING, error=str(exc))
+        else:
+            if forgotten:
+                metrics.log_event(log, "worker.consumers_forgotten", consumers=forgotten)
+        await asyncio.sleep(interval)
