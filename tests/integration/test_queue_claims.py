@@ -245,3 +245,57 @@ async def test_consumers_of_workers_that_are_gone_are_forgotten(st: Stampede) ->
         worker.stop()
         await running
     assert "holder" in await consumers(st, stream)
+
+
+MALFORMED = [  # entries another program wrote to the stream: none is a job
+    ["group", "m:1", "keys", '["m:1:a"]', "delays", "[1" + "0" * 400 + "]"],  # OverflowError
+    ["keys", '["m:2:a"]'],  # no group
+    ["group", "m:3", "keys", '["\\ud800"]'],  # a key that is no text
+    ["group", "m:4", "keys", '["m:4:a"]', "attempts", "1e3"],
+    ["group", "m:5", "keys", "{}"],
+]
+
+
+async def test_burst_dead_letters_entries_that_are_not_jobs_and_drains_the_rest(
+    st: Stampede,
+) -> None:
+    """An entry whose number overflows a float failed the whole claim (an exception
+    the parser let through): the batch's jobs were stranded in the worker's name and a
+    --burst worker, seeing nothing undelivered, stopped with them pending. Every such
+    entry is dead-lettered now, the jobs beside it repaired, and burst stops only once
+    its own name holds nothing."""
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    stream = queue.streams[0]
+    for fields in MALFORMED:
+        await st.topology.execute(stream, "XADD", stream, "*", *fields)
+    expected = await plant(st, queue, 3)
+    worker = Worker(
+        st.topology, queue, NewestWins(), concurrency=4, poll_interval=0.01, block_ms=10,
+        sweep_interval=0, burst=True,
+    )  # fmt: skip
+    await asyncio.wait_for(worker.run(), 60)
+    stats = await queue.stats(detailed=True)
+    assert stats["pending"] == 0 and stats["length"] == 0, stats
+    assert stats["dead"] == len(MALFORMED)
+    assert all(d["reason"] == "malformed" for d in await queue.dead_letters())
+    assert worker.stats.counts()["dead_lettered"] == len(MALFORMED)
+    await check_repaired(st, expected)
+
+
+async def test_burst_takes_over_what_a_failed_claim_left_in_its_name(st: Stampede) -> None:
+    """A claim that fails half-way (the shard went away after delivering) leaves jobs
+    in the worker's name that it is not working on; burst waited for nothing
+    undelivered and stopped. It now stays until it took them over (after min_idle)."""
+    queue = RepairQueue(st.topology, partitions=1, min_idle=0.1)
+    await queue.clear()
+    expected = await plant(st, queue, 2)
+    assert len(await queue.claim("burst", 10)) == 2  # delivered, then the claim "failed"
+    worker = Worker(
+        st.topology, queue, NewestWins(), consumer="burst", poll_interval=0.01, block_ms=10,
+        sweep_interval=0, burst=True,
+    )  # fmt: skip
+    await asyncio.wait_for(worker.run(), 60)
+    stats = await queue.stats()
+    assert stats["pending"] == 0 and stats["length"] == 0, stats
+    await check_repaired(st, expected)

@@ -122,15 +122,10 @@ def parse_job(stream: bytes, eid: Any, raw: Any, deliveries: int, max_attempts: 
             mode=as_text(fields[b"mode"]) if b"mode" in fields else None,
             delays=parse_delays(fields.get(b"delays")),
         )
-    except (
-        KeyError,
-        ValueError,
-        TypeError,
-        AttributeError,
-        RecursionError,
-        UnicodeError,
-    ) as exc:
-        # A poison entry: keep it visible as a job that can only be dead-lettered.
+    except Exception as exc:  # whatever another program wrote there
+        # A poison entry: keep it visible as a job that can only be dead-lettered. (An
+        # exception let through, OverflowError from a huge number, failed the whole
+        # claim, stranding the batch's jobs; a --burst worker then stopped early.)
         group = fields.get(b"group", b"?") if isinstance(fields, dict) else b"?"
         return Job(
             id=as_text(eid),

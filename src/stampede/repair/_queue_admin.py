@@ -22,6 +22,7 @@ __all__ = [
     "dead_letters",
     "delayed",
     "forget_consumers",
+    "held_by",
     "keep_held",
     "requeue_dead",
     "stats",
@@ -33,6 +34,8 @@ _TOUCH = script("queue_touch")
 _HELD = script("queue_held")
 
 _FORGET = script("queue_forget")
+
+_HELD_BY = script("queue_held_by")
 
 
 async def touch(queue: RepairQueue, consumer: str, jobs: Collection[Job]) -> int:
@@ -89,6 +92,14 @@ async def forget_consumers(queue: RepairQueue) -> int:
         args = [CONSUMER_GROUP, queue.forget_after_ms]
         forgotten += int(await queue.topology.script(_FORGET, [stream], args))
     return forgotten
+
+
+async def held_by(queue: RepairQueue, consumer: str) -> int:
+    """How many jobs `consumer` holds (claimed, not acked), over every partition."""
+    held = 0
+    for stream in queue.streams:
+        held += int(await queue.topology.script(_HELD_BY, [stream], [CONSUMER_GROUP, consumer]))
+    return held
 
 
 async def dead_letters(queue: RepairQueue, count: int = 100) -> list[dict[str, str]]:

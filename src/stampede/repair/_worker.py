@@ -38,7 +38,7 @@ from ..typing import DEFAULT_GRACE, RepairContext, RepairStrategy, Topology, Ver
 from ..verdict import Mode, Status, judge
 from ..versions import HybridClock
 from ._queue import Job, RepairQueue
-from ._queue_admin import keep_held
+from ._queue_admin import held_by, keep_held
 from ._worker_loops import forget_loop, sweep_loop
 from ._worker_stats import (
     RetryBackoff,
@@ -190,6 +190,8 @@ class Worker:
                     await asyncio.wait({*self._in_hand, stop}, return_when=asyncio.FIRST_COMPLETED)
                     continue
                 jobs = await self._claim(free)
+                if jobs is None:  # failed (logged, waited): not a sign of a drained queue
+                    continue
                 if not jobs:
                     if self.burst and not self._in_hand and await self._drained():
                         event("worker.drained", consumer=self.consumer)
@@ -220,14 +222,17 @@ class Worker:
         self.stats.in_hand = len(self._in_hand)
 
     async def _drained(self) -> bool:
-        """Burst mode: nothing to claim now and no retry waiting for its delay."""
+        """Burst mode: nothing to claim now, no retry waiting for its delay, and no job
+        held under this worker's name that it is not working on (a claim that failed
+        half-way, or an earlier process of the same name: taken over after min_idle)."""
         try:
             stats = await self.queue.stats(detailed=True)
+            stranded = await held_by(self.queue, self.consumer)
         except StampedeError:
             return False
-        return stats["lag"] == 0 and stats["delayed"] == 0
+        return stats["lag"] == 0 and stats["delayed"] == 0 and stranded == 0
 
-    async def _claim(self, count: int) -> list[Job]:
+    async def _claim(self, count: int) -> list[Job] | None:
         try:
             return await self.queue.claim(
                 self.consumer, count, block_ms=self.block_ms, in_hand=list(self._held)
@@ -236,7 +241,7 @@ class Worker:
             self.stats.error("claim")
             event("worker.claim_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
             await self._sleep(1.0)
-            return []
+            return None
 
     async def _sleep(self, seconds: float) -> None:
         try:
