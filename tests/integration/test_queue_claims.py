@@ -4,6 +4,7 @@ counting only the deliveries that died, and draining past entries that are not j
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable
 from typing import Any
 
@@ -299,3 +300,30 @@ async def test_burst_takes_over_what_a_failed_claim_left_in_its_name(st: Stamped
     stats = await queue.stats()
     assert stats["pending"] == 0 and stats["length"] == 0, stats
     await check_repaired(st, expected)
+
+
+async def test_a_worker_whose_clock_is_off_keeps_retry_delays_and_markers(
+    st: Stampede, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Due times and marker ages were the clients' clocks: a worker a minute slow put a
+    failed job's 5 s retry in the past (claimable at once by any other worker), and an
+    enqueuer two hours fast took a fresh job's marker for a stale one (a second job for
+    the group). Both are the server's clock now."""
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    real = time.time
+    first = await queue.enqueue("skew", ["skew:a"], {}, "torn")
+    assert first is not None
+    monkeypatch.setattr(time, "time", lambda: real() + 7200)  # an enqueuer 2 h fast
+    assert await queue.enqueue("skew", ["skew:a"], {}, "torn") is None
+    monkeypatch.setattr(time, "time", lambda: real() - 60)  # a worker a minute slow
+    (job,) = await queue.claim("slow", 10)
+    assert not await queue.fail(job, "boom", delay=5.0)
+    monkeypatch.setattr(time, "time", real)
+    assert await queue.claim("right", 10) == []  # the delay is not over for anyone
+    (waiting,) = await queue.delayed()
+    server = await st.topology.execute(queue.streams[0], "TIME")
+    now = int(server[0]) + int(server[1]) / 1e6
+    assert now + 4 <= waiting["due_at"] <= now + 5.5
+    assert now + 4 <= float(waiting["retry_at"]) <= now + 5.5
+    assert (await queue.stats())["length"] == 1

@@ -1,6 +1,7 @@
 -- ack: XACK + XDEL the entry. If the marker still names it: drop the marker, or, when
 -- enqueues found the job already taken (marker `<id>:<ms>:<n>:<fields>`), add their
 -- newest fields as the follow-up job and point the marker at it. Returns its id.
+--! include now
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 local cur = redis.call('HGET', KEYS[2], ARGV[3])
@@ -11,5 +12,5 @@ if not job then
   return false
 end
 local id = redis.call('XADD', KEYS[1], '*', unpack(cjson.decode(job)))
-redis.call('HSET', KEYS[2], ARGV[3], id .. ':' .. ARGV[4])
+redis.call('HSET', KEYS[2], ARGV[3], id .. ':' .. now)
 return id

@@ -1,8 +1,10 @@
--- promote: KEYS stream, marker hash, delayed set, retries hash; ARGV now_ms, count.
+-- promote: KEYS stream, marker hash, delayed set, retries hash; ARGV (unused), count.
+-- Due is by the server's clock (`now`), the one the retry's due time was set by.
 -- Move the retries that are due onto the stream. A retry whose marker names another
 -- job that still exists (an enqueue replaced a stale marker) is dropped: that job
 -- reads the group later anyway. Returns how many were added.
-local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+--! include now
+local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, ARGV[2])
 local added = 0
 for _, group in ipairs(due) do
   local job = redis.call('HGET', KEYS[4], group)
@@ -14,7 +16,7 @@ for _, group in ipairs(due) do
     and #redis.call('XRANGE', KEYS[1], other, other) > 0
   if job and not live then
     local id = redis.call('XADD', KEYS[1], '*', unpack(cjson.decode(job)))
-    redis.call('HSET', KEYS[2], group, id .. ':' .. ARGV[1])
+    redis.call('HSET', KEYS[2], group, id .. ':' .. now)
     added = added + 1
   end
 end

@@ -1,20 +1,27 @@
 -- retry: KEYS stream, marker hash, delayed set, retries hash; ARGV consumer group, id,
--- group, now_ms, due_ms, entry fields... Ack and delete the entry; when due_ms is past,
--- add the new one (attempts + 1, last_error) at once, else park its fields in the
--- delayed set until due_ms. The marker is re-pointed in its plain form either way: the
+-- group, (unused), delay_ms, entry fields... Ack and delete the entry; when delay_ms is
+-- 0, add the new one (attempts + 1, last_error) at once, else park its fields, plus
+-- retry_at (epoch seconds), in the delayed set until `now` + delay_ms. `now` is the
+-- server's clock, as in `promote`: a worker whose clock is off neither shortens nor
+-- stretches the delay. The marker is re-pointed in its plain form either way: the
 -- retry is undelivered (or not yet claimable), so its worker reads afresh.
 -- An entry no longer pending was acked or retried by a worker that took it over:
 -- the job is not this caller's to retry, and nothing changes. Returns 0 then.
+--! include now
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('XDEL', KEYS[1], ARGV[2])
 local fields = {}
 for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
-if tonumber(ARGV[5]) <= tonumber(ARGV[4]) then
+local delay = tonumber(ARGV[5])
+if delay <= 0 then
   local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
-  redis.call('HSET', KEYS[2], ARGV[3], id .. ':' .. ARGV[4])
+  redis.call('HSET', KEYS[2], ARGV[3], id .. ':' .. now)
   return id
 end
-redis.call('ZADD', KEYS[3], ARGV[5], ARGV[3])
+local due = now + delay
+fields[#fields + 1] = 'retry_at'
+fields[#fields + 1] = string.format('%.3f', due / 1000)
+redis.call('ZADD', KEYS[3], due, ARGV[3])
 redis.call('HSET', KEYS[4], ARGV[3], cjson.encode(fields))
-redis.call('HSET', KEYS[2], ARGV[3], '0-' .. ARGV[5] .. ':' .. ARGV[4])
+redis.call('HSET', KEYS[2], ARGV[3], '0-' .. string.format('%d', due) .. ':' .. now)
 return false

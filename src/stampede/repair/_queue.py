@@ -267,12 +267,9 @@ class RepairQueue:
 
     async def promote(self, limit: int = 1000) -> int:
         """Put the retries whose delay is over back on the stream; how many."""
-        now_ms = int(time.time() * 1000)
-        added = 0
+        added = 0  # due by the server's clock, the one `fail` set the due time by
         for stream in self.streams:
-            added += int(
-                await self.topology.script(_PROMOTE, self._side_keys(stream), [now_ms, limit])
-            )
+            added += int(await self.topology.script(_PROMOTE, self._side_keys(stream), [0, limit]))
         return added
 
     async def reclaim(
@@ -313,11 +310,8 @@ class RepairQueue:
         job replaces it (those enqueues were told the group is pending, and the
         job's read may predate what they saw): its id is returned, else None.
         """
-        now_ms = int(time.time() * 1000)
         follow_up = await self.topology.script(
-            _ACK,
-            [job.stream, self.pending_key(job.stream)],
-            [CONSUMER_GROUP, job.id, job.group, now_ms],
+            _ACK, [job.stream, self.pending_key(job.stream)], [CONSUMER_GROUP, job.id, job.group, 0]
         )
         return None if follow_up is None else as_text(follow_up)
 
@@ -327,7 +321,7 @@ class RepairQueue:
         Otherwise the job is retried: at once when `delay` is 0, else it waits
         `delay` seconds in the delayed set, claimable by no worker until then. The
         retry's fields add `delays` (every delay so far, seconds) and `retry_at`
-        (when it becomes claimable, epoch seconds).
+        (when it becomes claimable, epoch seconds by the server's clock).
         """
         attempts = job.attempts + 1
         if attempts >= self.max_attempts or not job.keys:
@@ -338,15 +332,10 @@ class RepairQueue:
             job.group, job.keys, job.seen, job.reason, job.enqueued_at, attempts, job.mode, delays
         )
         fields[b"last_error"] = error[:500].encode("utf-8", "backslashreplace")
-        now = time.time()
-        now_ms = int(now * 1000)
-        due_ms = now_ms + int(delay * 1000)
-        if delay > 0:
-            fields[b"retry_at"] = repr(due_ms / 1000).encode()
         await self.topology.script(  # a job another worker took over and finished: no-op
-            _RETRY,
+            _RETRY,  # the delay runs on the server's clock, not this process's
             self._side_keys(job.stream),
-            [CONSUMER_GROUP, job.id, job.group, now_ms, due_ms, *flatten(fields)],
+            [CONSUMER_GROUP, job.id, job.group, 0, int(delay * 1000), *flatten(fields)],
         )
         return False
 
