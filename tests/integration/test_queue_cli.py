@@ -7,6 +7,9 @@ import json
 import socket
 from typing import Any
 
+import pytest
+
+from stampede.errors import ConfigurationError
 from stampede.repair import RepairQueue
 from stampede.testing import LocalPrimaries
 
@@ -141,3 +144,37 @@ async def test_delayed_lists_retries_another_program_wrote_malformed(
         result = await asyncio.to_thread(run_cli, "queue", "delayed", *urls, timeout=60)
         assert result.returncode == 0, result.stderr.decode()[-2000:]
         assert b"g1" in result.stdout
+
+
+async def test_a_bad_id_is_a_usage_error_and_a_refusal_is_not_unreachable(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """`requeue --id nope` reached the server, which refused the id: exit 3 ("the
+    servers cannot be reached") with a message naming neither the id nor the form to
+    give. It is a usage error naming the id now, before anything is requeued; and a
+    server's error reply (a key another program wrote) is exit 1, not 3."""
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    async with open_stampede(stampede_primaries, "shards") as st:
+        queue = RepairQueue(st.topology, max_attempts=1)
+        await queue.clear()
+        await plant(st, queue, 1)
+        (job,) = await queue.claim("w", 10)
+        assert await queue.fail(job, "boom")
+        (dead,) = await queue.dead_letters()
+        for bad in ("nope", "99999999999999999999999-1"):
+            result = await asyncio.to_thread(
+                run_cli, "queue", "requeue", *urls, "--id", dead["id"], "--id", bad, timeout=60
+            )
+            assert result.returncode == 2, result.stderr.decode()
+            assert repr(bad).encode() in result.stderr and b"<ms>-<seq>" in result.stderr
+        assert (await queue.stats())["dead"] == 1  # nothing requeued
+        with pytest.raises(ConfigurationError, match="'nope' is not a dead letter id"):
+            await queue.requeue_dead([dead["id"], "nope"])
+        assert (await queue.stats())["dead"] == 1
+
+        await queue.clear()
+        await st.topology.execute(queue.dead, "SET", queue.dead, "not a stream")
+        result = await asyncio.to_thread(run_cli, "queue", "dead", *urls, timeout=60)
+        assert result.returncode == 1, result.stderr.decode()
+        assert b"WRONGTYPE" in result.stderr and b"Traceback" not in result.stderr
+        await queue.clear()

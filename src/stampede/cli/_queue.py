@@ -18,8 +18,9 @@ import click
 from rich.table import Table
 
 from .._client import Stampede
-from ..errors import StampedeError
+from ..errors import ConfigurationError, ShardResponseError, StampedeError
 from ..repair._queue import RepairQueue
+from ..repair._queue_admin import check_entry_id
 from ._common import Where, console, setting, unreachable, with_connection
 from ._errors import fail
 
@@ -40,8 +41,9 @@ def _run(where: Where, body: Callable[[RepairQueue], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(run())
-    except (StampedeError, OSError) as exc:
-        fail(exc, exit_code=EXIT_UNREACHABLE if unreachable(exc) else 1)
+    except (StampedeError, OSError) as exc:  # a server's error reply answered: not exit 3
+        down = unreachable(exc) and not isinstance(exc, ShardResponseError)
+        fail(exc, exit_code=EXIT_UNREACHABLE if down else 1)
 
 
 def _when(epoch: Any) -> str:
@@ -182,6 +184,11 @@ def requeue_command(
     """
     if bool(ids) == every:
         raise click.UsageError("give --id ID (one or more) or --all")
+    for eid in ids:
+        try:
+            check_entry_id(eid)
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--id'") from None
 
     async def body(queue: RepairQueue) -> list[dict[str, str]]:
         return await queue.requeue_dead(list(ids) if ids else None, count=count)

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._lua import script
-from ..errors import ShardResponseError, StampedeError
+from ..errors import ConfigurationError, ShardResponseError, StampedeError
 from ._jobs import CONSUMER_GROUP, Job, as_text, flatten
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
 
 __all__ = [
+    "check_entry_id",
     "dead_letter",
     "dead_letters",
     "delayed",
@@ -116,6 +118,21 @@ async def dead_letters(queue: RepairQueue, count: int = 100) -> list[dict[str, s
     return out
 
 
+_ENTRY_ID = re.compile(r"(\d{1,20})(?:-(\d{1,20}))?")
+
+
+def check_entry_id(eid: str) -> str:
+    """`eid` if it is a stream entry id (`<ms>-<seq>` or `<ms>`), else ConfigurationError
+    naming it: the server's refusal named neither the id nor what to give instead."""
+    found = _ENTRY_ID.fullmatch(eid)
+    if found is None or any(int(part or 0) >= 2**64 for part in found.groups()):
+        raise ConfigurationError(
+            f"{eid!r} is not a dead letter id: give one as `stampede queue dead` lists "
+            "them (<ms>-<seq>, e.g. 1700000000000-0)"
+        )
+    return eid
+
+
 async def requeue_dead(
     queue: RepairQueue, ids: Sequence[str] | None = None, *, count: int = 1000
 ) -> list[dict[str, str]]:
@@ -132,6 +149,8 @@ async def requeue_dead(
         )
         entries = list(reply)
     else:
+        for eid in ids:  # every id checked before anything is requeued
+            check_entry_id(eid)
         entries = []
         for eid in ids:
             found = await queue.topology.execute(queue.dead, "XRANGE", queue.dead, eid, eid)
