@@ -327,3 +327,28 @@ async def test_a_worker_whose_clock_is_off_keeps_retry_delays_and_markers(
     assert now + 4 <= waiting["due_at"] <= now + 5.5
     assert now + 4 <= float(waiting["retry_at"]) <= now + 5.5
     assert (await queue.stats())["length"] == 1
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("job_timeout", -1.0, "job_timeout must be at least 0"),
+        ("poll_interval", 0.0, "poll_interval must be above 0"),
+        ("health_interval", 0.0, "health_interval must be above 0"),
+        ("block_ms", -5, "block_ms must be at least 0"),
+        ("grace", -1.0, "grace must be at least 0"),
+        ("concurrency", 0, "concurrency must be at least 1"),
+    ],
+)
+async def test_worker_settings_out_of_range_are_refused(
+    st: Stampede, setting: str, value: float, message: str
+) -> None:
+    """A negative job_timeout failed every attempt at once (every job dead-lettered);
+    a poll or health interval of 0 spun against Redis; a negative block failed every
+    claim. Each is a ConfigurationError naming the setting now, as is a marker TTL of
+    0, which made every enqueue queue another job for the group."""
+    queue = RepairQueue(st.topology)
+    with pytest.raises(ConfigurationError, match=message):
+        Worker(st.topology, queue, NewestWins(), **{setting: value})
+    with pytest.raises(ConfigurationError, match="marker_ttl must be above 0"):
+        RepairQueue(st.topology, marker_ttl=0)

@@ -107,6 +107,8 @@ class RepairQueue:
             )
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
+        if marker_ttl <= 0:  # 0 or less: every enqueue took the group's marker for stale
+            raise ConfigurationError(f"marker_ttl must be above 0 s, got {marker_ttl}")
         if dead_max_len < 1 or forget_after <= 0:
             raise ConfigurationError(
                 f"dead_max_len must be at least 1 (got {dead_max_len}) and forget_after "

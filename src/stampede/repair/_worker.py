@@ -32,14 +32,14 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from .. import _pipeline as pipeline
 from .. import metrics, tracing
-from ..errors import ConfigurationError, RepairError, StampedeError
+from ..errors import RepairError, StampedeError
 from ..results import RepairAction
 from ..typing import DEFAULT_GRACE, RepairContext, RepairStrategy, Topology, VersionSource
 from ..verdict import Mode, Status, judge
 from ..versions import HybridClock
 from ._queue import Job, RepairQueue
 from ._queue_admin import held_by, keep_held
-from ._worker_loops import forget_loop, sweep_loop
+from ._worker_loops import check_settings, forget_loop, sweep_loop
 from ._worker_stats import (
     RetryBackoff,
     StrategyLifecycle,
@@ -98,8 +98,11 @@ class Worker:
         job_timeout: float | None = 60.0,
         tombstone_grace: float = DEFAULT_GRACE,
     ) -> None:
-        if concurrency < 1:
-            raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
+        check_settings(
+            concurrency=concurrency, poll_interval=poll_interval, block_ms=block_ms,
+            health_interval=health_interval, grace=grace, version_grace=version_grace,
+            job_timeout=job_timeout,
+        )  # fmt: skip
         self.topology = topology
         self.queue = queue
         self.strategy = strategy

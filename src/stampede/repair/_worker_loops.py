@@ -1,6 +1,6 @@
 """The repair worker's housekeeping, run beside its jobs: collecting read-atomic
 transactions' old versions (`sweep_loop`) and removing the consumers of workers that
-are gone (`forget_loop`)."""
+are gone (`forget_loop`); and the check of its settings (`check_settings`)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,35 @@ from typing import TYPE_CHECKING
 
 from .. import metrics
 from .._txn.sweep import sweep
-from ..errors import StampedeError
+from ..errors import ConfigurationError, StampedeError
 from ..typing import Topology
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
 
-__all__ = ["FORGET_INTERVAL", "forget_loop", "sweep_loop"]
+__all__ = ["FORGET_INTERVAL", "check_settings", "forget_loop", "sweep_loop"]
 
 log = logging.getLogger("stampede.worker")
 
 FORGET_INTERVAL = 60.0
 """Seconds between two rounds of `forget_loop`."""
+
+
+_AT_LEAST = {"concurrency": 1, "block_ms": 0, "grace": 0, "job_timeout": 0, "version_grace": 0}
+_ABOVE_ZERO = ("poll_interval", "health_interval")
+
+
+def check_settings(**settings: float | None) -> None:
+    """ConfigurationError naming the first worker setting out of its range: a
+    negative `job_timeout` failed every attempt at once (every job dead-lettered), a
+    `poll_interval` or `health_interval` of 0 spun the event loop against Redis."""
+    for name, value in settings.items():
+        if value is None:
+            continue
+        low = _AT_LEAST.get(name)
+        if (low is not None and value < low) or (name in _ABOVE_ZERO and value <= 0):
+            bound = f"at least {low}" if low is not None else "above 0"
+            raise ConfigurationError(f"the worker's {name} must be {bound}, got {value}")
 
 
 async def sweep_loop(topology: Topology, interval: float, grace: float) -> None:
