@@ -10,6 +10,7 @@ servers, over both topologies.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 
@@ -307,3 +308,57 @@ async def test_lag_counts_undelivered_jobs_after_an_out_of_order_ack(st: Stamped
     await queue.enqueue("lag:c", ["lag:c:k"], {}, "torn")
     stats = await queue.stats()
     assert stats["lag"] == 1 and stats["pending"] == 1 and stats["length"] == 2, stats
+
+
+async def test_an_enqueue_of_more_keys_is_followed_by_a_job_reading_them(st: Stampede) -> None:
+    """A group's pending job reads the keys of the enqueue that queued it. A later
+    enqueue naming more keys (a reader of more of the group) was told "already
+    pending" and covered by nothing: no job ever read its extra keys. Its keys now
+    join the waiting retry, or a follow-up job, whatever state the pending job is in,
+    byte for byte (a key that is not UTF-8 included)."""
+    queue = RepairQueue(st.topology, partitions=1)
+    few, more = [b"kx:a", b"kx:\xff"], [b"kx:a", b"kx:\xff", b"kx:c"]
+
+    async def next_keys() -> list[bytes]:
+        (job,) = await queue.claim("w", 10)
+        follow_up = await queue.ack(job)
+        assert follow_up is not None
+        (after,) = await queue.claim("w", 10)
+        assert after.id == follow_up
+        await queue.ack(after)
+        return after.keys
+
+    # not taken yet: the job reads only `few`
+    await queue.clear()
+    assert await queue.enqueue("kx", few, {}, "torn") is not None
+    assert await queue.enqueue("kx", more, {}, "torn") is None
+    assert await queue.enqueue("kx", few, {}, "torn") is None
+    assert await next_keys() == more
+
+    # taken: the marks' keys add up, the newest mark naming fewer keys
+    await queue.clear()
+    await queue.enqueue("kx", few, {}, "torn")
+    (job,) = await queue.claim("w", 10)
+    await queue.release(job)
+    assert await queue.enqueue("kx", more, {}, "torn") is None
+    assert await queue.enqueue("kx", few, {}, "torn") is None
+    assert await next_keys() == more
+
+    # taken and then failed: the retry reads the marks' keys
+    await queue.clear()
+    await queue.enqueue("kx", few, {}, "torn")
+    (job,) = await queue.claim("w", 10)
+    assert await queue.enqueue("kx", more, {}, "torn") is None
+    assert not await queue.fail(job, "boom")
+    (retry,) = await queue.claim("w", 10)
+    assert retry.keys == more and retry.attempts == 1
+
+    # a retry waiting for its delay: it reads the later enqueue's keys
+    await queue.clear()
+    await queue.enqueue("kx", few, {}, "torn")
+    (job,) = await queue.claim("w", 10)
+    assert not await queue.fail(job, "boom", delay=60)
+    assert await queue.enqueue("kx", more, {}, "torn") is None
+    (waiting,) = await queue.delayed()
+    assert json.loads(waiting["keys"]) == [k.decode("utf-8", "surrogateescape") for k in more]
+    await queue.clear()

@@ -1,33 +1,55 @@
--- enqueue: KEYS stream, marker hash, delayed set; ARGV group, (unused), marker_ttl_ms,
--- consumer group, entry fields... Times are the server's (`now`), never a client's:
--- a client whose clock is off would misjudge the age of another's marker.
--- Returns the new entry's id, or false when the group's pending job covers this call.
+-- enqueue: KEYS stream, marker hash, delayed set, retries hash; ARGV group, (unused),
+-- marker_ttl_ms, consumer group, entry fields... Times are the server's (`now`), never
+-- a client's: a client whose clock is off would misjudge the age of another's marker.
+-- Returns the new entry's id, or false when the group's pending job covers this call:
+-- a retry waiting (its keys joined with these), an entry no worker has taken yet that
+-- reads every key of this call, or else, marked on the marker, the follow-up job the
+-- pending job's ack adds (this call's fields, its keys joined with earlier marks').
 --! include now
+--! include queue_keys
+local fields = {}
+for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+local mine = field_at(fields, 'keys')
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur then
   local id, at, rest = string.match(cur, '^([^:]+):(%d+)(.*)$')
   at = tonumber(at)
-  if id and at and (now - at) < tonumber(ARGV[3]) then
-    if string.sub(id, 1, 2) == '0-' then
-      -- a retry waiting in the delayed set reads the group later: it covers this call
-      if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return false end
-      id = nil
-    end
-  end
-  if id and at and (now - at) < tonumber(ARGV[3]) then
-    local fields = {}
-    for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
-    if #redis.call('XPENDING', KEYS[1], ARGV[4], id, id, 1) > 0 then
-      local n = (tonumber(string.match(rest, '^:(%d+):')) or 0) + 1
-      redis.call('HSET', KEYS[2], ARGV[1],
-        id .. ':' .. at .. ':' .. n .. ':' .. cjson.encode(fields))
+  local fresh = id and at and (now - at) < tonumber(ARGV[3])
+  if fresh and string.sub(id, 1, 2) == '0-' then
+    -- a retry waiting in the delayed set reads the group later: it covers this call,
+    -- once it reads this call's keys too
+    if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+      local raw = redis.call('HGET', KEYS[4], ARGV[1])
+      local retry = raw and cjson.decode(raw)
+      local k = retry and field_at(retry, 'keys')
+      if k and mine and not keys_cover(retry[k], fields[mine]) then
+        retry[k] = keys_union(retry[k], fields[mine])
+        redis.call('HSET', KEYS[4], ARGV[1], cjson.encode(retry))
+      end
       return false
     end
-    if #redis.call('XRANGE', KEYS[1], id, id) > 0 then return false end
+    fresh = false
+  end
+  if fresh then
+    local taken = #redis.call('XPENDING', KEYS[1], ARGV[4], id, id, 1) > 0
+    local entry = not taken and redis.call('XRANGE', KEYS[1], id, id)[1]
+    if taken or entry then
+      local n, marked = string.match(rest, '^:(%d+):(.*)$')
+      if not taken and not marked then
+        local k = field_at(entry[2], 'keys')
+        if not (k and mine) or keys_cover(entry[2][k], fields[mine]) then return false end
+      end
+      if marked and mine then
+        local prior = cjson.decode(marked)
+        local k = field_at(prior, 'keys')
+        if k then fields[mine] = keys_union(prior[k], fields[mine]) end
+      end
+      redis.call('HSET', KEYS[2], ARGV[1],
+        id .. ':' .. at .. ':' .. ((tonumber(n) or 0) + 1) .. ':' .. cjson.encode(fields))
+      return false
+    end
   end
 end
-local fields = {}
-for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
 redis.call('HSET', KEYS[2], ARGV[1], id .. ':' .. now)
 return id

@@ -5,13 +5,25 @@
 -- server's clock, as in `promote`: a worker whose clock is off neither shortens nor
 -- stretches the delay. The marker is re-pointed in its plain form either way: the
 -- retry is undelivered (or not yet claimable), so its worker reads afresh.
--- An entry no longer pending was acked or retried by a worker that took it over:
--- the job is not this caller's to retry, and nothing changes. Returns 0 then.
+-- Enqueues marked on the marker while the job was pending are covered by the retry:
+-- their keys join its own. An entry no longer pending was acked or retried by a
+-- worker that took it over: the job is not this caller's to retry, and nothing
+-- changes. Returns 0 then.
 --! include now
+--! include queue_keys
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('XDEL', KEYS[1], ARGV[2])
 local fields = {}
 for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+local cur = redis.call('HGET', KEYS[2], ARGV[3])
+local marked = cur and string.sub(cur, 1, #ARGV[2] + 1) == ARGV[2] .. ':'
+  and string.match(cur, '^[^:]+:%d+:%d+:(.*)$')
+local mine = field_at(fields, 'keys')
+if marked and mine then
+  local prior = cjson.decode(marked)
+  local k = field_at(prior, 'keys')
+  if k then fields[mine] = keys_union(fields[mine], prior[k]) end
+end
 local delay = tonumber(ARGV[5])
 if delay <= 0 then
   local id = redis.call('XADD', KEYS[1], '*', unpack(fields))

@@ -36,8 +36,9 @@ torn): `<fields>` is the JSON array of the newest such enqueue's entry fields.
 The ack of a job whose marker is in that second form does not end the group's
 turn: it adds those fields as a new job, so every caller told "already pending"
 is followed by a repair that reads the group after its enqueue. An enqueue that
-finds the pending job not yet delivered changes nothing (the worker has yet to
-read), and one whose marker names an entry that is gone replaces the marker.
+finds the pending job not yet delivered, reading all its keys, changes nothing (the
+worker has yet to read); one naming more keys marks it too, and marks' keys add up.
+One whose marker names an entry that is gone replaces the marker.
 """
 
 from __future__ import annotations
@@ -218,7 +219,7 @@ class RepairQueue:
         args = [gkey, int(now * 1000), self.marker_ttl_ms, CONSUMER_GROUP, *flatten(fields)]
         job_id = await self._call(
             stream,
-            lambda: self.topology.script(_ENQUEUE, self._side_keys(stream)[:3], args),
+            lambda: self.topology.script(_ENQUEUE, self._side_keys(stream), args),
         )
         return None if job_id is None else as_text(job_id)
 
