@@ -352,3 +352,25 @@ async def test_worker_settings_out_of_range_are_refused(
         Worker(st.topology, queue, NewestWins(), **{setting: value})
     with pytest.raises(ConfigurationError, match="marker_ttl must be above 0"):
         RepairQueue(st.topology, marker_ttl=0)
+
+
+async def test_claims_take_turns_over_the_partitions(st: Stampede) -> None:
+    """Every claim read the partitions in the same order and stopped once it had its
+    count: while the first partition kept up with the workers, the jobs of the
+    others waited for ever. Claims start from the next partition in turn now."""
+    queue = RepairQueue(st.topology, partitions=4)
+    await queue.clear()
+    queued = dict.fromkeys(queue.streams, 0)
+    n = 0
+    while min(queued.values()) < 4:
+        group = f"turn:{n}"
+        n += 1
+        stream = queue.stream_for(group.encode())
+        if queued[stream] < 4:
+            await queue.enqueue(group, [f"{group}:a"], {}, "torn")
+            queued[stream] += 1
+    served = []
+    for _ in range(4):
+        (job,) = await queue.claim("w", 1)
+        served.append(job.stream)
+    assert sorted(served) == sorted(queue.streams)

@@ -132,6 +132,7 @@ class RepairQueue:
         )
         self._ready: set[bytes] = set()
         self.cursors: dict[bytes, bytes] = {}  # per stream: where `reclaim` goes on
+        self._turn = -1
 
     def __repr__(self) -> str:
         return (
@@ -240,7 +241,7 @@ class RepairQueue:
         """
         jobs: list[Job] = []
         await self.promote()
-        for stream in self.streams:
+        for stream in self._in_turn():
             want = count - len(jobs)
             if want <= 0:
                 break
@@ -284,7 +285,7 @@ class RepairQueue:
         Each partition's pending list is walked from where the last call left off, a
         bounded stretch per call, so a job behind many held ones is reached too."""
         jobs: list[Job] = []
-        for stream in self.streams:
+        for stream in self._in_turn():
             want = count - len(jobs)
             if want <= 0:
                 break
@@ -295,6 +296,12 @@ class RepairQueue:
                 )
             )
         return jobs
+
+    def _in_turn(self) -> list[bytes]:
+        """The partitions, from the next one in turn: a claim that fills up from the
+        first partitions it reads leaves the others to the next claims, not for ever."""
+        self._turn = (self._turn + 1) % self.partitions
+        return self.streams[self._turn :] + self.streams[: self._turn]
 
     def _job(self, stream: bytes, eid: Any, raw: Any, deliveries: int = 1) -> Job:
         return parse_job(stream, eid, raw, deliveries, self.max_attempts)
