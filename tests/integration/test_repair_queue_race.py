@@ -362,3 +362,22 @@ async def test_an_enqueue_of_more_keys_is_followed_by_a_job_reading_them(st: Sta
     (waiting,) = await queue.delayed()
     assert json.loads(waiting["keys"]) == [k.decode("utf-8", "surrogateescape") for k in more]
     await queue.clear()
+
+
+async def test_a_job_waiting_past_the_marker_ttl_still_covers_an_enqueue(st: Stampede) -> None:
+    """A backlog older than the marker TTL (an hour by default): every enqueue of a
+    group whose job still waited, untaken, queued a second job for it, so the backlog
+    grew with duplicates exactly when workers were behind. The waiting job reads the
+    group later and covers it, however old; a job held past the TTL (a stuck worker)
+    is still not trusted to."""
+    queue = RepairQueue(st.topology, partitions=1, marker_ttl=0.2)
+    await queue.clear()
+    assert await queue.enqueue("old", ["old:a"], {}, "torn") is not None
+    await asyncio.sleep(0.3)  # past the TTL (a lower bound, whatever the machine)
+    assert await queue.enqueue("old", ["old:a"], {}, "torn") is None
+    assert (await queue.stats())["length"] == 1
+    assert len(await queue.claim("stuck", 10)) == 1
+    await asyncio.sleep(0.3)
+    assert await queue.enqueue("old", ["old:a"], {}, "torn") is not None
+    assert (await queue.stats())["length"] == 2
+    await queue.clear()

@@ -14,11 +14,11 @@ local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur then
   local id, at, rest = string.match(cur, '^([^:]+):(%d+)(.*)$')
   at = tonumber(at)
-  local fresh = id and at and (now - at) < tonumber(ARGV[3])
-  if fresh and string.sub(id, 1, 2) == '0-' then
+  local young = id and at and (now - at) < tonumber(ARGV[3])
+  if id and at and string.sub(id, 1, 2) == '0-' then
     -- a retry waiting in the delayed set reads the group later: it covers this call,
     -- once it reads this call's keys too
-    if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    if young and redis.call('ZSCORE', KEYS[3], ARGV[1]) then
       local raw = redis.call('HGET', KEYS[4], ARGV[1])
       local retry = raw and cjson.decode(raw)
       local k = retry and field_at(retry, 'keys')
@@ -28,12 +28,14 @@ if cur then
       end
       return false
     end
-    fresh = false
+    id = nil
   end
-  if fresh then
+  if id and at then
+    -- a job held past the marker TTL (a stuck worker) is not trusted to cover this
+    -- call; one no worker has taken yet reads the group later, however long it waits
     local taken = #redis.call('XPENDING', KEYS[1], ARGV[4], id, id, 1) > 0
     local entry = not taken and redis.call('XRANGE', KEYS[1], id, id)[1]
-    if taken or entry then
+    if (taken and young) or entry then
       local n, marked = string.match(rest, '^:(%d+):(.*)$')
       if not taken and not marked then
         local k = field_at(entry[2], 'keys')
