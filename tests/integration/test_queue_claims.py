@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from stampede import Stampede
-from stampede.errors import ConfigurationError
+from stampede.errors import ConfigurationError, InvalidKeyError
 from stampede.repair import CONSUMER_GROUP, NewestWins, RepairQueue
 from stampede.repair._queue import Job
 from stampede.repair._worker import Worker
@@ -374,3 +374,27 @@ async def test_claims_take_turns_over_the_partitions(st: Stampede) -> None:
         (job,) = await queue.claim("w", 1)
         served.append(job.stream)
     assert sorted(served) == sorted(queue.streams)
+
+
+@pytest.mark.parametrize(
+    ("group", "keys", "mode", "error", "message"),
+    [
+        ("bad", [], None, InvalidKeyError, "names no keys"),
+        ("bad", "bad:a", None, InvalidKeyError, "must be a list of key names"),
+        ("", ["bad:a"], None, InvalidKeyError, "group name is empty"),
+        ("bad", ["bad:a", 7], None, InvalidKeyError, "int"),
+        ("bad", ["bad:a"], "stmp", ConfigurationError, "'stamp' or 'commit', got 'stmp'"),
+    ],
+)
+async def test_an_enqueue_of_no_job_is_refused_and_queues_nothing(
+    st: Stampede, group: str, keys: Any, mode: str | None, error: type[Exception], message: str
+) -> None:
+    """An enqueue with no keys, or one key string (queued as a job whose keys were
+    its characters), or a misspelt mode (the worker silently used its own) was
+    accepted, to be repaired wrong or dead-lettered later. Each is refused at once,
+    naming what is wrong, and nothing is queued."""
+    queue = RepairQueue(st.topology)
+    await queue.clear()
+    with pytest.raises(error, match=message):
+        await queue.enqueue(group, keys, {}, "torn", mode=mode)
+    assert (await queue.stats())["length"] == 0

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ..errors import ConfigurationError, InvalidKeyError
+from ..keys import to_bytes
 
 __all__ = [
     "BASE",
@@ -13,6 +16,7 @@ __all__ = [
     "DEAD",
     "Job",
     "as_text",
+    "check_job",
     "encode_fields",
     "flatten",
     "parse_delays",
@@ -53,6 +57,29 @@ class Job:
             self.mode,
             self.delays,
         )
+
+
+def check_job(
+    group: bytes | str, keys: Iterable[bytes | str], mode: str | None
+) -> tuple[bytes, list[bytes]]:
+    """The group and keys of a job to enqueue, as bytes; InvalidKeyError (or, for
+    `mode`, ConfigurationError) naming what is wrong. A job with no keys, or with the
+    characters of one key string as its keys, was queued and dead-lettered later."""
+    gkey = to_bytes(group) if isinstance(group, bytes | str) else None
+    if not gkey:
+        raise InvalidKeyError(f"the repair job's group name is empty or not text: {group!r}")
+    if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
+        raise InvalidKeyError(
+            f"the keys of group {group!r} must be a list of key names, got {keys!r}", key=None
+        )
+    listed = [to_bytes(k) for k in keys]
+    if not listed:
+        raise InvalidKeyError(
+            f"enqueue of group {group!r} names no keys: give the keys the job repairs", key=group
+        )
+    if mode not in (None, "stamp", "commit"):
+        raise ConfigurationError(f"a repair job's mode is 'stamp' or 'commit', got {mode!r}")
+    return gkey, listed
 
 
 def encode_fields(

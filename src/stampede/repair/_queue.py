@@ -54,7 +54,17 @@ from ..keys import hash_tag, keyslot, to_bytes
 from ..typing import Topology
 from . import _queue_admin as _admin
 from . import _queue_claim as _claim
-from ._jobs import BASE, CONSUMER_GROUP, DEAD, Job, as_text, encode_fields, flatten, parse_job
+from ._jobs import (
+    BASE,
+    CONSUMER_GROUP,
+    DEAD,
+    Job,
+    as_text,
+    check_job,
+    encode_fields,
+    flatten,
+    parse_job,
+)
 
 __all__ = ["CONSUMER_GROUP", "DEAD", "Job", "RepairQueue"]
 
@@ -213,10 +223,10 @@ class RepairQueue:
         its ack adds with these fields. `mode` ("stamp" or "commit") tells the
         worker how the group is read.
         """
-        gkey = to_bytes(group)
+        gkey, listed = check_job(group, keys, mode)
         stream = self.stream_for(gkey)
         now = time.time()
-        fields = encode_fields(gkey, [to_bytes(k) for k in keys], seen, reason, now, 0, mode)
+        fields = encode_fields(gkey, listed, seen, reason, now, 0, mode)
         args = [gkey, int(now * 1000), self.marker_ttl_ms, CONSUMER_GROUP, *flatten(fields)]
         job_id = await self._call(
             stream,
