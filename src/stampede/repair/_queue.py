@@ -65,6 +65,7 @@ from ._jobs import (
     flatten,
     parse_job,
 )
+from ._settings import check_queue
 
 __all__ = ["CONSUMER_GROUP", "DEAD", "Job", "RepairQueue"]
 
@@ -79,15 +80,6 @@ _PROMOTE = script("queue_promote")
 
 
 _RELEASE = script("queue_release")
-
-
-def _ms(name: str, seconds: object) -> int:
-    """`seconds` in ms, or `ConfigurationError` naming `name` (NaN, infinity, a str)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0.001 <= seconds:
-        raise ConfigurationError(
-            f"{name} must be a number of seconds, at least 0.001, got {seconds!r}"
-        )
-    return int(min(seconds, 10**10) * 1000)
 
 
 class RepairQueue:
@@ -110,28 +102,14 @@ class RepairQueue:
             partitions = 8 if topology.slot_bound else 1
         if not 1 <= partitions <= 1024:
             raise ConfigurationError(f"partitions must be in 1..1024, got {partitions}")
-        if min_idle < _claim.MIN_IDLE:
-            raise ConfigurationError(
-                f"min_idle must be at least {_claim.MIN_IDLE} s, got {min_idle}: a shorter one "
-                "takes jobs over from workers that are alive but busy (one job repaired "
-                "twice at once); it is how long a dead worker's jobs wait (30 s by default)"
-            )
-        if max_attempts < 1:
-            raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
-        if marker_ttl <= 0:  # 0 or less: every enqueue took the group's marker for stale
-            raise ConfigurationError(f"marker_ttl must be above 0 s, got {marker_ttl}")
-        if dead_max_len < 1 or forget_after <= 0:
-            raise ConfigurationError(
-                f"dead_max_len must be at least 1 (got {dead_max_len}) and forget_after "
-                f"above 0 s (got {forget_after})"
-            )
+        self.min_idle_ms, self.marker_ttl_ms = check_queue(
+            min_idle, max_attempts, marker_ttl, dead_max_len, forget_after
+        )
         self.dead_max_len = dead_max_len
-        self.forget_after_ms = int(forget_after * 1000)
+        self.forget_after_ms = int(min(forget_after, 10**10) * 1000)
         self.topology = topology
         self.partitions = partitions
         self.max_attempts = max_attempts
-        self.min_idle_ms = _ms("min_idle", min_idle)
-        self.marker_ttl_ms = _ms("marker_ttl", marker_ttl)
         base = to_bytes(name)
         if not base:
             raise ConfigurationError("the repair stream name is empty")
