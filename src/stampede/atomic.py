@@ -41,6 +41,7 @@ from .errors import (
     WriteConflict,
 )
 from .keys import to_bytes
+from .topology._encode import check_arg
 from .topology._node_ops import Read, Script
 from .topology._retries import read_only
 from .typing import HasTopology, Topology
@@ -320,10 +321,12 @@ class RegisteredScript:
         topology = topology_of(target)
         raw = key_list(keys, f"Lua {self.name}")
         common_slot(topology, raw, f"Lua {self.name}")
+        checked = [
+            check_arg(a, f"args[{i}] of Lua {self.name}")
+            for i, a in enumerate(listed(args, f"the args of Lua {self.name}", InvalidValueError))
+        ]
         try:
-            return await topology.script(
-                self._script, raw, listed(args, f"the args of Lua {self.name}", InvalidValueError)
-            )
+            return await topology.script(self._script, raw, checked)
         except OutcomeUnknownError as exc:
             raise OutcomeUnknownError(f"Lua {self.name}", shard=exc.shard, cause=exc.cause) from exc
 

@@ -25,6 +25,7 @@ from stampede import (
     StampedeError,
     TornReadError,
     TypedGroup,
+    atomic,
 )
 from stampede.repair import NewestWins, Refetch, RepairQueue
 from stampede.testing import RedisNode
@@ -239,6 +240,24 @@ async def test_repair_functions_returning_the_wrong_things(st: Stampede) -> None
     plain = Refetch(lambda group, ks: dict.fromkeys(ks, b"loaded"))  # type: ignore[arg-type,return-value]
     result = await st.read("rp:{1}", keys, retry=quick, repair=plain)
     assert result.repaired and result.values == dict.fromkeys(keys, b"loaded")
+
+
+# -- arguments that cannot be sent -------------------------------------------------------
+
+
+async def test_an_argument_that_cannot_be_sent_is_refused_before_anything_is(
+    st: Stampede,
+) -> None:
+    """None, a bool, or a str that is not UTF-8 as a script argument or in a MULTI block:
+    an `InvalidValueError` naming the argument, and nothing of the call applied."""
+    keep = atomic.script("redis.call('SET', KEYS[1], ARGV[1]); return 1", name="keep")
+    for bad, what in [(None, "got NoneType"), (True, "got bool"), ("\udcff", "not be encoded")]:
+        with _raises(InvalidValueError, rf"args\[1\] of Lua keep .*{what}.*nothing was sent"):
+            await keep(st, keys=["s:{1}:a"], args=[b"ok", bad])
+        with _raises(InvalidValueError, rf"argument 2 of SET .*{what}.*nothing was sent"):
+            await atomic.multi(st, [("SET", "s:{1}:a", b"1"), ("SET", "s:{1}:b", bad)])
+    assert await st.topology.execute(b"s:{1}:a", "EXISTS", "s:{1}:a", "s:{1}:b") == 0
+    assert await keep(st, keys=["s:{1}:a"], args=[b"ok"]) == 1  # the connection still serves
 
 
 # -- typed groups ------------------------------------------------------------------------

@@ -9,15 +9,16 @@ import hiredis
 
 from ..errors import InvalidValueError
 
-__all__ = ["Packed", "blocking", "pack"]
+__all__ = ["Packed", "blocking", "check_arg", "pack"]
 
 
 def pack(commands: Sequence[Sequence[Any]]) -> bytes:
     """The RESP wire bytes of `commands` (hiredis's C encoder).
 
     Arguments are bytes, str (UTF-8), int or float; bytearray and memoryview are
-    copied to bytes; anything else is an `InvalidValueError` (a `TypeError`) naming
-    the argument's type.
+    copied to bytes; anything else (None, a bool, a str that is not UTF-8) is an
+    `InvalidValueError` (a `TypeError`) naming the command and the argument, raised
+    before any of `commands` is sent.
     """
     out = []
     for command in commands:
@@ -26,8 +27,12 @@ def pack(commands: Sequence[Sequence[Any]]) -> bytes:
             continue
         try:
             out.append(hiredis.pack_command(tuple(command)))
-        except TypeError:
-            coerced: tuple[Any, ...] = tuple(_arg(a) for a in command)
+        except (TypeError, UnicodeEncodeError):
+            name = _name(command)
+            coerced: tuple[Any, ...] = tuple(
+                check_arg(a, f"argument {i} of {name}" if i else "a command's name")
+                for i, a in enumerate(command)
+            )
             out.append(hiredis.pack_command(coerced))
     return b"".join(out)
 
@@ -42,15 +47,33 @@ class Packed(tuple[Any, ...]):
     resp: bytes
 
 
-def _arg(value: Any) -> bytes | str | int | float:
+def check_arg(value: Any, what: str) -> bytes | str | int | float:
+    """`value` as a Redis command argument (bytearray and memoryview copied to bytes);
+    `InvalidValueError` naming `what` (e.g. "argument 3 of SET") when it cannot be one."""
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     if isinstance(value, bool) or not isinstance(value, bytes | str | int | float):
         raise InvalidValueError(
-            f"a Redis command argument must be bytes, str, int or float, got "
-            f"{type(value).__name__}; convert it first"
+            f"{what} must be bytes, str, int or float, got {type(value).__name__}; "
+            "convert it first (nothing was sent)"
         )
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            raise InvalidValueError(
+                f"{what} is a str that cannot be encoded as UTF-8 ({exc.reason}); "
+                "pass its raw bytes instead (nothing was sent)"
+            ) from None
     return value
+
+
+def _name(command: Sequence[Any]) -> str:
+    """The command's name for a message (its first argument, when it is text)."""
+    head = command[0] if len(command) else None
+    if isinstance(head, bytes):
+        head = head.decode("utf-8", "backslashreplace")
+    return head.upper() if isinstance(head, str) else "a command"
 
 
 _BLOCKING = {"WAIT": 2, b"WAIT": 2, "WAITAOF": 3, b"WAITAOF": 3}
