@@ -15,12 +15,13 @@ from typing import Any
 
 from . import tracing
 from ._future import DeletePut, Put, fresh_limit, fresher_limit, limit_for
+from ._payload import as_payload as as_payload
+from ._payload import payloads_of as payloads_of
 from .errors import (
     ClockSkewError,
     ConfigurationError,
     CrossSlotError,
     InvalidKeyError,
-    InvalidValueError,
     OrderingError,
     PartialWriteError,
     ShardTimeout,
@@ -57,31 +58,6 @@ __all__ = [
     "traced_write",
     "write_group",
 ]
-
-
-def as_payload(key: bytes, value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    raise InvalidValueError(
-        f"value for key {key!r} must be bytes or str, got {type(value).__name__}; "
-        "serialise it first (or use stampede.TypedGroup for pydantic models)",
-        key=key,
-    )
-
-
-def payloads_of(keys: Sequence[bytes], values: Iterable[object]) -> list[bytes | None]:
-    """`as_payload` of each value (of the key in the same place)."""
-    payloads: list[Any] = list(values)
-    if len(payloads) != len(keys):
-        raise ValueError("payloads_of() needs one value per key")
-    for i, value in enumerate(payloads):
-        if type(value) is not bytes:
-            payloads[i] = as_payload(keys[i], value)
-    return payloads
 
 
 def plan_keys(group: bytes, names: Iterable[bytes | str]) -> list[bytes]:

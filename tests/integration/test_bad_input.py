@@ -173,6 +173,24 @@ async def test_values_that_are_not_bytes(st: Stampede) -> None:
         await st.write("g", [b"1"])  # type: ignore[arg-type]
 
 
+async def test_a_str_value_that_is_not_utf8(st: Stampede) -> None:
+    """A str value with a lone surrogate (a `surrogateescape`d file name, say): write,
+    update and a transaction name its key and say to pass bytes; nothing is written."""
+    keys = ["u:{1}:a", "u:{1}:b"]
+    bad = "caf\udce9"
+    fix = r"value for key b'u:\{1\}:b' is a str that cannot be encoded as UTF-8.*raw bytes"
+    with _raises(InvalidValueError, fix):
+        await st.write("u:{1}", {keys[0]: b"1", keys[1]: bad})
+    with _raises(InvalidValueError, fix):
+        await st.update("u:{1}", keys, lambda cur: {keys[0]: b"1", keys[1]: bad})
+    with _raises(InvalidValueError, fix):
+        async with st.transaction() as tx:
+            tx.set(keys[0], b"1")
+            tx.set(keys[1], bad)
+    assert await st.topology.execute(b"u:{1}:a", "EXISTS", *keys) == 0
+    assert (await st.read("u:{1}", keys)).status is stampede.Status.NOT_FOUND
+
+
 async def test_newest_wins_on_a_group_with_a_missing_key(st: Stampede) -> None:
     """NewestWins cannot re-stamp a key that is missing; the message says what to use."""
     keys = ["p:{1}:a", "p:{1}:b"]

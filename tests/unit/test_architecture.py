@@ -54,6 +54,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "core",  # groups over a topology: write, read, repair, transactions, co-located helpers
         [
             r"_pipeline",
+            r"_payload",
             r"_health",
             r"_kept",
             r"_write",
@@ -242,7 +243,7 @@ BUILTIN_RAISES = {
     # its reason; everything else a user can get wrong raises a StampedeError subclass
     # (ConfigurationError is a ValueError, InvalidValueError a TypeError, so `except
     # ValueError` code keeps working)
-    ("stampede._write", "ValueError"): "internal: keys and values come from one dict",
+    ("stampede._payload", "ValueError"): "internal: keys and values come from one dict",
     ("stampede.repair._jobs", "ValueError"): "caught: a malformed job is dead-lettered",
     ("stampede.options", "ValueError"): "pydantic's validator: open() raises ConfigurationError",
     ("stampede._update", "RuntimeError"): "unreachable: the loop returns or raises",
