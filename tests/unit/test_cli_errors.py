@@ -105,3 +105,48 @@ def test_troubleshooting_quotes_the_real_messages() -> None:
             fragment = part.strip(" :;,.()'\"")  # a sentence may join two messages
             if len(fragment) >= 6:
                 assert any(fragment in text for text in texts), (fragment, line)
+
+
+def float_options() -> list[tuple[list[str], str]]:
+    """(command path, flag) of every option of every command that takes a float."""
+    import click
+
+    from stampede.cli import main
+
+    found: list[tuple[list[str], str]] = []
+
+    def walk(command: click.Command, path: list[str]) -> None:
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, [*path, name])
+        found.extend(
+            (path, param.opts[0])
+            for param in command.params
+            if isinstance(param, click.Option) and isinstance(param.type, click.FloatRange)
+        )
+
+    walk(main, [])
+    return found
+
+
+@pytest.mark.parametrize(("path", "flag"), float_options())
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_no_float_option_takes_nan_or_inf(path: list[str], flag: str, value: str) -> None:
+    """A NaN passed click's range checks (every comparison with it is false): `scan
+    --socket-timeout nan` printed a traceback, `demo --duration nan` never ended,
+    `worker --retry-delay nan` scheduled retries at NaN. Each is a usage error now."""
+    from click.testing import CliRunner
+
+    from stampede.cli import main
+
+    result = CliRunner().invoke(main, [*path, flag, value])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    refused = [f"'{value}' is not a finite number", f"{value} is not in the range"]
+    assert any(text in result.output for text in refused), result.output
+
+
+def test_the_float_options_are_found() -> None:
+    """The walk above sees the commands' float options (timeouts, delays, the demo's)."""
+    flags = {flag for _, flag in float_options()}
+    assert {"--socket-timeout", "--retry-delay", "--duration", "--fault-rate"} <= flags

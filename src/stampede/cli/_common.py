@@ -21,6 +21,7 @@ from ..errors import ConfigurationError, StampedeError
 from ..keys import HashPolicy
 from ..options import ConnectOptions
 from ._errors import usage
+from ._params import FiniteRange
 
 __all__ = [
     "SENTINEL_OPTIONS",
@@ -199,7 +200,7 @@ _CONNECTION = [
     *SENTINEL_OPTIONS,
     click.option(
         "--socket-timeout",
-        type=click.FloatRange(min=0.01),
+        type=FiniteRange(min=0.01),
         default=_DEFAULTS.socket_timeout,
         show_default=True,
         envvar="STAMPEDE_SOCKET_TIMEOUT",
@@ -208,7 +209,7 @@ _CONNECTION = [
     ),
     click.option(
         "--connect-timeout",
-        type=click.FloatRange(min=0.01),
+        type=FiniteRange(min=0.01),
         default=_DEFAULTS.connect_timeout,
         show_default=True,
         envvar="STAMPEDE_CONNECT_TIMEOUT",

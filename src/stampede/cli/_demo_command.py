@@ -22,15 +22,16 @@ from ._common import Spec, check_where, console, options, sentinel_options, sett
 from ._demo import STRATEGIES, Demo, DemoConfig, Summary, run_demo
 from ._demo.display import live_view, summary_table
 from ._errors import fail, usage
+from ._params import FiniteRange
 
 __all__ = ["demo_command"]
 
 
 _DEMO_OPTIONS: dict[str | tuple[str, ...], Spec] = {
     "--size": (click.IntRange(1, 1_000_000), 200, "Number of entities (half users, half orders)."),
-    "--duration": (click.FloatRange(0, 86_400), 10.0, "Seconds of concurrent load."),
+    "--duration": (FiniteRange(0, 86_400), 10.0, "Seconds of concurrent load."),
     "--fault-rate": (
-        click.FloatRange(0, 1),
+        FiniteRange(0, 1),
         0.05,
         "Share of writes whose writer dies between shards.",
     ),

@@ -26,6 +26,7 @@ from ..verdict import Mode
 from ._common import Spec, Where, options, unreachable, with_connection
 from ._errors import Failure, fail, usage
 from ._logs import log_options, setup_logging
+from ._params import FiniteRange
 from ._supervise import CHILD_ENV, supervise
 
 __all__ = ["worker_command"]
@@ -89,7 +90,7 @@ async def _open(st: Stampede, where: Where, attempts: int) -> None:
     raise Unreachable(str(last))
 
 
-_SECONDS = click.FloatRange(min=0)
+_SECONDS = FiniteRange(min=0)
 _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
     "--strategy": (
         None,
@@ -140,13 +141,13 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         "of keys no longer written (0: never).",
     ),
     "--tombstone-grace": (
-        click.FloatRange(min=0, min_open=True),
+        FiniteRange(min=0, min_open=True),
         300.0,
         "Seconds the tombstones of a repair's delete keep late older writes out: the "
         "application's Options.tombstone_grace.",
     ),
     "--min-idle": (
-        click.FloatRange(min=0.1),
+        FiniteRange(min=0.1),
         30.0,
         "Seconds before a job of a dead worker is taken over.",
     ),
@@ -157,7 +158,7 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         "stay until a whole block of old ones can go).",
     ),
     "--forget-after": (
-        click.FloatRange(min=1),
+        FiniteRange(min=1),
         3600.0,
         "Seconds after which a consumer holding no job (a worker that is gone) is "
         "removed from the consumer group; workers check at start and every minute.",
@@ -187,7 +188,7 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         "or container reach it.",
     ),
     "--health-interval": (
-        click.FloatRange(min=0.1),
+        FiniteRange(min=0.1),
         15.0,
         "Seconds between health lines in the log.",
     ),

@@ -1,0 +1,24 @@
+"""Parameter types of the command line's own."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+__all__ = ["FiniteRange"]
+
+
+class FiniteRange(click.FloatRange):
+    """`click.FloatRange` that also refuses `nan` and `inf`: click's range check passes
+    a NaN (every comparison with it is false), and no option of stampede's means
+    anything for either (a NaN timeout, delay or duration never ends, or breaks
+    the arithmetic that schedules retries)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            problem = "nan and inf mean nothing here; give a plain number"
+            self.fail(f"{value!r} is not a finite number ({problem})", param, ctx)
+        return number
