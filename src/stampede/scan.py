@@ -92,7 +92,7 @@ def compile_pattern(pattern: str | bytes) -> re.Pattern[bytes]:
 async def _scan_shard(
     topology: Any,
     shard: str,
-    match: str,
+    match: str | bytes,
     count: int,
     on_keys: Callable[[list[bytes]], None],
     misrouted: list[bytes],
@@ -113,7 +113,7 @@ async def scan_groups(
     topology: Topology,
     pattern: str | bytes | re.Pattern[bytes],
     *,
-    match: str = "*",
+    match: str | bytes = "*",
     mode: Mode | None = None,
     count: int = 1000,
     batch: int = 500,

@@ -298,3 +298,26 @@ def test_cli_does_not_count_the_shard_identity_record(stampede_primaries: LocalP
     data = json.loads(result.stdout)
     assert data["total"] == 1
     assert not any(s.get("misplaced") for s in data["shards"])
+
+
+def test_cli_match_takes_the_bytes_the_shell_passed(stampede_primaries: LocalPrimaries) -> None:
+    """`slots --url ... --match` with a byte that is not UTF-8 (a Latin-1 é, which
+    Python hands over surrogate-escaped) matches the keys holding that byte; it was
+    a UnicodeEncodeError traceback. The library names the pattern and the fix."""
+    node = stampede_primaries.nodes[0]
+    node.client().set(b"caf\xe9:1", b"1")
+    node.client().set("café:2".encode(), b"1")
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    result = CliRunner().invoke(main, ["slots", *urls, "--match", "caf\udce9*", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["total"] == 1
+
+
+async def test_a_match_that_is_not_utf8_text(stampede_primaries: LocalPrimaries) -> None:
+    """live_slots(match=) with a lone surrogate: `ConfigurationError` saying to pass bytes."""
+    topology = Shards(stampede_primaries.urls)
+    try:
+        with pytest.raises(ConfigurationError, match=r"cannot be encoded as UTF-8.*as bytes"):
+            await live_slots(topology, match="caf\udce9*")
+    finally:
+        await topology.aclose()

@@ -9,6 +9,7 @@ with undecodable bytes backslash-escaped.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO
@@ -299,7 +300,7 @@ def slots_command(
             policy,
             top=top,
             method=method,
-            match=match,
+            match=None if match is None else os.fsencode(match),  # the shell's bytes
             count=scan_count,
             quiet=as_json,
         )

@@ -80,7 +80,7 @@ def run_live(
     *,
     top: int,
     method: str,
-    match: str | None,
+    match: bytes | None,
     count: int,
     quiet: bool,
 ) -> LiveSlots:

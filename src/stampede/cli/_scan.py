@@ -111,7 +111,7 @@ def scan_command(
                 report = await scan_groups(
                     st.topology,
                     regex,
-                    match=match,
+                    match=os.fsencode(match),  # the bytes the shell passed
                     mode=None if mode == "auto" else Mode(mode),
                     count=count,
                     progress=progress,

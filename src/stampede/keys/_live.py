@@ -245,7 +245,7 @@ async def live_slots(
         raise ConfigurationError(f"method must be one of {', '.join(_METHODS)}, not {method!r}")
     if top < 0 or count < 1:
         raise ConfigurationError(f"need top >= 0 and count >= 1, got {top} and {count}")
-    pattern = match.encode() if isinstance(match, str) else match
+    pattern = _match_bytes(match)
     names, slot_map = await _shard_layout(topology)
     chosen: Literal["scan", "slot-stats"] = "scan"
     if method != "scan" and topology.slot_bound and pattern is None:
@@ -337,3 +337,18 @@ def _live(
     """A `LiveSlots` report of `method` over `topology`'s shards."""
     kind = "cluster" if topology.slot_bound else "shards"
     return LiveSlots(method, kind, names, distribution, hottest, tuple(counts), **found)
+
+
+def _match_bytes(match: bytes | str | None) -> bytes | None:
+    """A SCAN MATCH pattern as bytes; `ConfigurationError` for one that cannot be."""
+    if match is None or isinstance(match, bytes):
+        return match
+    if not isinstance(match, str):
+        raise ConfigurationError(f"match must be a str or bytes glob, got {type(match).__name__}")
+    try:
+        return match.encode()
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(
+            f"match pattern {match!r} cannot be encoded as UTF-8 ({exc.reason}); "
+            "pass it as bytes (os.fsencode turns a file-system str back into its bytes)"
+        ) from None
