@@ -27,7 +27,14 @@ from .errors import (
     PartialWriteError,
 )
 from .keys import to_bytes
-from .options import Durability, Options, RetryPolicy, check_strategy, resolve_versions
+from .options import (
+    Durability,
+    Options,
+    RetryPolicy,
+    check_durability,
+    check_strategy,
+    resolve_versions,
+)
 from .results import AtomicRead, Health, ReadResult, Receipt
 from .typing import RepairStrategy, Topology, VersionSource
 from .verdict import Mode
@@ -206,12 +213,7 @@ class Stampede:
         of value, before anything is sent."""
         if durability is None:
             return self.options.durability
-        if not isinstance(durability, Durability):
-            raise ConfigurationError(
-                f"durability must be a stampede.Durability, e.g. Durability(replicas=1), or "
-                f"None, got {kind_name(durability)}"
-            )
-        return durability
+        return check_durability(durability)
 
     @property
     def _keep_ms(self) -> int:

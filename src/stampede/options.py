@@ -25,6 +25,7 @@ __all__ = [
     "Durability",
     "Options",
     "RetryPolicy",
+    "check_durability",
     "check_strategy",
     "load_options",
     "strategy_problem",
@@ -33,6 +34,25 @@ __all__ = [
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    def __init__(self, **data: Any) -> None:
+        """Validated; `ConfigurationError` naming each bad field (not pydantic's error)."""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            problems = _problems(exc)
+            known = f" (known fields: {', '.join(type(self).model_fields)})"
+            extra = "Extra inputs are not permitted" in problems
+            message = f"invalid {type(self).__name__}: {problems}{known if extra else ''}"
+            raise _Refused(message, problems) from None
+
+
+class _Refused(ConfigurationError):
+    """A model's refusal; `problems` without the model's name, for an enclosing one."""
+
+    def __init__(self, message: str, problems: str) -> None:
+        super().__init__(message)
+        self.problems = problems
 
 
 class RetryPolicy(_Frozen):
@@ -236,11 +256,32 @@ def load_options(options: Options | None, overrides: dict[str, Any]) -> Options:
             data["connection"] = {**current, **flat}
         return Options.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        problems = _problems(exc)
         known = sorted({*Options.model_fields, *ConnectOptions.model_fields})
         if "Extra inputs are not permitted" in problems:
             problems += f" (known options: {', '.join(known)})"
         raise ConfigurationError(f"invalid stampede options: {problems}") from None
+
+
+def _problems(exc: ValidationError) -> str:
+    """Each error as `field: message` (a validator's own message without pydantic's
+    "Value error, " in front of it)."""
+    out = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"])
+        inner = err.get("ctx", {}).get("error")
+        if isinstance(inner, _Refused):  # a nested model's (or this one's own __init__)
+            out.append(f"{where}: {inner.problems}" if where else inner.problems)
+        else:
+            out.append(f"{where or 'options'}: " + err["msg"].removeprefix("Value error, "))
+    return "; ".join(out)
+
+
+def check_durability(durability: object) -> Durability | None:
+    """`durability` when it is a `Durability` or None; `ConfigurationError` otherwise."""
+    if durability is None or isinstance(durability, Durability):
+        return durability
+    raise ConfigurationError(
+        "durability must be a stampede.Durability, e.g. Durability(replicas=1), or None, "
+        f"got a value of type {type(durability).__name__}"
+    )

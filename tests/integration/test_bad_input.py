@@ -63,7 +63,7 @@ def test_urls_that_are_not_urls() -> None:
 
 def test_a_misspelt_mode_at_connect() -> None:
     """A misspelt mode option names the accepted values."""
-    with _raises(ConfigurationError, r"mode: Input should be 'stamp' or 'commit'"):
+    with _raises(ConfigurationError, r"^invalid stampede options: mode: Input should be 'stamp'"):
         stampede.connect(["redis://127.0.0.1:1"], mode="comit")
 
 
@@ -98,6 +98,19 @@ def test_a_repair_queue_time_that_is_no_number_of_seconds(option: str, value: ob
         RepairQueue(topology, **{option: value})  # type: ignore[arg-type]
 
 
+def test_an_option_model_given_a_bad_field() -> None:
+    """ConnectOptions, RetryPolicy, Durability and Options built by hand refuse a bad
+    field with a `ConfigurationError` naming it (pydantic's own error escaped them)."""
+    with _raises(ConfigurationError, r"invalid ConnectOptions: socket_timeout: .*greater than 0"):
+        stampede.ConnectOptions(socket_timeout=float("nan"))
+    with _raises(ConfigurationError, r"atempts: Extra inputs .*\(known fields: attempts, base_"):
+        RetryPolicy(atempts=3)  # type: ignore[call-arg]
+    with _raises(ConfigurationError, r"invalid Durability: replicas: .*greater than or equal"):
+        stampede.Durability(replicas=-1)
+    with _raises(ConfigurationError, r"^invalid Options: retry: attempts: Input should be greater"):
+        stampede.Options(retry={"attempts": 0})  # type: ignore[arg-type]
+
+
 # -- per call ----------------------------------------------------------------------------
 
 
@@ -129,6 +142,18 @@ async def test_a_per_call_durability_that_is_no_durability(st: Stampede) -> None
         async with st.transaction(durability=1) as tx:  # type: ignore[arg-type]
             tx.set("g:a", b"1")
     assert await st.topology.execute(b"g:a", "EXISTS", b"g:a") == 0
+
+
+async def test_a_durability_that_is_not_one(st: Stampede) -> None:
+    """durability= given something else (a dict, a number) is refused before anything
+    is sent, naming the type to use; it was an AttributeError from deep inside."""
+    fix = r"durability must be a stampede.Durability, e.g. .*, or None, got a value of type dict"
+    with _raises(ConfigurationError, fix):
+        await st.write("d:{1}", {"d:{1}:a": b"1"}, durability={"replicas": 1})  # type: ignore[arg-type]
+    with _raises(ConfigurationError, fix):
+        async with st.transaction(durability={"replicas": 1}) as tx:  # type: ignore[arg-type]
+            tx.set("d:{1}:a", b"1")
+    assert await st.topology.execute(b"d:{1}:a", "EXISTS", "d:{1}:a") == 0
 
 
 async def test_a_str_as_the_keys(st: Stampede) -> None:

@@ -47,7 +47,7 @@ from ..errors import (
     ShardResponseError,
     TransactionAborted,
 )
-from ..options import Durability
+from ..options import Durability, check_durability
 from ..results import GuardCode, TransactionReceipt
 from ..topology._base import call_units
 from ..topology._retries import watch_losses
@@ -102,6 +102,7 @@ class Transaction:
         self._tombstone_grace = tombstone_grace
         self._timeout = timeout
         self._version = None if version is None else check_version(version)
+        durability = check_durability(durability)
         self._durability = (
             durability if durability and (durability.replicas or durability.aof) else None
         )

@@ -1,6 +1,5 @@
 """Helpers shared by the commands: reading keys, showing them, JSON output, and the
-connection options of the commands that talk to Redis (flags or `STAMPEDE_*`
-environment variables)."""
+connection options of those that talk to Redis (flags or `STAMPEDE_*` variables)."""
 
 from __future__ import annotations
 
