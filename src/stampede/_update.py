@@ -9,6 +9,7 @@ from typing import TypeVar
 from ._write import as_payload, draw_version, limit_for, raise_for, require_one_slot
 from .errors import InvalidKeyError, InvalidValueError, RepliesLostError, WriteConflict
 from .keys import to_bytes
+from .options import check_count
 from .results import Receipt
 from .topology._base import WriteOutcome
 from .topology._floor import floor_commands
@@ -66,6 +67,7 @@ async def update_group(
     or can no longer apply (`fn` runs again on what is stored); when it cannot
     tell, `OutcomeUnknownError`.
     """
+    max_attempts = check_count(max_attempts, "update()'s max_attempts")
     keys: list[bytes] = [to_bytes(n) for n in names]
     watched: list[bytes] = [*keys, commit_key(group)] if mode is Mode.COMMIT else keys
     require_one_slot(topology, watched, f"update() of group {group!r}")

@@ -32,7 +32,6 @@ from ._commands import Command as Command
 from ._commands import commands_of, key_list, listed
 from ._commands import keys_of as keys_of
 from .errors import (
-    ConfigurationError,
     CrossSlotError,
     InvalidKeyError,
     InvalidValueError,
@@ -41,6 +40,7 @@ from .errors import (
     WriteConflict,
 )
 from .keys import to_bytes
+from .options import check_count, check_seconds
 from .topology._encode import check_arg
 from .topology._node_ops import Read, Script
 from .topology._retries import read_only
@@ -86,6 +86,17 @@ def common_slot(target: Target, keys: Sequence[Key], operation: str) -> int:
     if len(set(slots.values())) > 1:
         raise CrossSlotError(slots, operation=operation)
     return next(iter(slots.values()))
+
+
+def _commands(commands: object, what: str) -> list[Command]:
+    """`commands` as a list of tuples; `InvalidValueError` for anything else."""
+    if isinstance(commands, Sequence) and not isinstance(commands, str | bytes):
+        if all(isinstance(c, Sequence) and not isinstance(c, str | bytes) for c in commands):
+            return [tuple(c) for c in commands]
+    raise InvalidValueError(
+        f"{what} a list of commands, each a tuple such as ('SET', key, value), got "
+        f"{type(commands).__name__}" + (" of str" if isinstance(commands, list | tuple) else "")
+    )
 
 
 def _unique(keys: Sequence[bytes]) -> list[bytes]:
@@ -245,8 +256,13 @@ async def watch(
     can no longer apply (`fn` runs again); `OutcomeUnknownError` when the shard
     cannot be asked.
     """
-    if max_attempts < 1:
-        raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
+    max_attempts = check_count(max_attempts, "watch()'s max_attempts")
+    base_delay = check_seconds(base_delay, "watch()'s base_delay")
+    max_delay = check_seconds(max_delay, "watch()'s max_delay")
+    if not callable(fn):
+        raise InvalidValueError(
+            f"watch() needs fn, a function tx -> commands (or None), got {type(fn).__name__}"
+        )
     topology = topology_of(target)
     watched = _unique(key_list(keys, "watch()"))
     slot = common_slot(topology, watched, "watch()")
@@ -303,6 +319,10 @@ class RegisteredScript:
     """The Lua source."""
 
     def __init__(self, source: bytes | str, *, name: str | None = None) -> None:
+        if not isinstance(source, bytes | str) or not source:
+            raise InvalidValueError(
+                f"a Lua script's source must be non-empty str or bytes, got {source!r:.40}"
+            )
         self._script = Script(source)
         self.sha, self.source = self._script.sha, self._script.source
         self.name = name or f"script {self.sha[:12]}"

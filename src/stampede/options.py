@@ -8,6 +8,7 @@ await st.read(group, keys, retry=stampede.RetryPolicy(attempts=3))
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, Literal
 
@@ -25,7 +26,9 @@ __all__ = [
     "Durability",
     "Options",
     "RetryPolicy",
+    "check_count",
     "check_durability",
+    "check_seconds",
     "check_strategy",
     "load_options",
     "strategy_problem",
@@ -285,3 +288,23 @@ def check_durability(durability: object) -> Durability | None:
         "durability must be a stampede.Durability, e.g. Durability(replicas=1), or None, "
         f"got a value of type {type(durability).__name__}"
     )
+
+
+def check_count(value: object, what: str, low: int = 1, high: int | None = None) -> int:
+    """`value` when it is an int (not a bool) in `low..high`; `ConfigurationError`
+    naming `what` (e.g. "update()'s max_attempts") otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value >= low and (high is None or value <= high):
+            return value
+    span = f"at least {low}" if high is None else f"in {low}..{high}"
+    raise ConfigurationError(f"{what} must be a whole number {span}, got {value!r}")
+
+
+def check_seconds(value: object, what: str, *, zero: bool = True) -> float:
+    """`value` when it is a finite number of seconds, not negative (nor 0 unless
+    `zero`); `ConfigurationError` naming `what` otherwise (a NaN passes every `<`)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if math.isfinite(value) and (value > 0 or (zero and value == 0)):
+            return float(value)
+    least = "0 or more" if zero else "more than 0"
+    raise ConfigurationError(f"{what} must be a finite number of seconds, {least}, got {value!r}")

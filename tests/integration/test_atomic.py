@@ -272,7 +272,7 @@ async def test_bad_input_is_refused_before_anything_is_sent(st: Stampede) -> Non
         await atomic.multi(st, [("EVAL", "return 1", "x", PAIR[0])])
     with pytest.raises(InvalidValueError, match=r"must be bytes, str, int or float, got NoneType"):
         await atomic.multi(st, [("SET", PAIR[0], None)])
-    with pytest.raises(ConfigurationError, match="max_attempts must be at least 1"):
+    with pytest.raises(ConfigurationError, match="max_attempts must be a whole number at least 1"):
         await atomic.watch(st, PAIR, lambda tx: None, max_attempts=0)
     assert await exists(st, ["a", "aa", *PAIR]) == 0
 

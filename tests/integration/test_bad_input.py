@@ -303,6 +303,54 @@ async def test_an_argument_that_cannot_be_sent_is_refused_before_anything_is(
     assert await keep(st, keys=["s:{1}:a"], args=[b"ok"]) == 1  # the connection still serves
 
 
+# -- atomic helpers, update() and the repair queue ---------------------------------------
+
+
+async def test_atomic_helpers_refuse_malformed_commands(st: Stampede) -> None:
+    """A malformed command or plan is an `InvalidValueError` saying what shape to use,
+    before anything is sent (a bare ValueError, TypeError or UnicodeDecodeError)."""
+    with _raises(InvalidValueError, r"an empty command; write it as a tuple"):
+        await atomic.multi(st, [()])
+    with _raises(InvalidKeyError, r"EVAL takes the number of its keys before them, got 'x'"):
+        await atomic.multi(st, [("EVAL", "return 1", "x", "a:{1}")])
+    with _raises(InvalidValueError, r"a command must be a tuple .*got str 'SET a:\{1\} 1'"):
+        await atomic.multi(st, ["SET a:{1} 1"])  # type: ignore[list-item]
+    with _raises(InvalidKeyError, r"cannot tell which keys b'\\xff' touches"):
+        await atomic.multi(st, [(b"\xff", "a:{1}")])
+    with _raises(InvalidValueError, r"watch\(\) needs fn, a function tx -> commands"):
+        await atomic.watch(st, ["a:{1}"], None)  # type: ignore[arg-type]
+    for plan in ["SET a:{1} 1", 5]:
+        with _raises(InvalidValueError, r"the function of watch\(\) returns None or a list"):
+            await atomic.watch(st, ["a:{1}"], lambda tx, plan=plan: plan)  # type: ignore[misc]
+    with _raises(InvalidValueError, r"a Lua script's source must be non-empty str or bytes"):
+        atomic.script(5)  # type: ignore[arg-type]
+    with _raises(InvalidKeyError, r"the keys of Lua one must be a list, not one str"):
+        await atomic.script("return 1", name="one")(st, keys="a:{1}")
+    assert await st.topology.execute(b"a:{1}", "EXISTS", "a:{1}") == 0
+
+
+async def test_attempt_counts_and_delays_that_are_not(st: Stampede) -> None:
+    """max_attempts of 0 (update() reported "lost 0 times"), a str, a float; a NaN
+    delay: a `ConfigurationError` naming the parameter, before anything is sent."""
+    grow = lambda cur: {k: b"1" for k in cur}  # noqa: E731
+    for bad in [0, -1, "3", 1.5, True]:
+        with _raises(ConfigurationError, rf"update\(\)'s max_attempts must be .*{bad!r}"):
+            await st.update("n:{1}", ["n:{1}:a"], grow, max_attempts=bad)  # type: ignore[arg-type]
+        with _raises(ConfigurationError, r"watch\(\)'s max_attempts must be a whole number"):
+            await atomic.watch(st, ["n:{1}:a"], lambda tx: None, max_attempts=bad)  # type: ignore[arg-type]
+    with _raises(ConfigurationError, r"watch\(\)'s base_delay must be a finite number of seconds"):
+        await atomic.watch(st, ["n:{1}:a"], lambda tx: None, base_delay=float("nan"))
+    bad_fields: list[tuple[str, Any]] = [
+        ("partitions", "2"),
+        ("max_attempts", 0),
+        ("min_idle", float("nan")),
+    ]
+    for field, value in bad_fields:
+        with _raises(ConfigurationError, rf"{field} must be a"):
+            RepairQueue(st.topology, **{field: value})
+    assert await st.topology.execute(b"n:{1}:a", "EXISTS", "n:{1}:a") == 0
+
+
 # -- typed groups ------------------------------------------------------------------------
 
 
@@ -423,7 +471,7 @@ async def test_helper_arguments_out_of_range(st: Stampede) -> None:
         await eventlog.trim_events(st, "g")
     with _raises(InvalidValueError, "an event payload must be bytes or str, got int"):
         await eventlog.record_events(st, "g", {"a": 1}, version=1, token="0" * 26)  # type: ignore[dict-item]
-    with _raises(ConfigurationError, "max_attempts must be at least 1, got 0"):
+    with _raises(ConfigurationError, "max_attempts must be a whole number at least 1, got 0"):
         await atomic.watch(st, ["k"], lambda _: [], max_attempts=0)
     with _raises(InvalidValueError, "not one key; wrap it"):
         await fanout.mget(st, "k")

@@ -51,6 +51,7 @@ from typing import Any
 from .._lua import script
 from ..errors import ConfigurationError, ShardResponseError
 from ..keys import hash_tag, keyslot, to_bytes
+from ..options import check_count
 from ..typing import Topology
 from . import _queue_admin as _admin
 from . import _queue_claim as _claim
@@ -100,15 +101,13 @@ class RepairQueue:
         if partitions is None:
             # Slot-bound: one stream per slot would be one hot node; spread over eight.
             partitions = 8 if topology.slot_bound else 1
-        if not 1 <= partitions <= 1024:
-            raise ConfigurationError(f"partitions must be in 1..1024, got {partitions}")
+        self.partitions = check_count(partitions, "partitions", 1, 1024)
         self.min_idle_ms, self.marker_ttl_ms = check_queue(
             min_idle, max_attempts, marker_ttl, dead_max_len, forget_after
         )
         self.dead_max_len = dead_max_len
         self.forget_after_ms = int(min(forget_after, 10**10) * 1000)
         self.topology = topology
-        self.partitions = partitions
         self.max_attempts = max_attempts
         base = to_bytes(name)
         if not base:
