@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .errors import InvalidValueError
+from .errors import InvalidKeyError, InvalidValueError
 
-__all__ = ["as_payload", "payloads_of"]
+__all__ = ["as_bytes", "as_payload", "check_mapping", "payloads_of"]
 
 
 def as_payload(key: bytes, value: object) -> bytes:
@@ -40,3 +40,26 @@ def payloads_of(keys: Sequence[bytes], values: Iterable[object]) -> list[bytes |
         if type(value) is not bytes:
             payloads[i] = as_payload(keys[i], value)
     return payloads
+
+
+def as_bytes(value: object, what: str) -> bytes:
+    """`value` (bytes, or a str as UTF-8); `InvalidValueError` naming `what` otherwise."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        try:
+            return value.encode()
+        except UnicodeEncodeError as exc:
+            problem = f"is a str that cannot be encoded as UTF-8 ({exc.reason}); pass bytes"
+            raise InvalidValueError(f"{what} {problem}") from None
+    raise InvalidValueError(
+        f"{what} must be bytes or str, got {type(value).__name__}; serialise it first"
+    )
+
+
+def check_mapping(value: object, what: str) -> None:
+    """`InvalidValueError` unless `value` is a mapping; `InvalidKeyError` if empty."""
+    if not isinstance(value, Mapping):
+        raise InvalidValueError(f"{what} must be a mapping, got {type(value).__name__}")
+    if not value:
+        raise InvalidKeyError(f"{what} is empty; pass {{name: value, ...}}")

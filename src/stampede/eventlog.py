@@ -27,17 +27,18 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ._commands import listed, mapping
+from ._payload import as_bytes
 from .atomic import Command, Target, topology_of
 from .errors import (
     ConfigurationError,
     InvalidKeyError,
-    InvalidValueError,
     MalformedEntry,
     PartialWriteError,
     RepliesLostError,
     ShardError,
 )
 from .keys import to_bytes
+from .options import check_count
 from .topology._base import unit_of
 from .typing import Topology
 from .wire import MAX_VERSION, TOKEN_LENGTH, is_token, new_token
@@ -121,7 +122,7 @@ def events_key(group: bytes | str) -> bytes:
 
 def entry(token: str, change: bytes | str) -> bytes:
     """One log entry, `<token>:<change>`, for RPUSH inside your own MULTI or script."""
-    return _token(token).encode() + b":" + _data(change, "a log change")
+    return _token(token).encode() + b":" + as_bytes(change, "a log change")
 
 
 def member(token: str, part: bytes | str, payload: bytes | str) -> bytes:
@@ -129,15 +130,8 @@ def member(token: str, part: bytes | str, payload: bytes | str) -> bytes:
     return b"%s:%s:%s" % (
         _token(token).encode(),
         _part_name(part),
-        _data(payload, "an event payload"),
+        as_bytes(payload, "an event payload"),
     )
-
-
-def _data(value: object, what: str) -> bytes:
-    if isinstance(value, bytes | str):
-        return value if isinstance(value, bytes) else value.encode()
-    got = type(value).__name__
-    raise InvalidValueError(f"{what} must be bytes or str, got {got}; serialise it first")
 
 
 def _parse(raw: bytes, key: bytes) -> tuple[str, bytes]:
@@ -226,10 +220,8 @@ async def append_changes(
 
 async def read_log(target: Target, key: bytes | str, *, count: int | None = None) -> list[LogEntry]:
     """The last `count` entries (all when None) of `<key>:log`, oldest first."""
-    if count is not None and count < 1:
-        if count == 0:
-            return []
-        raise ConfigurationError(f"count must be 0 or more, got {count}")
+    if count is not None and check_count(count, "count", 0) == 0:
+        return []
     lkey = log_key(key)
     raw = await topology_of(target).execute(lkey, "LRANGE", lkey, -count if count else 0, -1)
     return [LogEntry(*_parse(entry, lkey)) for entry in raw]
@@ -248,8 +240,7 @@ async def latest_changes(
     keys = listed(
         keys, "the keys of latest_changes()", empty="name the keys whose logs make up a write"
     )
-    if depth < 1:
-        raise ConfigurationError(f"depth must be at least 1, got {depth}")
+    depth = check_count(depth, "depth")
     logs = [log_key(k) for k in keys]
     results = await _per_shard(
         topology_of(target), logs, lambda g: [("LRANGE", k, -depth, -1) for k in g]
@@ -280,8 +271,7 @@ async def trim_logs(target: Target, keys: Sequence[bytes | str], *, keep: int) -
     A write whose entries are trimmed from some logs but not others no longer
     counts as whole; keep at least as many entries as writes you may need to read.
     """
-    if keep < 0:
-        raise ConfigurationError(f"keep must be 0 or more, got {keep}")
+    keep = check_count(keep, "keep", 0)
     logs = [log_key(k) for k in listed(keys, "the keys of trim_logs()")]
 
     def build(group: list[bytes]) -> list[Command]:
@@ -309,8 +299,7 @@ async def record_events(
     Returns how many members were new.
     """
     parts = mapping(parts, "record_events()")
-    if not 0 <= version <= MAX_VERSION:
-        raise ConfigurationError(f"version must be in 0..2**63-1, got {version}")
+    version = check_count(version, "version", 0, MAX_VERSION)
     ekey = events_key(group)
     args: list[bytes | str] = []
     for part, payload in parts.items():
@@ -390,8 +379,7 @@ async def trim_events(
     ekey = events_key(group)
     topology = topology_of(target)
     if keep is not None:
-        if keep < 0:
-            raise ConfigurationError(f"keep must be 0 or more, got {keep}")
+        keep = check_count(keep, "keep", 0)
         removed: int = await topology.execute(ekey, "ZREMRANGEBYRANK", ekey, 0, -keep - 1)
     else:
         removed = await topology.execute(ekey, "ZREMRANGEBYSCORE", ekey, "-inf", f"({before}")

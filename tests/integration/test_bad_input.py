@@ -26,6 +26,8 @@ from stampede import (
     TornReadError,
     TypedGroup,
     atomic,
+    eventlog,
+    fanout,
 )
 from stampede.repair import NewestWins, Refetch, RepairQueue
 from stampede.testing import RedisNode
@@ -351,6 +353,42 @@ async def test_attempt_counts_and_delays_that_are_not(st: Stampede) -> None:
     assert await st.topology.execute(b"n:{1}:a", "EXISTS", "n:{1}:a") == 0
 
 
+async def test_event_logs_fanout_and_envelopes_refuse_bad_input(st: Stampede) -> None:
+    """The event log, fanout, `Envelope` and `SlotMap` raised bare ValueError / TypeError
+    / AttributeError / UnicodeEncodeError; each is a `StampedeError` now, and nothing
+    of the call is sent."""
+    token = stampede.new_token()
+    with _raises(InvalidValueError, r"a log change must be bytes or str, got NoneType"):
+        await eventlog.append_changes(st, {"e:{1}:a": b"1", "e:{1}:b": None})  # type: ignore[dict-item]
+    with _raises(InvalidValueError, r"a log change is a str that cannot be encoded as UTF-8"):
+        await eventlog.append_changes(st, {"e:{1}:a": "\udcff"})
+    with _raises(
+        InvalidValueError, r"append_changes\(\) takes a mapping \{name: value, ...\}, got str"
+    ):
+        await eventlog.append_changes(st, "e:{1}:a")  # type: ignore[arg-type]
+    with _raises(ConfigurationError, r"token must be a 26-character upper-case ULID"):
+        await eventlog.append_changes(st, {"e:{1}:a": b"1"}, token="x")
+    with _raises(InvalidKeyError, r"record_events\(\) got an empty mapping"):
+        await eventlog.record_events(st, "e:{1}", {}, version=1, token=token)
+    with _raises(ConfigurationError, r"version must be a whole number in 0\.\..*got '1'"):
+        await eventlog.record_events(st, "e:{1}", {"p": b"x"}, version="1", token=token)  # type: ignore[arg-type]
+    with _raises(ConfigurationError, r"depth must be a whole number at least 1, got 0"):
+        await eventlog.latest_changes(st, ["e:{1}:a"], depth=0)
+    with _raises(ConfigurationError, r"keep must be a whole number at least 0, got -1"):
+        await eventlog.trim_logs(st, ["e:{1}:a"], keep=-1)
+    with _raises(ConfigurationError, r"takes exactly one of keep= or before="):
+        await eventlog.trim_events(st, "e:{1}")
+    with _raises(InvalidValueError, r"takes a sequence of keys, not one key; wrap it"):
+        await fanout.mget(st, "e:{1}:a")
+    assert await st.topology.execute(b"e:{1}:a", "EXISTS", "e:{1}:a:log", "e:{1}:b:log") == 0
+    with _raises(ConfigurationError, r"version must be an int in 0\.\.2\*\*63-1, got '1'"):
+        stampede.Envelope("1", token, b"x")  # type: ignore[arg-type]
+    with _raises(InvalidValueError, r"payload must be bytes, got str"):
+        stampede.Envelope(1, token, "x")  # type: ignore[arg-type]
+    with _raises(ConfigurationError, r"slot must be in 0\.\.16383, got 16384"):
+        stampede.SlotMap.even(3).shard_of(16384)
+
+
 # -- typed groups ------------------------------------------------------------------------
 
 
@@ -463,9 +501,9 @@ async def test_helper_arguments_out_of_range(st: Stampede) -> None:
     from stampede.repair import Worker
     from stampede.wire import Envelope
 
-    with _raises(ConfigurationError, "keep must be 0 or more, got -1"):
+    with _raises(ConfigurationError, "keep must be a whole number at least 0, got -1"):
         await eventlog.trim_logs(st, ["k"], keep=-1)
-    with _raises(ConfigurationError, "count must be 0 or more, got -2"):
+    with _raises(ConfigurationError, "count must be a whole number at least 0, got -2"):
         await eventlog.read_log(st, "k", count=-2)
     with _raises(ConfigurationError, "exactly one of keep= or before="):
         await eventlog.trim_events(st, "g")
@@ -477,7 +515,7 @@ async def test_helper_arguments_out_of_range(st: Stampede) -> None:
         await fanout.mget(st, "k")
     with _raises(ConfigurationError, "concurrency must be at least 1, got 0"):
         Worker(st.topology, None, None, concurrency=0)  # type: ignore[arg-type]
-    with _raises(ConfigurationError, "version must be in 0..2\\*\\*63-1, got -1"):
+    with _raises(ConfigurationError, "version must be an int in 0..2\\*\\*63-1, got -1"):
         Envelope(-1, "0" * 26)
     with _raises(InvalidValueError, "payload must be bytes, got str"):
         Envelope(1, "0" * 26, "x")  # type: ignore[arg-type]

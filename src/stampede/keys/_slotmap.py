@@ -157,7 +157,7 @@ class SlotMap:
 
     def shard_of(self, slot: int) -> int:
         """Return the shard that owns `slot` (0..16383)."""
-        if 0 <= slot < SLOTS:
+        if isinstance(slot, int) and 0 <= slot < SLOTS:
             return self._table[slot]
         raise ConfigurationError(f"slot must be in 0..{SLOTS - 1}, got {slot!r}")
 

@@ -168,8 +168,11 @@ class Envelope:
     tombstone: bool = False
 
     def __post_init__(self) -> None:
-        if not 0 <= self.version <= MAX_VERSION:
-            raise ConfigurationError(f"version must be in 0..2**63-1, got {self.version}")
+        version: object = self.version
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ConfigurationError(f"version must be an int in 0..2**63-1, got {version!r}")
+        if version > MAX_VERSION:  # (apart: mypyc compares a checked int only)
+            raise ConfigurationError(f"version must be an int in 0..2**63-1, got {version!r}")
         if not is_token(self.token):
             problem = f"token must be a 26-character upper-case ULID, got {self.token!r}"
             raise ConfigurationError(problem)
