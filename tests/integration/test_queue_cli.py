@@ -176,5 +176,44 @@ async def test_a_bad_id_is_a_usage_error_and_a_refusal_is_not_unreachable(
         await st.topology.execute(queue.dead, "SET", queue.dead, "not a stream")
         result = await asyncio.to_thread(run_cli, "queue", "dead", *urls, timeout=60)
         assert result.returncode == 1, result.stderr.decode()
-        assert b"WRONGTYPE" in result.stderr and b"Traceback" not in result.stderr
+        assert b"holds another type of value" in result.stderr
+        assert b"Traceback" not in result.stderr
         await queue.clear()
+
+
+async def test_a_queue_key_of_another_type(stampede_primaries: LocalPrimaries) -> None:
+    """Another program's hash under the queue's stream name: `queue stats` reported
+    zeros (exit 0), `worker --burst` "drained" at once and exit 0, `queue dead` over a
+    hash at the dead-letter key printed the raw WRONGTYPE. Each is now exit 1 with one
+    line naming the key and the fix; and a malformed --id is refused before anything
+    is sent, instead of the server's "Invalid stream ID"."""
+    url = stampede_primaries.urls[0]
+    node = stampede_primaries.nodes[0].client()
+    node.hset("other:stream", "field", "value")
+    node.hset("other:dead", "field", "value")
+    fix = b"holds another type of value (another program's key?); give the queue another name"
+    for args in [
+        ("queue", "stats", "--url", url, "--stream", "other:stream"),
+        ("queue", "dead", "--url", url, "--stream", "other"),
+        ("queue", "requeue", "--url", url, "--stream", "other", "--all"),
+        (
+            "worker",
+            "--url",
+            url,
+            "--stream",
+            "other:stream",
+            "--strategy",
+            "newest-wins",
+            "--burst",
+            "--log-level",
+            "error",
+        ),
+    ]:
+        result = await asyncio.to_thread(run_cli, *args, timeout=60)
+        assert result.returncode == 1, (args, result.stderr.decode()[-2000:])
+        assert fix in result.stderr and b"Traceback" not in result.stderr, args
+    assert node.type("other:stream") == b"hash" and node.hgetall("other:dead")
+    result = await asyncio.to_thread(
+        run_cli, "queue", "requeue", "--url", url, "--id", "zzz", timeout=60
+    )
+    assert result.returncode == 2 and b"'zzz' is not a dead letter id" in result.stderr

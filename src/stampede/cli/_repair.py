@@ -263,6 +263,8 @@ def worker_command(
                     dead_max_len=dead_max_len,
                     forget_after=forget_after,
                 )
+                with contextlib.suppress(ShardError):  # a shard down: the worker waits it out
+                    await queue.stats()  # a queue key of another type: refused at once
                 registry = CollectorRegistry()
                 for collector in (ProcessCollector, PlatformCollector, GCCollector):
                     collector(registry=registry)

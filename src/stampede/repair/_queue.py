@@ -169,7 +169,7 @@ class RepairQueue:
             )
         except ShardResponseError as exc:
             if "BUSYGROUP" not in str(exc):
-                raise
+                raise _admin.wrong_kind(exc, stream) from exc
         self._ready.add(stream)
 
     async def _call(self, stream: bytes, fn: Any) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._lua import script
-from ..errors import ConfigurationError, ShardResponseError, StampedeError
+from ..errors import ConfigurationError, InvalidKeyError, ShardResponseError, StampedeError
 from ._jobs import CONSUMER_GROUP, Job, as_text, flatten
 
 if TYPE_CHECKING:
@@ -29,9 +29,31 @@ __all__ = [
     "requeue_dead",
     "stats",
     "touch",
+    "wrong_kind",
 ]
 
 _TOUCH = script("queue_touch")
+
+
+def wrong_kind(exc: ShardResponseError, key: bytes) -> StampedeError:
+    """`exc`, or for a WRONGTYPE reply an `InvalidKeyError` naming the queue's key that
+    holds another type (another program's key under the queue's name)."""
+    if "WRONGTYPE" not in str(exc):
+        return exc
+    return InvalidKeyError(
+        f"the repair queue's key {key!r} holds another type of value (another program's "
+        "key?); give the queue another name (--stream), or delete that key",
+        key=key,
+    )
+
+
+async def _run(queue: RepairQueue, key: bytes, *args: Any) -> Any:
+    """`key`'s command on its shard, a WRONGTYPE reply as `wrong_kind` says."""
+    try:
+        return await queue.topology.execute(key, *args)
+    except ShardResponseError as exc:
+        raise wrong_kind(exc, key) from exc
+
 
 _HELD = script("queue_held")
 
@@ -106,9 +128,7 @@ async def held_by(queue: RepairQueue, consumer: str) -> int:
 
 async def dead_letters(queue: RepairQueue, count: int = 100) -> list[dict[str, str]]:
     """The newest dead-lettered jobs, fields as text."""
-    reply = await queue.topology.execute(
-        queue.dead, "XREVRANGE", queue.dead, "+", "-", "COUNT", count
-    )
+    reply = await _run(queue, queue.dead, "XREVRANGE", queue.dead, "+", "-", "COUNT", count)
     out = []
     for eid, raw in reply:
         fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
@@ -144,16 +164,14 @@ async def requeue_dead(
     keys to repair: kept) or `missing` (no dead letter with that id).
     """
     if ids is None:
-        reply = await queue.topology.execute(
-            queue.dead, "XRANGE", queue.dead, "-", "+", "COUNT", count
-        )
+        reply = await _run(queue, queue.dead, "XRANGE", queue.dead, "-", "+", "COUNT", count)
         entries = list(reply)
     else:
         for eid in ids:  # every id checked before anything is requeued
             check_entry_id(eid)
         entries = []
         for eid in ids:
-            found = await queue.topology.execute(queue.dead, "XRANGE", queue.dead, eid, eid)
+            found = await _run(queue, queue.dead, "XRANGE", queue.dead, eid, eid)
             entries.extend(found or [(eid.encode(), None)])
     out: list[dict[str, str]] = []
     for eid, raw in entries:
@@ -175,7 +193,7 @@ async def requeue_dead(
             as_text(fields.get(b"reason", b"torn")),
             mode=mode,
         )
-        await queue.topology.execute(queue.dead, "XDEL", queue.dead, eid)
+        await _run(queue, queue.dead, "XDEL", queue.dead, eid)
         if job is None:
             out.append({**item, "outcome": "pending"})
         else:
@@ -208,9 +226,9 @@ async def delayed(queue: RepairQueue, count: int = 100) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for stream in queue.streams:
         zkey, hkey = queue.delayed_key(stream), queue.retries_key(stream)
-        due = await queue.topology.execute(zkey, "ZRANGE", zkey, 0, count - 1, "WITHSCORES")
+        due = await _run(queue, zkey, "ZRANGE", zkey, 0, count - 1, "WITHSCORES")
         for group, score in zip(due[::2], due[1::2], strict=True):
-            raw = await queue.topology.execute(hkey, "HGET", hkey, group)
+            raw = await _run(queue, hkey, "HGET", hkey, group)
             item: dict[str, Any] = _retry_fields(raw)
             item.setdefault("group", as_text(group))
             item["stream"] = as_text(stream)
@@ -242,10 +260,10 @@ async def stats(queue: RepairQueue, *, detailed: bool = False) -> dict[str, int]
     length = pending = lag = delayed = 0
     for stream in queue.streams:
         zkey = queue.delayed_key(stream)
-        delayed += int(await queue.topology.execute(zkey, "ZCARD", zkey))
+        delayed += int(await _run(queue, zkey, "ZCARD", zkey))
         try:
-            entries = int(await queue.topology.execute(stream, "XLEN", stream))
-            groups = await queue.topology.execute(stream, "XINFO", "GROUPS", stream)
+            entries = int(await _run(queue, stream, "XLEN", stream))
+            groups = await _run(queue, stream, "XINFO", "GROUPS", stream)
         except ShardResponseError:
             continue  # no stream yet
         length += entries
@@ -261,7 +279,7 @@ async def stats(queue: RepairQueue, *, detailed: bool = False) -> dict[str, int]
                 # is deleted, the entries not pending are the undelivered ones.
                 raw = fields.get(b"lag")
                 lag += int(raw) if raw is not None else max(0, entries - held)
-    dead = int(await queue.topology.execute(queue.dead, "XLEN", queue.dead))
+    dead = int(await _run(queue, queue.dead, "XLEN", queue.dead))
     out = {"length": length + delayed, "pending": pending, "lag": lag, "dead": dead}
     if detailed:
         out["delayed"] = delayed
