@@ -29,7 +29,7 @@ from stampede import (
     eventlog,
     fanout,
 )
-from stampede.repair import NewestWins, Refetch, RepairQueue
+from stampede.repair import NewestWins, Refetch, RepairQueue, Worker
 from stampede.testing import RedisNode
 from stampede.testing.memory import MemoryTopology
 
@@ -387,6 +387,29 @@ async def test_event_logs_fanout_and_envelopes_refuse_bad_input(st: Stampede) ->
         stampede.Envelope(1, token, "x")  # type: ignore[arg-type]
     with _raises(ConfigurationError, r"slot must be in 0\.\.16383, got 16384"):
         stampede.SlotMap.even(3).shard_of(16384)
+
+
+async def test_a_worker_or_a_job_given_bad_parameters(st: Stampede) -> None:
+    """Worker(concurrency="2") was a TypeError, concurrency=0 a ValueError, and a NaN
+    grace or sweep interval, a negative job timeout were taken as they were; a job
+    enqueued with no keys (or one str for them) went on the queue. Each is refused,
+    naming the parameter, and nothing is queued."""
+    queue = RepairQueue(st.topology, name="bad-input-jobs")
+    bad: list[tuple[str, Any]] = [
+        ("concurrency", "2"),
+        ("concurrency", 0),
+        ("grace", float("nan")),
+        ("sweep_interval", float("inf")),
+        ("job_timeout", -1),
+        ("health_interval", 0),
+    ]
+    for field, value in bad:
+        with _raises(ConfigurationError, rf"{field} must be .*got {value!r}"):
+            Worker(st.topology, queue, NewestWins(), **{field: value})
+    for keys in [[], "g:{1}:a"]:
+        with _raises(InvalidKeyError, r"group 'g:\{1\}' (names no keys|must be a list of key)"):
+            await queue.enqueue("g:{1}", keys, {}, "torn")
+    assert (await queue.stats())["length"] == 0
 
 
 # -- typed groups ------------------------------------------------------------------------

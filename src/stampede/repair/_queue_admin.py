@@ -182,7 +182,7 @@ async def requeue_dead(
         group = fields.get(b"group", b"")
         item = {"id": as_text(eid), "group": group.decode("utf-8", "backslashreplace")}
         keys, seen = _requeueable(fields)
-        if not group or keys is None or seen is None:
+        if not group or not keys or seen is None:
             out.append({**item, "outcome": "malformed"})
             continue
         mode = as_text(fields[b"mode"]) if b"mode" in fields else None

@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from .. import _pipeline as pipeline
 from .. import metrics, tracing
 from ..errors import RepairError, StampedeError
+from ..options import check_count, check_seconds
 from ..results import RepairAction
 from ..typing import DEFAULT_GRACE, RepairContext, RepairStrategy, Topology, VersionSource
 from ..verdict import Mode, Status, judge
@@ -101,25 +102,24 @@ class Worker:
         check_settings(
             concurrency=concurrency, poll_interval=poll_interval, block_ms=block_ms,
             health_interval=health_interval, grace=grace, version_grace=version_grace,
-            job_timeout=job_timeout,
+            job_timeout=job_timeout, tombstone_grace=tombstone_grace,
         )  # fmt: skip
-        self.topology = topology
-        self.queue = queue
-        self.strategy = strategy
-        self.concurrency = concurrency
+        self.topology, self.queue, self.strategy = topology, queue, strategy
+        self.concurrency = check_count(concurrency, "concurrency")
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         self.mode = mode
         self.versions = versions or HybridClock()
         self.ttl = ttl
-        self.poll_interval = poll_interval
-        self.block_ms = block_ms
-        self.health_interval = health_interval
-        self.grace = grace
+        self.poll_interval = check_seconds(poll_interval, "poll_interval")
+        self.block_ms = check_count(block_ms, "block_ms", 0)
+        self.health_interval = check_seconds(health_interval, "health_interval", zero=False)
+        self.grace = check_seconds(grace, "grace")
         self.backoff = backoff if backoff is not None else RetryBackoff()
         self.burst = burst
-        self.sweep_interval, self.version_grace = sweep_interval, version_grace
-        self.tombstone_grace = tombstone_grace
-        self.job_timeout = job_timeout or None
+        self.sweep_interval = check_seconds(sweep_interval, "sweep_interval")
+        self.version_grace = check_seconds(version_grace, "version_grace", zero=False)
+        self.job_timeout = check_seconds(job_timeout or 0, "job_timeout") or None
+        self.tombstone_grace = check_seconds(tombstone_grace, "tombstone_grace", zero=False)
         self.stats = WorkerStats()
         self.stopping = asyncio.Event()
         self._in_hand: set[asyncio.Task[None]] = set()

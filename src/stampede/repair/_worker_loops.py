@@ -35,6 +35,8 @@ def check_settings(**settings: float | None) -> None:
     for name, value in settings.items():
         if value is None:
             continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            raise ConfigurationError(f"the worker's {name} must be a number, got {value!r}")
         low = _AT_LEAST.get(name)
         if (low is not None and value < low) or (name in _ABOVE_ZERO and value <= 0):
             bound = f"at least {low}" if low is not None else "above 0"
