@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from .errors import (
     ConfigurationError,
@@ -258,7 +259,11 @@ class TypedGroup(Generic[T]):
             value = given[part]
             if not isinstance(value, model):
                 value = self._validate(keys[part], model, value)
-            payloads[keys[part]] = self.codec.encode(value)
+            try:
+                payloads[keys[part]] = self.codec.encode(value)
+            except (PydanticSerializationError, UnicodeEncodeError) as exc:
+                why = f"cannot be encoded: {exc}; its text must be UTF-8 (no lone surrogates)"
+                raise InvalidValueError(f"part {part!r} of {group!r} {why}") from None
         return payloads
 
     def set(self, tx: Transaction, group: str, values: T | None = None, /, **parts: Any) -> None:

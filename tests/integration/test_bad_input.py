@@ -436,6 +436,18 @@ async def test_typed_write_given_a_str(st: Stampede) -> None:
         await users.read(st, 1)  # type: ignore[arg-type]
 
 
+async def test_typed_write_of_text_that_is_not_utf8(st: Stampede) -> None:
+    """A model whose str field holds a lone surrogate: pydantic's serialisation error
+    escaped a typed write; it is an `InvalidValueError` naming the part, and no part
+    is written."""
+    users = TypedGroup({"profile": Profile, "extra": Profile})
+    with _raises(InvalidValueError, r"part 'extra' of 'user:\{1\}' cannot be encoded.*UTF-8"):
+        await users.write(
+            st, "user:{1}", {"profile": Profile(name="a"), "extra": Profile(name="\udcff")}
+        )
+    assert await st.topology.execute(b"user:{1}", "EXISTS", *users.keys("user:{1}").values()) == 0
+
+
 # -- credentials, ACL and TLS --------------------------------------------------------------
 
 
