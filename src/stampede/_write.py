@@ -86,9 +86,11 @@ def planned_keys(group: bytes, names: Iterable[bytes | str]) -> tuple[bytes, ...
     for name in names:
         key = to_bytes(name)
         if key in seen:
+            both = len({type(n) for n in names if to_bytes(n) == key}) > 1
             raise InvalidKeyError(
-                f"key {key!r} is named twice in one write of group {group!r} (as str and "
-                "as bytes?); name each key once",
+                f"key {key!r} is named twice in one call on group {group!r}"
+                + (" (as str and as bytes)" if both else "")
+                + "; name each key once",
                 key=name,
             )
         if is_reserved(key):

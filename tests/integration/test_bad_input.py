@@ -180,6 +180,15 @@ async def test_a_delete_grace_out_of_range_is_named(st: Stampede) -> None:
         await st.write("g", {"g:a": b"x"}, ttl=1e12)
 
 
+async def test_a_key_named_twice_is_named_as_it_was(st: Stampede) -> None:
+    """A read naming one key twice was told of "one write" and a str/bytes mix it did
+    not make; the message names the call and mentions the mix only when there is one."""
+    with _raises(InvalidKeyError, r"named twice in one call on group b'g'; name each key once"):
+        await st.read("g", ["g:a", "g:a"])
+    with _raises(InvalidKeyError, r"named twice in one call on group b'g' \(as str and as bytes\)"):
+        await st.delete("g", ["g:a", b"g:a"])  # type: ignore[type-var]
+
+
 async def test_update_needs_a_function(st: Stampede) -> None:
     """update() given a mapping instead of a function says what fn is."""
     with _raises(InvalidValueError, r"needs fn, a function current -> new values, got a value"):
