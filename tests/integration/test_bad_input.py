@@ -113,6 +113,21 @@ def test_an_option_model_given_a_bad_field() -> None:
         stampede.Options(retry={"attempts": 0})  # type: ignore[arg-type]
 
 
+def test_expiries_every_write_would_refuse_are_refused_at_connect() -> None:
+    """connect(ttl=inf) or tombstone_grace=1e-9 was taken, then every write or delete
+    failed ("ttl must be ..."), and version_grace=inf made every write an
+    OverflowError. Each is refused at connect(), naming the option."""
+    cases: list[tuple[str, Any, str]] = [
+        ("ttl", float("inf"), "less than"),
+        ("ttl", 0.0001, "greater than or equal to 0.001"),
+        ("tombstone_grace", 1e-9, "greater than or equal to 0.001"),
+        ("version_grace", float("inf"), "less than"),
+    ]
+    for option, value, problem in cases:
+        with _raises(ConfigurationError, rf"invalid stampede options: {option}: .*{problem}"):
+            stampede.connect(["redis://127.0.0.1:1"], **{option: value})
+
+
 # -- per call ----------------------------------------------------------------------------
 
 
