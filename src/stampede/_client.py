@@ -94,7 +94,8 @@ class Stampede:
 
     async def ping(self, *, within: float = 2.0) -> Health:
         """PING every shard at once (each within `within` seconds): its round trip or its
-        error; never raises. For a readiness endpoint: `(await st.ping()).ok`."""
+        error; never raises for a shard (`ConfigurationError` for a `within` that is no
+        positive number). For a readiness endpoint: `(await st.ping()).ok`."""
         return await ping(self.topology, within)
 
     async def __aenter__(self) -> Self:

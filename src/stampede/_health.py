@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from .options import check_seconds
 from .results import Health
 from .typing import Topology
 
@@ -12,7 +13,10 @@ __all__ = ["ping"]
 
 
 async def ping(topology: Topology, within: float) -> Health:
-    """PING every shard at once, each within `within` seconds; never raises."""
+    """PING every shard at once, each within `within` seconds; never raises for a
+    shard, only for a `within` that is no positive number (`ConfigurationError`: a NaN
+    or negative one made every shard look down, or waited with no bound)."""
+    within = check_seconds(within, "ping()'s within", zero=False)
     try:
         shards = list(topology.shard_names)
     except Exception as exc:  # a cluster whose slot map could not be loaded

@@ -173,6 +173,15 @@ async def test_a_durability_that_is_not_one(st: Stampede) -> None:
     assert await st.topology.execute(b"d:{1}:a", "EXISTS", "d:{1}:a") == 0
 
 
+async def test_a_ping_bound_that_is_no_number_of_seconds(st: Stampede) -> None:
+    """ping(within=-1) reported every healthy shard down (TimeoutError) and within=nan
+    waited unbounded; both are a `ConfigurationError` naming `within`."""
+    for bad in [-1, float("nan"), 0]:
+        with _raises(ConfigurationError, r"ping\(\)'s within must be a finite number of seconds"):
+            await st.ping(within=bad)
+    assert (await st.ping(within=5)).ok
+
+
 async def test_a_str_as_the_keys(st: Stampede) -> None:
     """A single str where a list of keys belongs: read, update and delete all refuse it."""
     fix = r"must be a list of key names, not one str; write \['g:a'\]"
