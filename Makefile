@@ -68,7 +68,7 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP) server
 	@$(PY) -c "from stampede.testing import default_server as d; print('pytest on', d().describe())"
-	$(VENV)/bin/pytest -q -n 2 --dist loadfile
+	$(VENV)/bin/pytest -q -n 3 --dist loadfile
 
 # The Valkey leg of the matrix: VALKEY_TESTS on the bundled Valkey (skipped when
 # the Redis leg already ran on it because there is no redis-server).
@@ -112,7 +112,7 @@ compiled: $(STAMP)
 
 test-compiled: compiled server
 	STAMPEDE_EXPECT_COMPILED=1 PYTHONPATH=$(CURDIR)/$(COMPILED)/site \
-		$(VENV)/bin/pytest -q -n 2 --dist loadfile -p no:cacheprovider $(COMPILED_TESTS)
+		$(VENV)/bin/pytest -q -n 3 --dist loadfile -p no:cacheprovider $(COMPILED_TESTS)
 
 bench: $(STAMP) any-server
 	$(PY) -m benchmarks
