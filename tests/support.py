@@ -15,6 +15,7 @@ from typing import Any
 import stampede
 from stampede import ConnectOptions, Envelope, Stampede
 from stampede._kept import drop_kept
+from stampede.repair import NewestWins
 from stampede.wire import new_token
 
 # A reply or a connection slower than these fails the call: generous enough for a
@@ -176,3 +177,19 @@ async def without_expiry(st: Stampede, *, allowed: Sequence[str] = ()) -> list[b
             if cursor in (b"0", 0, "0"):
                 break
     return found
+
+
+class Holding(NewestWins):
+    """NewestWins that holds each repair until `release` is set, counting the calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[bytes] = []
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def repair(self, ctx: Any, obs: Any, verdict: Any) -> Any:
+        self.calls.append(obs.group)
+        self.entered.set()
+        await self.release.wait()
+        return await super().repair(ctx, obs, verdict)

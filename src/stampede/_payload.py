@@ -11,22 +11,13 @@ __all__ = ["as_bytes", "as_payload", "check_mapping", "payloads_of"]
 
 
 def as_payload(key: bytes, value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        try:
-            return value.encode()
-        except UnicodeEncodeError as exc:
-            raise InvalidValueError(
-                f"value for key {key!r} is a str that cannot be encoded as UTF-8 "
-                f"({exc.reason}); pass its raw bytes instead (nothing was written)",
-                key=key,
-            ) from None
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
-    raise InvalidValueError(
-        f"value for key {key!r} must be bytes or str, got {type(value).__name__}; "
-        "serialise it first (or use stampede.TypedGroup for pydantic models)",
+    return as_bytes(
+        value,
+        f"value for key {key!r}",
+        encode="pass its raw bytes instead (nothing was written)",
+        kind="serialise it first (or use stampede.TypedGroup for pydantic models)",
         key=key,
     )
 
@@ -42,19 +33,26 @@ def payloads_of(keys: Sequence[bytes], values: Iterable[object]) -> list[bytes |
     return payloads
 
 
-def as_bytes(value: object, what: str) -> bytes:
-    """`value` (bytes, or a str as UTF-8); `InvalidValueError` naming `what` otherwise."""
+def as_bytes(
+    value: object,
+    what: str,
+    *,
+    encode: str = "pass bytes",
+    kind: str = "serialise it first",
+    key: bytes | None = None,
+) -> bytes:
+    """`value` (bytes, or a str as UTF-8); `InvalidValueError` naming `what` otherwise,
+    ending with the fix for a str that is not UTF-8 (`encode`) or another type (`kind`)."""
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
         try:
             return value.encode()
         except UnicodeEncodeError as exc:
-            problem = f"is a str that cannot be encoded as UTF-8 ({exc.reason}); pass bytes"
-            raise InvalidValueError(f"{what} {problem}") from None
-    raise InvalidValueError(
-        f"{what} must be bytes or str, got {type(value).__name__}; serialise it first"
-    )
+            problem = f"is a str that cannot be encoded as UTF-8 ({exc.reason}); {encode}"
+            raise InvalidValueError(f"{what} {problem}", key=key) from None
+    got = type(value).__name__
+    raise InvalidValueError(f"{what} must be bytes or str, got {got}; {kind}", key=key)
 
 
 def check_mapping(value: object, what: str) -> None:

@@ -28,7 +28,7 @@ from .errors import (
     WriteTimeout,
 )
 from .keys import to_bytes
-from .options import Durability, check_durability
+from .options import Durability
 from .results import GuardCode, Receipt, new_receipt
 from .topology._base import WriteOutcome
 from .topology._guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
@@ -160,7 +160,6 @@ async def write_group(
     each replaced value is kept for group reads (none for one call in one slot).
     """
     at, counted = None if ttl is None else expire_at(ttl), version is None
-    durability = check_durability(durability)
     if version is not None:
         limit = 0
     elif type(versions) is HybridClock:  # its next_version, without a coroutine

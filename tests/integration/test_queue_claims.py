@@ -16,7 +16,7 @@ from stampede.repair import CONSUMER_GROUP, NewestWins, RepairQueue
 from stampede.repair._queue import Job
 from stampede.repair._worker import Worker
 
-from ..support import eventually
+from ..support import Holding, eventually
 from .test_worker import check_repaired, plant
 
 
@@ -50,22 +50,6 @@ async def test_a_dead_workers_job_behind_many_held_ones_is_taken_over(st: Stampe
     assert await queue.reclaim("other", 10) == []  # the live worker's jobs stay its own
 
 
-class _Holding(NewestWins):
-    """NewestWins that holds each repair until `release` is set, counting the calls."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[bytes] = []
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def repair(self, ctx: Any, obs: Any, verdict: Any) -> Any:
-        self.calls.append(obs.group)
-        self.entered.set()
-        await self.release.wait()
-        return await super().repair(ctx, obs, verdict)
-
-
 class _Counted(RepairQueue):
     """A queue that counts its `claim` calls and sets `claimed` after each."""
 
@@ -86,7 +70,7 @@ async def test_a_job_in_hand_that_looks_idle_is_not_claimed_again_by_its_worker(
     queue = _Counted(st.topology, min_idle=30.0)
     await queue.clear()
     await plant(st, queue, 1)  # group w:0, torn
-    strategy = _Holding()
+    strategy = Holding()
     worker = Worker(
         st.topology, queue, strategy, concurrency=4, poll_interval=0.01, block_ms=10,
         job_timeout=None, sweep_interval=0,
@@ -142,7 +126,7 @@ async def test_a_job_handed_back_on_every_stop_is_never_dead_lettered(st: Stampe
     await queue.clear()
     expected = await plant(st, queue, 1)
     for _ in range(4):  # twice max_attempts restarts, each with the job in hand
-        strategy = _Holding()
+        strategy = Holding()
         worker = Worker(
             st.topology, queue, strategy, poll_interval=0.01, block_ms=10, grace=0,
             job_timeout=None, sweep_interval=0,

@@ -18,7 +18,7 @@ from stampede.repair._worker import Worker, serve_metrics
 from stampede.testing import LocalPrimaries
 from stampede.wire import new_token
 
-from ..support import eventually, open_stampede, run_cli, start_cli
+from ..support import Holding, eventually, open_stampede, run_cli, start_cli
 from ..worker_strategies import StallsAfter, broken, stuck
 
 GROUPS = 120
@@ -343,22 +343,6 @@ async def test_worker_cli_serves_metrics_on_the_chosen_address(
     assert b"# HELP stampede_repairs_total" in body  # the library's own metrics
 
 
-class _Holding(NewestWins):
-    """NewestWins that holds each repair until `release` is set, counting the calls."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[bytes] = []
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def repair(self, ctx: Any, obs: Any, verdict: Any) -> Any:
-        self.calls.append(obs.group)
-        self.entered.set()
-        await self.release.wait()
-        return await super().repair(ctx, obs, verdict)
-
-
 class _Watched(RepairQueue):
     """A queue that counts the `reclaim` calls begun after `since` (a loop time)."""
 
@@ -378,7 +362,7 @@ async def test_a_job_in_hand_past_min_idle_is_not_taken_over(st: Stampede) -> No
     queue = _Watched(st.topology, min_idle=1.0)
     await queue.clear()
     await plant(st, queue, 1)
-    strategy = _Holding()
+    strategy = Holding()
     worker = Worker(
         st.topology, queue, strategy, concurrency=4, poll_interval=0.01, block_ms=10,
         job_timeout=None, sweep_interval=0,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._lua import Script, as_eval
 from ..errors import InvalidKeyError, OutcomeUnknownError, RepliesLostError
+from ._base import TRANSPORT_ERRORS
 from ._lane import LOST, Lane, Sent, Session
 from ._resp import ConnectionLost, NoScriptError
 from ._retries import MARKER_TTL_MS, all_idempotent, describe
@@ -46,6 +47,7 @@ __all__ = [
     "fence",
     "marker_id",
     "optimistic_once",
+    "pings",
     "run_script",
     "transaction",
     "transaction_once",
@@ -300,3 +302,26 @@ async def watch_update(
     body = updater_body(keys, update, expire_at_ms, then)
     ok, _ = await topology.optimistic(keys, body)
     return ok
+
+
+_PROBE = 0.5
+"""Seconds a node that failed or timed out has to answer a PING (`pings`)."""
+
+
+async def pings(lane: Lane) -> bool:
+    """Whether `lane`'s server answers a PING within `_PROBE` seconds (at most the socket
+    timeout), on a connection of its own, opened as the lane opens one (a Sentinel
+    shard's, after a loss, only where the Sentinels confirm a primary)."""
+    try:
+        conn = await lane.hold()
+    except TRANSPORT_ERRORS:
+        return False
+    broken = True
+    try:
+        (reply,) = await conn.send([("PING",)], timeout=min(_PROBE, lane.endpoint.socket_timeout))
+        broken = False
+    except TRANSPORT_ERRORS:
+        return False
+    finally:
+        lane.release(conn, broken=broken)
+    return not isinstance(reply, BaseException)

@@ -26,7 +26,7 @@ from ._endpoint import Endpoint
 from ._floor import after_ask
 from ._guard import without_keeping
 from ._lane import Lane, Sent
-from ._node_ops import eval_fallback
+from ._node_ops import eval_fallback, pings
 from ._resp import (
     AskError,
     BusyLoadingError,
@@ -45,8 +45,6 @@ T = TypeVar("T")
 
 ERRORS = (RedisError, OSError, TimeoutError)
 _MAX_REDIRECTS = 16
-_PROBE = 0.5
-"""Seconds a node that timed out has to answer a PING before a command goes there again."""
 
 
 def redirected(result: Any) -> bool:
@@ -215,24 +213,8 @@ class Router:
             positions = [i for i in positions if failing(results[i])]
 
     async def answers(self, node: str) -> bool:
-        """Whether `node` answers a PING within `_PROBE` seconds (at most the socket
-        timeout), on a connection of its own."""
-        lane = self.lane_at(node)
-        try:
-            conn = await lane.hold()
-        except ERRORS:
-            return False
-        broken = True
-        try:
-            (reply,) = await conn.send(
-                [("PING",)], timeout=min(_PROBE, lane.endpoint.socket_timeout)
-            )
-            broken = False
-        except ERRORS:
-            return False
-        finally:
-            lane.release(conn, broken=broken)
-        return not isinstance(reply, BaseException)
+        """Whether `node` answers a PING in time, on a connection of its own (`pings`)."""
+        return await pings(self.lane_at(node))
 
     def stale(self, node: str) -> None:
         """The map may be out of date (`node` failed): reload it in the background."""

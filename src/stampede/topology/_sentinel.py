@@ -52,6 +52,7 @@ from ..options import ConnectOptions
 from ._base import TRANSPORT_ERRORS, translate
 from ._endpoint import Endpoint, parse_url
 from ._lane import Lane
+from ._node_ops import pings
 from ._reply_errors import (
     BusyLoadingError,
     ConnectionLost,
@@ -60,7 +61,7 @@ from ._reply_errors import (
     ReplyTimeout,
 )
 from ._resp import pack
-from ._sentinel_ask import ask, is_primary, is_subscribed, listed, pings, text, unanswered
+from ._sentinel_ask import ask, is_primary, is_subscribed, listed, text, unanswered
 from ._shards import Shards
 
 __all__ = ["SentinelShards"]

@@ -2,7 +2,7 @@
 
 `ask` is one Sentinel's word on a service: its configuration epoch, the address of
 its primary and whether it holds that primary down; None when it cannot say.
-`is_primary` asks a data node its `ROLE`, `pings` whether a lane's node answers.
+`is_primary` asks a data node its `ROLE`.
 `unanswered` turns a service no Sentinel named into the `SetupError` that says
 why: a service the Sentinels that answered do not monitor, or, when none
 answered, the first Sentinel's own refusal (its credentials, its ACL, TLS, a
@@ -22,10 +22,7 @@ from ._checks import redact, refusal
 from ._endpoint import Endpoint
 from ._lane import Lane
 
-__all__ = ["ask", "is_primary", "is_subscribed", "listed", "pings", "text", "unanswered"]
-
-_PROBE = 0.5
-"""Seconds a primary that timed out has to answer a PING before a call goes there again."""
+__all__ = ["ask", "is_primary", "is_subscribed", "listed", "text", "unanswered"]
 
 
 async def ask(lane: Lane, name: str) -> tuple[int, tuple[str, int], bool] | None:
@@ -66,25 +63,6 @@ async def is_primary(endpoint: Endpoint) -> bool:
     finally:
         await probe.aclose()
     return isinstance(role, list) and bool(role) and text(role[0]) == "master"
-
-
-async def pings(lane: Lane) -> bool:
-    """Whether `lane`'s server answers a PING within `_PROBE` seconds (at most the socket
-    timeout), on a connection of its own (opened as the lane opens one: after a loss,
-    only where the Sentinels confirm a primary)."""
-    try:
-        conn = await lane.hold()
-    except TRANSPORT_ERRORS:
-        return False
-    broken = True
-    try:
-        (reply,) = await conn.send([("PING",)], timeout=min(_PROBE, lane.endpoint.socket_timeout))
-        broken = False
-    except TRANSPORT_ERRORS:
-        return False
-    finally:
-        lane.release(conn, broken=broken)
-    return not isinstance(reply, BaseException)
 
 
 async def _why_not(lane: Lane, name: str) -> BaseException | None:
