@@ -13,6 +13,12 @@ _ANSWERS = frozenset({list, int, bytes, type(None)})
 """Reply types no error reply hides in (`Sent.plain` scans for them in C first)."""
 
 
+def _spent(sent: Sent) -> None:
+    """A `Sent`'s callback once it has run: its caller's own (a closure over what
+    holds this `Sent`) is let go, so that no reference cycle outlives the answer
+    (each costs the cyclic garbage collector work, 40% of a transaction's CPU)."""
+
+
 class Sent:
     """The first attempt of a pipeline, written by `Lane.send_now`: its commands, its
     connection and, once answered, `result` (the replies, or the `ConnectionLost` /
@@ -33,7 +39,8 @@ class Sent:
 
     def __call__(self, result: Any) -> None:
         self.result = result
-        self._then(self)
+        then, self._then = self._then, _spent  # once; and no cycle through its caller
+        then(self)
 
     def plain(self) -> list[Any] | None:
         """The replies, when the attempt got through with no error reply; else None."""
