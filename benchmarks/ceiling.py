@@ -51,7 +51,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import hiredis
 from redis.asyncio import Redis
@@ -98,8 +98,7 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # (uvloop's is no instance)
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)

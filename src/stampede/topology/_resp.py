@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import hiredis
 
@@ -315,8 +315,9 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # (a stream transport: not always an `asyncio.Transport` instance; uvloop's
+        # `TCPTransport` is not, and an isinstance check refused every connection there)
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         reader = self._reader
