@@ -285,3 +285,6 @@ class Coalescer(Generic[Req, Res]):
                 await asyncio.shield(self._closing)
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
+                # (their `_done` may not have run yet, and from Python 3.12 a gather of
+                # finished tasks returns without a loop turn: this loop never ended)
+                self._tasks.difference_update([t for t in self._tasks if t.done()])
