@@ -76,9 +76,13 @@ async def repair(
     First, a transaction that is visible at a sibling but still pending at one of
     the group's keys is completed there (a repair never restamps a key over a
     transaction that has committed): if that makes the group whole, that is the
-    repair."""
+    repair. A transaction still committing at one of the keys leaves the group to
+    it: nothing is written, and the outcome is `lost_race` (whole or not, as the
+    group reads now), never a repair."""
+    wrote = False
     for _ in range(_COMPLETE_ROUNDS):
         pending = await complete_pending(ctx.topology, obs.keys, grace=ctx.version_grace)
+        wrote = wrote or pending.completed > 0
         if not (pending.completed or pending.undecided):
             break  # what the strategy gets holds no transaction pending at its keys
         fresh = await observe(ctx.topology, obs.group, obs.keys, obs.mode)
@@ -86,12 +90,12 @@ async def repair(
         whole = now.status in (Status.CONSISTENT, Status.NOT_FOUND)
         if whole or pending.undecided:
             # whole now; or a transaction is still committing here: leave it alone
-            outcome = _completed(fresh, now, verdict, whole=whole)
+            outcome = _completed(fresh, now, verdict, whole, wrote, pending.undecided)
             metrics.repair(outcome.action.value, source)
             return outcome
         obs, verdict = fresh, now  # another transaction may have committed meanwhile
     else:  # transactions keep landing: this is no moment to restamp the group
-        outcome = _completed(obs, verdict, verdict, whole=False)
+        outcome = _completed(obs, verdict, verdict, False, wrote, ())
         metrics.repair(outcome.action.value, source)
         return outcome
     outcome = await strategy.repair(ctx, obs, verdict.exhausted())
@@ -101,19 +105,33 @@ async def repair(
     return outcome
 
 
-def _completed(obs: Observation, verdict: Verdict, was: Verdict, *, whole: bool) -> RepairOutcome:
-    """The outcome of a repair that met a transaction: completed it (`whole`), or left
-    a group where one is still committing alone (a lost race: read it again later)."""
+def _completed(
+    obs: Observation,
+    verdict: Verdict,
+    was: Verdict,
+    whole: bool,
+    wrote: bool,
+    undecided: Sequence[bytes],
+) -> RepairOutcome:
+    """The outcome of a repair that met a transaction: `rolled_forward` when completing
+    it (`wrote`) made the group whole; otherwise `lost_race` (nothing repaired), whole
+    or not as the group reads now, with the keys where a transaction is still
+    committing named in `detail["undecided"]` (read the group again later)."""
     env = verdict.envelope
     values = {
         key: (e.value if e is not None else raw)
         for key, e, raw in zip(obs.keys, obs.envelopes, obs.raw, strict=True)
     }
+    rolled = whole and wrote
+    detail = {}
+    if undecided:
+        detail["undecided"] = ", ".join(k.decode("utf-8", "backslashreplace") for k in undecided)
     return RepairOutcome(
         obs.group,
-        RepairAction.ROLLED_FORWARD if whole else RepairAction.LOST_RACE,
+        RepairAction.ROLLED_FORWARD if rolled else RepairAction.LOST_RACE,
         was.exhausted().reason,
         values,
         whole,
         stamp=None if env is None or not whole else (env.version, env.token),
+        detail=detail,
     )

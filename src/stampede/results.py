@@ -227,7 +227,9 @@ class RepairOutcome:
 
     `consistent` is True when `values` are one whole write (repaired, rolled
     forward, or found consistent on a re-read); a queued repair returns the
-    best-effort merge with `consistent` False.
+    best-effort merge with `consistent` False. `detail` adds facts: `job` for a
+    queued repair; `undecided`, the keys (comma-separated) where a transaction is
+    still committing, for a repair that left the group to it (`lost_race`).
     """
 
     group: bytes

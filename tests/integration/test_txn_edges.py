@@ -23,6 +23,7 @@ from stampede import (
     PartialWriteError,
     RetryPolicy,
     Stampede,
+    Status,
     TornReadError,
     TransactionAborted,
     metrics,
@@ -33,8 +34,8 @@ from stampede._txn.scripts import COMMIT, COMMIT_ONE, PREPARE, ROUND2
 from stampede._txn.sweep import sweep
 from stampede._txn.write import Transaction, run_units
 from stampede.errors import ConfigurationError, ShardUnavailable
-from stampede.repair import NewestWins
-from stampede.results import GuardCode
+from stampede.repair import NewestWins, Refetch
+from stampede.results import GuardCode, RepairAction
 from stampede.testing import LocalPrimaries
 from stampede.testing.faults import DelegatingTopology
 from stampede.topology._guard import GUARD, requests_for
@@ -520,6 +521,40 @@ async def test_a_group_repair_leaves_a_transaction_that_is_still_committing_alon
     assert not result.consistent and result.repair is not None
     assert result.repair.action.value == "lost_race"
     assert [await raw_value(st, a), await raw_value(st, b)] == before
+    commit = [(version, token, 0, 0, b"", b"")] * 2
+    assert await run_units(st.topology, COMMIT, raw, sides, commit, head=[5000]) == [1, 1]
+    assert (await st.read_atomic([a, b])).values == {a: b"t", b: b"t"}
+
+
+async def test_a_read_through_that_meets_an_undecided_transaction_repairs_nothing(
+    st: Stampede,
+) -> None:
+    """A group not in Redis, read through a `Refetch(fills_missing=True)` while a
+    transaction is prepared at its keys and committed nowhere yet: the repair leaves
+    the group to that transaction, writes nothing and asks the loader nothing, and the
+    result says so (not found, not repaired, `lost_race`, the keys it waits on named);
+    it used to report `repaired=True` (`rolled_forward`) although nothing was written."""
+    a, b = spread_keys(st, "undecided-rt", 2)
+    raw = [a.encode(), b.encode()]
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    sides = [side_key(k, st.topology.slot_of) for k in raw]
+    env = b"%d:%s:t" % (version, token.encode())
+    args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
+    assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
+    asked: list[bytes] = []
+
+    async def load(group: bytes, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        asked.append(group)
+        return dict.fromkeys(keys, b"from-db")
+
+    result = await st.read(
+        "undecided-rt", [a, b], retry=QUICK, repair=Refetch(load, fills_missing=True)
+    )
+    assert result.status is Status.NOT_FOUND and not result.repaired
+    assert result.repair is not None and result.repair.action is RepairAction.LOST_RACE
+    assert result.repair.detail.get("undecided") == f"{a}, {b}"
+    assert asked == []
+    assert [await raw_value(st, a), await raw_value(st, b)] == [None, None]
     commit = [(version, token, 0, 0, b"", b"")] * 2
     assert await run_units(st.topology, COMMIT, raw, sides, commit, head=[5000]) == [1, 1]
     assert (await st.read_atomic([a, b])).values == {a: b"t", b: b"t"}
