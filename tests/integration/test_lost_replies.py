@@ -9,22 +9,27 @@ or resent it blindly, before the retry policy of `stampede.topology._retries`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 
 import stampede
-from stampede import Envelope, OutcomeUnknownError, Stampede, atomic, eventlog
+from stampede import Envelope, OutcomeUnknownError, RetryPolicy, Stampede, atomic, eventlog
 from stampede.options import ConnectOptions, load_options
+from stampede.repair import Refetch
+from stampede.results import RepairAction
 from stampede.testing import RedisProxy
 from stampede.topology import Cluster
+from stampede.topology._guard import GUARD
+from stampede.wire import commit_key
 from stampede.wire._txn import side_key
 
-from ..support import FAST
+from ..support import FAST, spread_keys, write_newer
 
 GROUP = "acct:{5}"
 BALANCE = "acct:{5}:balance"
+QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
 COUNTER = "acct:{5}:counter"
 
 
@@ -319,3 +324,41 @@ async def test_a_non_idempotent_command_is_never_resent(topology_env: tuple[str,
         await st.aclose()
         for proxy in proxies.values():
             await proxy.aclose()
+
+
+# -- repairs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gone", [True, False])
+async def test_a_repair_whose_record_reply_was_lost_reports_what_it_wrote(
+    px: Proxied, gone: bool
+) -> None:
+    """Commit mode: a torn group repaired by `Refetch` (the source says it is gone, or
+    gives payloads), and the reply to the repair's commit record is lost. The record
+    was written; the resend finds it there (`SAME`). The repair is done: `deleted`
+    (or `rewritten`), `repaired`, under its own stamp. It used to read the resend's
+    answer as a newer write's and report `lost_race`, nothing repaired."""
+    st = px.st
+    group = "rlost"
+    keys = spread_keys(st, group, 2)
+    await st.write(group, dict.fromkeys(keys, b"v1"), mode="commit")  # scripts loaded
+    shard = st.topology.shard_of(keys[0].encode())
+    some = [k.encode() for k in keys if st.topology.shard_of(k.encode()) == shard]
+    await write_newer(st, some, b"v2")  # torn: the newer write reached one shard only
+
+    async def load(group: bytes, names: Sequence[bytes]) -> dict[bytes, bytes] | None:
+        return None if gone else dict.fromkeys(names, b"db")
+
+    record = commit_key(group.encode())
+    guard = GUARD.sha.encode()
+    drop = px.proxy_for(record.decode()).drop_reply(
+        lambda cmd: cmd[0].upper() == b"EVALSHA" and cmd[1] == guard and record in cmd
+    )
+    result = await st.read(group, keys, mode="commit", retry=QUICK, repair=Refetch(load))
+    assert drop.hits == 1
+    assert result.repair is not None
+    assert result.repair.action is (RepairAction.DELETED if gone else RepairAction.REWRITTEN)
+    assert result.repaired and result.consistent
+    again = await st.read(group, keys, mode="commit")
+    assert (again.version, again.token) == result.repair.stamp or again.version is None
+    assert again.values == dict.fromkeys(keys, None if gone else b"db")

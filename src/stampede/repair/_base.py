@@ -32,7 +32,7 @@ from .. import _pipeline as pipeline
 from ..errors import MalformedEnvelope, ShardResponseError
 from ..results import RepairAction, RepairOutcome
 from ..topology._floor import FLOOR_ELSEWHERE, client_named, raise_floor
-from ..topology._guard import CAS, KEPT
+from ..topology._guard import CAS, KEPT, WRITTEN
 from ..typing import RepairContext, Topology
 from ..verdict import Mode, Observation, Reason, Status, judge
 from ..wire import (
@@ -231,7 +231,7 @@ async def rewrite(
         error = done.first_error()
         if error is not None:
             raise error
-        if done.results.get(ckey) != 1:
+        if done.results.get(ckey, KEPT) < WRITTEN:  # SAME: a resend found it written
             return await after_lost_race(ctx, obs, reason)
     ctx.versions.observe(version)
     deleted = all(payloads[k] is None for k in keys)
