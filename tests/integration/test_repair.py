@@ -6,6 +6,7 @@ import asyncio
 import json
 import random
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from stampede.typing import RepairContext
 from stampede.verdict import judge
 from stampede.wire import new_token
 
-from ..support import spread_keys, write_newer
+from ..support import open_stampede, spread_keys, write_newer
 
 QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
 
@@ -265,6 +266,33 @@ async def test_refetch_of_a_vanished_entity_deletes_guarded(st: Stampede) -> Non
     result = await st.read("gone", keys, retry=QUICK, repair=Refetch(none), mode=Mode.COMMIT)
     assert result.status is Status.NOT_FOUND and result.repaired
     assert (await st.read("gone", keys, mode="commit")).status is Status.NOT_FOUND
+
+
+@pytest.mark.parametrize("deleted", ["one key", "every key"])
+async def test_refetch_over_a_delete_gives_restored_data_the_ttl_not_the_grace(
+    topology_env: tuple[str, Any], deleted: str
+) -> None:
+    """The newest write a `Refetch` saw is a delete (it reached one key: torn; or every
+    key, read through with `fills_missing`), and the source says the entity exists:
+    the restored payloads are new data and live as the options' ttl says, as those of
+    a Refetch of a missing group do. They used to take the tombstones' expiry (their
+    remaining grace), so the freshly restored group vanished within seconds."""
+    kind, env = topology_env
+    async with open_stampede(env, kind, ttl=3600) as st:
+        keys = spread_keys(st, "rdel", 2)
+        await st.write("rdel", dict.fromkeys(keys, b"x"))
+        await st.delete("rdel", keys[:1] if deleted == "one key" else keys, grace=30)
+
+        async def load(group: bytes, names: Sequence[bytes]) -> dict[bytes, bytes]:
+            return dict.fromkeys(names, b"from-db")
+
+        since = int(await st.topology.execute(keys[0].encode(), "PEXPIRETIME", keys[0]))
+        repair = Refetch(load, fills_missing=True)
+        result = await st.read("rdel", keys, retry=QUICK, repair=repair)
+        assert result.repaired and result.values == dict.fromkeys(keys, b"from-db")
+        for key in keys:
+            at = int(await st.topology.execute(key.encode(), "PEXPIRETIME", key))
+            assert at >= since - 30_000 + 3_600_000, key  # the ttl, from after the delete
 
 
 async def test_read_through_of_a_deleted_group_writes_nothing(st: Stampede) -> None:

@@ -72,7 +72,9 @@ async def kept_expiry(ctx: RepairContext, obs: Observation) -> int | None:
     Every key of one write expires at the same instant, so the keys holding the
     newest stamp tell it; a group with no stamp gets the context's `ttl`. When
     every one of them has gone since the read (the write expired), `EXPIRED`: a
-    repair never extends a write's life.
+    repair never extends a write's life. A delete has no life to keep (its
+    tombstones' grace is no data's): payloads written over it (a `Refetch` the
+    source says exists) are new data and get the context's `ttl` too.
     """
     stamps = [(k, (e.version, e.token)) for k, e in zip(obs.keys, obs.envelopes, strict=True) if e]
     record = obs.commit()
@@ -81,6 +83,8 @@ async def kept_expiry(ctx: RepairContext, obs: Observation) -> int | None:
     if not stamps:
         return expire_at(ctx.ttl)
     newest = max(s for _, s in stamps)
+    if any(e is not None and e.tombstone and (e.version, e.token) == newest for e in obs.envelopes):
+        return expire_at(ctx.ttl)
     return await write_expiry(ctx.topology, [k for k, s in stamps if s == newest])
 
 
