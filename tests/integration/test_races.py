@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Literal, Unpack
+from typing import Any, Literal, Unpack
 
 import pytest
 
@@ -25,6 +25,7 @@ from stampede import (
     Status,
     TornReadError,
 )
+from stampede import _pipeline as pipeline
 from stampede._kept import drop_kept
 from stampede._write import write_group
 from stampede.errors import ConfigurationError, RepairError
@@ -32,7 +33,8 @@ from stampede.repair import Loaded, NewestWins, Refetch
 from stampede.results import RepairAction
 from stampede.testing.faults import DelegatingTopology
 from stampede.topology._base import WriteOutcome
-from stampede.typing import GuardStamp, Topology
+from stampede.typing import GuardStamp, RepairContext, Topology
+from stampede.verdict import judge
 from stampede.wire import commit_key, new_token
 
 from ..support import gone, open_stampede, spread_keys, without_expiry
@@ -276,6 +278,84 @@ async def test_newest_wins_never_makes_an_older_payload_immortal(
     for key in keys:
         assert await st.topology.execute(key, "PEXPIRETIME", key) == at, key
     assert await without_expiry(st) == []
+
+
+@pytest.mark.parametrize("racer", ["no ttl", "shorter ttl"])
+@pytest.mark.parametrize("strategy", ["rebuild", "refetch"])
+async def test_a_repair_never_takes_the_expiry_of_a_write_that_landed_after_its_read(
+    st: Stampede, strategy: str, racer: str
+) -> None:
+    """W1 (ttl) at both keys, W2 (ttl) reached `a` only: torn. Between the repair's
+    read and its writes, W3 lands at `a` (no ttl, or a shorter one) and dies there.
+    The repair keeps the expiry of the write it completes (W2), which it can no
+    longer learn from `a`: it must not take W3's. It used to read `a`'s expiry as
+    W2's and write `b` with none (immortal: W2's payload, or the source's, for ever)
+    or with W3's shorter one."""
+    a, b = spread_keys(st, f"exprace-{strategy}-{racer[:2]}", 2)
+    group = a.rsplit(":", 1)[0]
+    now = time.time_ns() // 1_000_000
+    await st.write(group, {a: b"w1", b: b"w1"}, ttl=7200)
+    at1 = int(await st.topology.execute(b.encode(), "PEXPIRETIME", b))
+    at2 = now + 3_600_000
+    await land(st, [a], b"w2", stamp_of(st), expire_at_ms=at2)
+    racer_at = None if racer == "no ttl" else now + 600_000
+
+    async def w3_lands() -> None:
+        await land(st, [a], b"w3", stamp_of(st), expire_at_ms=racer_at)
+
+    async def rebuild(truth: Mapping[bytes, bytes], stale: Sequence[bytes]) -> dict[bytes, bytes]:
+        await w3_lands()
+        return dict.fromkeys(stale, b"rebuilt")
+
+    async def loader(group: bytes, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        await w3_lands()
+        return dict.fromkeys(keys, b"source")
+
+    repair = NewestWins(rebuild=rebuild) if strategy == "rebuild" else Refetch(loader)
+    result = await st.read(group, [a, b], retry=QUICK, repair=repair)
+    assert result.repair is not None and not result.repaired
+    assert result.repair.action is RepairAction.LOST_RACE
+    assert Envelope.decode(await raw_get(st, a) or b"").payload == b"w3"
+    assert int(await st.topology.execute(b.encode(), "PEXPIRETIME", b)) in (at1, at2)
+    assert await without_expiry(st, allowed=[a]) == []
+
+
+class BeforeExpiry(DelegatingTopology):
+    """Runs `meanwhile` before the first PEXPIRETIME: a write landing between a
+    repair's read and its look at the expiry of the write it completes."""
+
+    def __init__(self, inner: Topology, meanwhile: Callable[[], Awaitable[object]]) -> None:
+        super().__init__(inner)
+        self.meanwhile: Callable[[], Awaitable[object]] | None = meanwhile
+
+    async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
+        if args and args[0] == "PEXPIRETIME" and self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return await self.inner.execute(key, *args, resend=resend)
+
+
+async def test_a_roll_forward_never_takes_the_expiry_of_a_write_that_landed_after_its_read(
+    st: Stampede,
+) -> None:
+    """Commit mode: W (ttl) is whole in the data, its record lost: a repair rolls it
+    forward, writing W's record with W's expiry. W3 (no ttl) lands at every key, its
+    writer dying before its record, between the repair's read and its look at the
+    expiry: the record of W was written with W3's expiry (none: an immortal record);
+    now the repair writes nothing and reads the group again."""
+    a, b = spread_keys(st, "rfrace", 2)
+    at = time.time_ns() // 1_000_000 + 3_600_000
+    await land(st, [a, b], b"w", stamp_of(st), expire_at_ms=at)
+
+    async def w3_lands() -> None:
+        await land(st, [a, b], b"w3", stamp_of(st))
+
+    keys = (a.encode(), b.encode())
+    obs = await pipeline.observe(st.topology, b"rfrace", keys, Mode.COMMIT)
+    ctx = RepairContext(BeforeExpiry(st.topology, w3_lands), Mode.COMMIT, st.versions)
+    outcome = await NewestWins().repair(ctx, obs, judge(obs).exhausted())
+    assert outcome.action is RepairAction.LOST_RACE
+    assert await without_expiry(st, allowed=[a, b]) == []
 
 
 async def test_record_that_outlived_its_data_reads_not_found(st: Stampede) -> None:

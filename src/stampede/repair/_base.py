@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .. import _pipeline as pipeline
@@ -46,6 +46,7 @@ from ._stamp import refuse_far_ahead
 from ._stamp import repair_stamp as repair_stamp
 
 __all__ = [
+    "CHANGED",
     "EXPIRED",
     "best_effort",
     "compare_and_set",
@@ -65,6 +66,11 @@ EXPIRED = 1
 """An expiry instant long past: what a repair writes with when the write it would keep
 has already expired (the compare-and-set then deletes instead of writing)."""
 
+CHANGED = 2
+"""What `write_expiry` gives when every key of the write now holds a newer one: the
+write's expiry cannot be learned (never taken from the newer write), and the repair
+writes nothing (its compare-and-set would fail at those keys anyway)."""
+
 
 async def kept_expiry(ctx: RepairContext, obs: Observation) -> int | None:
     """The absolute expiry (unix ms) of the newest write `obs` saw, to keep it.
@@ -72,20 +78,24 @@ async def kept_expiry(ctx: RepairContext, obs: Observation) -> int | None:
     Every key of one write expires at the same instant, so the keys holding the
     newest stamp tell it; a group with no stamp gets the context's `ttl`. When
     every one of them has gone since the read (the write expired), `EXPIRED`: a
-    repair never extends a write's life. A delete has no life to keep (its
+    repair never extends a write's life; when each now holds a newer write,
+    `CHANGED` (whose expiry is not this write's). A delete has no life to keep (its
     tombstones' grace is no data's): payloads written over it (a `Refetch` the
     source says exists) are new data and get the context's `ttl` too.
     """
+    seen = dict(zip(obs.keys, obs.raw, strict=True))
     stamps = [(k, (e.version, e.token)) for k, e in zip(obs.keys, obs.envelopes, strict=True) if e]
     record = obs.commit()
     if record is not None:
-        stamps.append((commit_key(obs.group), (record.version, record.token)))
+        ckey = commit_key(obs.group)
+        seen[ckey] = obs.commit_raw
+        stamps.append((ckey, (record.version, record.token)))
     if not stamps:
         return expire_at(ctx.ttl)
     newest = max(s for _, s in stamps)
     if any(e is not None and e.tombstone and (e.version, e.token) == newest for e in obs.envelopes):
         return expire_at(ctx.ttl)
-    return await write_expiry(ctx.topology, [k for k, s in stamps if s == newest])
+    return await write_expiry(ctx.topology, {k: seen[k] for k, s in stamps if s == newest})
 
 
 async def kept_payloads_expiry(ctx: RepairContext, obs: Observation) -> int | None:
@@ -93,27 +103,44 @@ async def kept_payloads_expiry(ctx: RepairContext, obs: Observation) -> int | No
     without `rebuild`): that of the newest write (`kept_expiry`), or the earliest of
     the writes whose payloads it keeps, if earlier, so that no payload outlives the
     write it came from (an older payload with a ttl beside a newest write without
-    one was written without expiry). A write whose keys have gone since the read is
-    left out: the compare-and-set fails there anyway."""
+    one was written without expiry). A write whose keys have gone or changed since
+    the read is left out: the compare-and-set fails there anyway."""
     newest = await kept_expiry(ctx, obs)
-    if newest == EXPIRED:
+    if newest in (EXPIRED, CHANGED):
         return newest
-    holders: dict[object, list[bytes]] = {}
+    holders: dict[object, dict[bytes, bytes | None]] = {}
     for key, env, raw in zip(obs.keys, obs.envelopes, obs.raw, strict=True):
         if raw is not None:  # a value no write stamped: its own expiry
-            holders.setdefault(key if env is None else (env.version, env.token), []).append(key)
+            holders.setdefault(key if env is None else (env.version, env.token), {})[key] = raw
     found = await asyncio.gather(*(write_expiry(ctx.topology, ks) for ks in holders.values()))
-    known = [at for at in (newest, *found) if at is not None and at != EXPIRED]
+    known = [at for at in (newest, *found) if at is not None and at not in (EXPIRED, CHANGED)]
     return min(known) if known else None
 
 
-async def write_expiry(topology: Topology, keys: Sequence[bytes]) -> int | None:
-    """The expiry instant of the write that `keys` hold (one stamp): None when it has
-    none, `EXPIRED` when every key has gone (expired) since it was read."""
-    found = await asyncio.gather(*(expiry_of(topology, k, missing=EXPIRED) for k in keys))
-    if any(at is None for at in found):
+async def write_expiry(topology: Topology, held: Mapping[bytes, bytes | None]) -> int | None:
+    """The expiry instant of the write that the keys of `held` held when read (key ->
+    the bytes read: one stamp): None when it has none. Only a key that still holds
+    those bytes tells it (its expiry is read first, then its value: a key that held
+    them on both sides held them between, as a key never goes back to an older
+    stamp); `EXPIRED` when a key has gone since and none still holds them (the
+    write expired), `CHANGED` when each holds a newer write now."""
+    found = await asyncio.gather(*(_held_expiry(topology, k, was) for k, was in held.items()))
+    kept = [at for at in found if at not in (EXPIRED, CHANGED)]
+    if any(at is None for at in kept):
         return None
-    return max(at for at in found if at is not None)
+    if kept:
+        return max(at for at in kept if at is not None)
+    return EXPIRED if EXPIRED in found else CHANGED
+
+
+async def _held_expiry(topology: Topology, key: bytes, was: bytes | None) -> int | None:
+    """The expiry of `key` if it still holds `was` (None: none), else `EXPIRED` when it
+    has gone, `CHANGED` when it holds something else."""
+    at = await expiry_of(topology, key, missing=EXPIRED)
+    now = await topology.execute(key, "GET", key)
+    if now is None:
+        return EXPIRED
+    return at if now == was else CHANGED
 
 
 async def expiry_of(topology: Topology, key: bytes, *, missing: int | None = None) -> int | None:
@@ -220,11 +247,15 @@ async def rewrite(
     if version != source_version:
         refuse_far_ahead(ctx, obs, version)
     at = expire_at_ms if expire_at_ms is not None else await kept_expiry(ctx, obs)
+    if at == CHANGED:  # a newer write replaced the one to complete: it won the race
+        return await after_lost_race(ctx, obs, reason)
     new: dict[bytes, bytes | None] = {
         k: Envelope(version, token, payloads[k] or b"", tombstone=payloads[k] is None).encode()
         for k in keys
     }
-    if not await compare_and_set(ctx, obs, new, at):
+    if not await compare_and_set(ctx, obs, new, at) or at == EXPIRED:
+        # (expired: the keys that held what the read saw were set to expire at once,
+        # and the group reads as it is now: gone, or what a newer write left)
         return await after_lost_race(ctx, obs, reason)
     if obs.mode is Mode.COMMIT:
         record = Envelope(version, token, encode_commit(keys)).encode()
@@ -269,7 +300,9 @@ async def roll_forward(
         return None  # a newer write has committed: its data has not landed yet
     payload = encode_commit(list(obs.keys))
     ckey = commit_key(obs.group)
-    at = await write_expiry(ctx.topology, obs.keys)
+    at = await write_expiry(ctx.topology, dict(zip(obs.keys, obs.raw, strict=True)))
+    if at in (EXPIRED, CHANGED):  # the data expired, or a newer write replaced it
+        return await after_lost_race(ctx, obs, reason)
     outcome = await ctx.topology.write_guarded(
         [ckey],
         [Envelope(first.version, first.token, payload).encode()],
