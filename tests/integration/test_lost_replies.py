@@ -16,14 +16,16 @@ import pytest
 
 import stampede
 from stampede import Envelope, OutcomeUnknownError, RetryPolicy, Stampede, atomic, eventlog
+from stampede._txn.scripts import COMMIT, PREPARE
+from stampede._txn.write import run_units
 from stampede.options import ConnectOptions, load_options
-from stampede.repair import Refetch
+from stampede.repair import NewestWins, Refetch
 from stampede.results import RepairAction
 from stampede.testing import RedisProxy
 from stampede.topology import Cluster
 from stampede.topology._guard import GUARD
-from stampede.wire import commit_key
-from stampede.wire._txn import side_key
+from stampede.wire import commit_key, new_token
+from stampede.wire._txn import encode_meta, side_key
 
 from ..support import FAST, spread_keys, write_newer
 
@@ -362,3 +364,34 @@ async def test_a_repair_whose_record_reply_was_lost_reports_what_it_wrote(
     again = await st.read(group, keys, mode="commit")
     assert (again.version, again.token) == result.repair.stamp or again.version is None
     assert again.values == dict.fromkeys(keys, None if gone else b"db")
+
+
+async def test_a_repair_whose_transaction_completion_reply_was_lost_reports_it(
+    px: Proxied,
+) -> None:
+    """A transaction committed at `a` only (its writer died before `b`): a group read's
+    repair completes it at `b`, and the reply to that commit is lost. The resend finds
+    it current there (2, already current): the group is whole by that completion,
+    `rolled_forward`. It used to count only a first-try 1 as completed, hand the group
+    to the strategy as first read, and report the strategy's failed compare-and-set
+    (`lost_race`, nothing repaired)."""
+    st = px.st
+    a, b = spread_keys(st, "txlost", 2)
+    async with st.transaction() as tx:  # every script loaded on both shards
+        tx.set(a, b"a0")
+        tx.set(b, b"b0")
+    raw = [a.encode(), b.encode()]
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    sides = [side_key(k, st.topology.slot_of) for k in raw]
+    env = b"%d:%s:t" % (version, token.encode())
+    args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
+    assert await run_units(st.topology, PREPARE, raw, sides, args, head=[20_000]) == [1, 1]
+    commit = [(version, token, 0, 0, b"", b"")]
+    assert await run_units(st.topology, COMMIT, raw[:1], sides[:1], commit, head=[5000]) == [1]
+    sha = COMMIT.sha.encode()
+    drop = px.proxy_for(b).drop_reply(lambda cmd: cmd[0].upper() == b"EVALSHA" and cmd[1] == sha)
+    rebuild = NewestWins(rebuild=lambda truth, stale: dict.fromkeys(stale, b"rebuilt"))
+    result = await st.read("txlost", [a, b], retry=QUICK, repair=rebuild)
+    assert drop.hits == 1
+    assert result.repair is not None and result.repair.action is RepairAction.ROLLED_FORWARD
+    assert result.repaired and result.values == {a: b"t", b: b"t"}

@@ -150,7 +150,9 @@ class Pending:
     """What `complete_pending` found at a group's keys."""
 
     completed: int
-    """Keys where it committed a transaction that a sibling already held."""
+    """Keys where a transaction that a sibling already held is now current, committed
+    by this call (or, its reply lost, by the first try of it, or meanwhile by another
+    reader): the keys changed since they were read."""
     undecided: tuple[bytes, ...]
     """Keys holding a prepared version of a transaction that is still committing."""
 
@@ -193,8 +195,8 @@ async def _roll_forward(
         if await _decided(topology, siblings, stamp):
             args = [grace_ms, stamp[0], stamp[1], "", 0, b"", b""]
             (code,) = await topology.script(COMMIT, [key, side], args)
-            if code == 1:
-                done += 1
+            if code in (1, 2):  # made current; or already current (a resend after a
+                done += 1  # lost reply, or another reader's completion): changed
                 current = stamp
         elif undecided and b"d:" + name[2:] in pairs:
             waiting = waiting or await _recent(topology, side, meta)
