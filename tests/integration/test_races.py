@@ -358,6 +358,32 @@ async def test_a_roll_forward_never_takes_the_expiry_of_a_write_that_landed_afte
     assert await without_expiry(st, allowed=[a, b]) == []
 
 
+@pytest.mark.parametrize("strategy", ["newest", "refetch"])
+async def test_a_repair_never_shortens_the_tombstones_of_the_delete_it_completes(
+    st: Stampede, strategy: str
+) -> None:
+    """A delete given a long grace (`st.delete(..., grace=3600)`) reached `a` only: a
+    repair completes it (NewestWins) or deletes the group (Refetch: gone) with the
+    reader's tombstone grace (300 s). Its tombstones must live at least as long as the
+    delete's own: they keep a delayed older write out, and at `a` they used to replace
+    the delete's with ones 300 s long, so that write could bring the deleted data back
+    long before the delete's grace ran out."""
+    a, b = spread_keys(st, f"tlong-{strategy}", 2)
+    group = a.rsplit(":", 1)[0]
+    await st.write(group, {a: b"w0", b: b"w0"})
+    await st.delete(group, [a], grace=3600)
+    until = int(await st.topology.execute(a.encode(), "PEXPIRETIME", a))
+
+    async def gone(group: bytes, keys: Sequence[bytes]) -> None:
+        return None
+
+    repair = NewestWins() if strategy == "newest" else Refetch(gone)
+    result = await st.read(group, [a, b], retry=QUICK, repair=repair)
+    assert result.repaired and result.status is Status.NOT_FOUND
+    for key in (a, b):
+        assert int(await st.topology.execute(key.encode(), "PEXPIRETIME", key)) >= until, key
+
+
 async def test_record_that_outlived_its_data_reads_not_found(st: Stampede) -> None:
     """A commit record left without data (data expired) is not a torn group forever."""
     keys = spread_keys(st, "orphan", 2)

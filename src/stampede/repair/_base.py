@@ -247,6 +247,8 @@ async def rewrite(
     if version != source_version:
         refuse_far_ahead(ctx, obs, version)
     at = expire_at_ms if expire_at_ms is not None else await kept_expiry(ctx, obs)
+    if all(payloads[k] is None for k in keys):
+        at = await _outlasting_delete(ctx, obs, at)
     if at == CHANGED:  # a newer write replaced the one to complete: it won the race
         return await after_lost_race(ctx, obs, reason)
     new: dict[bytes, bytes | None] = {
@@ -279,6 +281,25 @@ async def rewrite(
         True,
         stamp=(version, token),
     )
+
+
+async def _outlasting_delete(ctx: RepairContext, obs: Observation, at: int | None) -> int | None:
+    """The expiry of a repair's tombstones: `at`, or the expiry of the newest write seen
+    when that is a delete whose tombstones live longer (given a longer grace than the
+    repair's): a repair never shortens what keeps a delayed older write out."""
+    newest = obs.newest()
+    if newest is None or not newest.tombstone or at is None:
+        return at
+    stamp = (newest.version, newest.token)
+    held = {
+        k: raw
+        for k, e, raw in zip(obs.keys, obs.envelopes, obs.raw, strict=True)
+        if e is not None and (e.version, e.token) == stamp
+    }
+    theirs = await write_expiry(ctx.topology, held)
+    if theirs is None or theirs in (EXPIRED, CHANGED):
+        return at
+    return max(at, theirs)
 
 
 async def roll_forward(
