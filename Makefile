@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: test check lint typecheck pytest pytest-valkey redis server any-server bench chaos clean demo docs docker-check \
-	compiled test-compiled
+	compiled test-compiled test-pythons
 
 # The integration tests repeated on Valkey by `make test` (docs/testing.md, "The
 # server matrix"): every file whose tests depend on what the server does (scripts
@@ -114,6 +114,36 @@ test-compiled: compiled server
 	STAMPEDE_EXPECT_COMPILED=1 PYTHONPATH=$(CURDIR)/$(COMPILED)/site \
 		$(VENV)/bin/pytest -q -n 3 --dist loadfile -p no:cacheprovider $(COMPILED_TESTS)
 
+# The other Pythons stampede supports (docs/testing.md, "Other Pythons"): the unit tests
+# and an integration sample of the asyncio-heavy paths on each of PYTHONS this machine
+# has (`python3.X` that runs, else pyenv's `versions/3.X.*`), each in a venv of its own
+# (.venv-3.X, made once); a version not found is named and skipped. CI runs it after
+# `make test`; asyncio's behaviour moves between versions (from 3.12 a gather of
+# finished tasks returns without a loop turn, which once made `aclose()` spin for ever).
+PYTHONS ?= 3.12 3.13
+PYTHON_TESTS ?= tests/unit tests/integration/test_stamped.py tests/integration/test_transactions.py \
+	tests/integration/test_txn_quick.py tests/integration/test_lone_path.py tests/integration/test_lane.py \
+	tests/integration/test_coalesce.py tests/integration/test_lost_replies.py tests/integration/test_no_cycles.py \
+	tests/integration/test_uvloop.py tests/integration/test_connect.py tests/integration/test_concurrency.py
+
+test-pythons: server
+	@for v in $(PYTHONS); do \
+		py=""; \
+		if python$$v -c "" 2>/dev/null; then py=python$$v; else \
+			for c in "$$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)"/versions/$$v.*/bin/python; do \
+				if [ -x "$$c" ]; then py=$$c; fi; \
+			done; \
+		fi; \
+		if [ -z "$$py" ]; then echo "test-pythons: no Python $$v on this machine, skipped"; continue; fi; \
+		venv=.venv-$$v; \
+		if [ ! -f $$venv/.installed ] || [ pyproject.toml -nt $$venv/.installed ]; then \
+			$$py -m venv $$venv && $$venv/bin/python -m pip install --quiet --upgrade pip && \
+			$$venv/bin/python -m pip install --quiet -e '.[dev]' && touch $$venv/.installed || exit 1; \
+		fi; \
+		echo "test-pythons: $$($$venv/bin/python -V) ($$py)"; \
+		$$venv/bin/pytest -q -n 3 --dist loadfile -p no:cacheprovider $(PYTHON_TESTS) || exit 1; \
+	done
+
 bench: $(STAMP) any-server
 	$(PY) -m benchmarks
 
@@ -146,4 +176,4 @@ docker-check: $(DOCKER_STAMP)
 	bash docker/check/run.sh
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis $(COMPILED)
+	rm -rf $(VENV) .venv-3.* .mypy_cache .ruff_cache .pytest_cache .hypothesis $(COMPILED)
