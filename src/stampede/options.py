@@ -89,9 +89,14 @@ class ConnectOptions(_Frozen):
     """
 
     socket_timeout: float = Field(
-        default=2.0, gt=0, description="seconds to wait for a reply; never retried"
+        default=2.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds to wait for a reply; never retried",
     )
-    connect_timeout: float = Field(default=1.0, gt=0, description="seconds to connect")
+    connect_timeout: float = Field(
+        default=1.0, gt=0, allow_inf_nan=False, description="seconds to connect"
+    )
     connection_retries: int = Field(
         default=3,
         ge=0,
@@ -99,8 +104,12 @@ class ConnectOptions(_Frozen):
         description="retries of a failed connection attempt or of an idempotent command "
         "whose connection died; never of a non-idempotent one",
     )
-    retry_base: float = Field(default=0.01, gt=0, description="seconds; backoff base")
-    retry_cap: float = Field(default=0.5, gt=0, description="seconds; longest backoff sleep")
+    retry_base: float = Field(
+        default=0.01, gt=0, allow_inf_nan=False, description="seconds; backoff base"
+    )
+    retry_cap: float = Field(
+        default=0.5, gt=0, allow_inf_nan=False, description="seconds; longest backoff sleep"
+    )
     max_connections: int = Field(
         default=1024,
         ge=1,
@@ -115,6 +124,7 @@ class ConnectOptions(_Frozen):
     failover_timeout: float = Field(
         default=5.0,
         ge=0,
+        allow_inf_nan=False,
         description="seconds a command that is safe to resend (a read, a stamp-guarded "
         "write) keeps trying while a cluster node fails over: the slot map is reloaded "
         "and the command sent to the slot's new owner, with backoff; 0 turns it off",
@@ -122,6 +132,7 @@ class ConnectOptions(_Frozen):
     refresh_interval: float = Field(
         default=10.0,
         ge=0,
+        allow_inf_nan=False,
         description="seconds between background reloads of a cluster's slot map (besides "
         "the reloads that MOVED, failed nodes and transient states trigger); 0 turns it off",
     )
@@ -141,7 +152,10 @@ class Durability(_Frozen):
 
     replicas: int = Field(default=1, ge=0, le=64, description="replicas that must have it")
     timeout: float = Field(
-        default=1.0, gt=0, description="seconds to wait for them before reporting a shortfall"
+        default=1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds to wait for them before reporting a shortfall",
     )
     aof: bool = Field(default=False, description="also wait for the AOF fsync (WAITAOF)")
 

@@ -103,7 +103,7 @@ def test_a_repair_queue_time_that_is_no_number_of_seconds(option: str, value: ob
 def test_an_option_model_given_a_bad_field() -> None:
     """ConnectOptions, RetryPolicy, Durability and Options built by hand refuse a bad
     field with a `ConfigurationError` naming it (pydantic's own error escaped them)."""
-    with _raises(ConfigurationError, r"invalid ConnectOptions: socket_timeout: .*greater than 0"):
+    with _raises(ConfigurationError, r"invalid ConnectOptions: socket_timeout: .*finite number"):
         stampede.ConnectOptions(socket_timeout=float("nan"))
     with _raises(ConfigurationError, r"atempts: Extra inputs .*\(known fields: attempts, base_"):
         RetryPolicy(atempts=3)  # type: ignore[call-arg]
@@ -111,6 +111,31 @@ def test_an_option_model_given_a_bad_field() -> None:
         stampede.Durability(replicas=-1)
     with _raises(ConfigurationError, r"^invalid Options: retry: attempts: Input should be greater"):
         stampede.Options(retry={"attempts": 0})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "socket_timeout",
+        "connect_timeout",
+        "retry_base",
+        "retry_cap",
+        "failover_timeout",
+        "refresh_interval",
+    ],
+)
+def test_a_connection_time_that_is_infinite_is_refused(field: str) -> None:
+    """ConnectOptions(socket_timeout=inf) was taken (no limit at all: a silent shard
+    was waited on for ever), and so was inf for every other number of seconds of the
+    connection, though NaN is refused. Infinity is refused the same way now, naming
+    the field, by hand and through connect(); so is Durability(timeout=inf), which
+    made every write an OverflowError."""
+    with _raises(ConfigurationError, rf"invalid ConnectOptions: {field}: .*finite number"):
+        stampede.ConnectOptions(**{field: float("inf")})  # type: ignore[arg-type]
+    with _raises(ConfigurationError, rf"connection: {field}: .*finite number"):
+        stampede.connect(["redis://127.0.0.1:1"], **{field: float("inf")})  # type: ignore[arg-type]
+    with _raises(ConfigurationError, r"invalid Durability: timeout: .*finite number"):
+        stampede.Durability(timeout=float("inf"))
 
 
 def test_expiries_every_write_would_refuse_are_refused_at_connect() -> None:
