@@ -165,6 +165,26 @@ def test_to_bytes_and_bad_key_types() -> None:
     assert info.value.key == "\ud800"
 
 
+def test_keyslot_refuses_a_bytearray_as_every_key_function_does() -> None:
+    """keyslot(bytearray(...)) answered a slot (its fast path calls the key's own
+    `find`, which a bytearray has), where the docs take bytes and str only and
+    `to_bytes`, `keyslots`, `hash_tag` and `HashPolicy.keyslot` refuse it: one
+    function disagreed with the others. It is an InvalidKeyError now; a bytes
+    subclass is still bytes."""
+
+    class Key(bytes):
+        pass
+
+    policy = HashPolicy(r"(?P<tag>\w+):")
+    for bad in (bytearray(b"user:{42}:a"), bytearray(b"plain")):
+        for function in (keyslot, hash_tag, hashed_part, policy.keyslot):
+            with pytest.raises(InvalidKeyError, match="must be bytes or str, not bytearray"):
+                function(bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidKeyError, match="must be bytes or str, not bytearray"):
+            keyslots([bad])  # type: ignore[list-item]
+    assert keyslot(Key(b"user:{42}:a")) == keyslot(b"user:{42}:a") == keyslot("42")
+
+
 def test_keyslots_matches_keyslot_and_takes_str() -> None:
     """keyslots is keyslot over a sequence, str keys included."""
     keys: list[bytes | str] = ["a", b"b{c}", "user:{42}:x", b""]

@@ -91,7 +91,8 @@ def keyslot(key: bytes | str) -> int:
     Redis allows it, and is in slot 0.
 
     `bytes` is the fast path (stampede hands its own keys over as bytes): no type
-    check, so it runs as fast as redis-py's `key_slot`. A `str` costs about a
+    check, so it runs as fast as redis-py's `key_slot` (a `bytearray` or
+    `memoryview` is refused, as everywhere keys are taken). A `str` costs about a
     microsecond more; to hash many str keys, use `keyslots`.
 
     >>> keyslot("123456789")
@@ -100,13 +101,15 @@ def keyslot(key: bytes | str) -> int:
     True
     """
     # Hot path: the same C calls as redis-py's key_slot (find, find, crc_hqx) and
-    # nothing else. A type check costs ~5% per call, so a str is caught by the
-    # TypeError its find(b"{") raises (try is free in 3.11 until it raises).
-    # `b"{" in key` measures slower than `find`, which also gives the position;
-    # 0x3FFF is SLOTS - 1 as a constant (a global would be one more lookup).
-    raw: bytes = key  # type: ignore[assignment]  # a str raises in find: see except
+    # nothing else. A type check costs ~5% per call, so anything but bytes (a str,
+    # a bytearray, a memoryview) is caught by the TypeError that `bytes.find`
+    # raises for it (try is free in 3.11 until it raises): `key.find` would take a
+    # bytearray, which every other key function refuses. `b"{" in key` measures
+    # slower than `find`, which also gives the position; 0x3FFF is SLOTS - 1 as a
+    # constant (a global would be one more lookup).
+    raw: bytes = key  # type: ignore[assignment]  # not bytes: raises in find, see except
     try:
-        start = raw.find(b"{")
+        start = bytes.find(raw, b"{")
     except (TypeError, AttributeError):
         raw = _encode(key)
         start = raw.find(b"{")
