@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 from redis.exceptions import RedisError
@@ -373,3 +374,85 @@ async def test_a_call_behind_a_long_wait_is_not_cut_short(
         replica.resume()
         assert plain.keys and not durable.exception()
         assert receipt.durable is False and receipt.replicas == {primary.address: 0}
+
+
+async def _scanned(st: Stampede, shard: str, prefix: bytes) -> int:
+    """How many keys starting with `prefix` a whole SCAN of `shard` finds."""
+    found: set[bytes] = set()
+    cursor: Any = 0
+    while True:
+        cursor, keys = await st.topology.execute_on(shard, "SCAN", cursor, "COUNT", 500)
+        found.update(k for k in keys if k.startswith(prefix))
+        if int(cursor) == 0:
+            return len(found)
+
+
+SCANNED = ConnectOptions(socket_timeout=1.0, connect_timeout=0.5)
+
+
+async def test_a_scan_across_a_restart_is_refused_not_cut_short() -> None:
+    """An independent primary restarts between two pages of a SCAN (and gets its keys
+    back): the next page, asked with the cursor of the process before the restart,
+    raises `ShardUnavailable` (the new process hashes its keys with a new seed: going
+    on skipped keys, silently; only a Sentinel failover was caught). A scan begun
+    again finds every key."""
+    with RedisNode() as node:
+        keys = {f"sc:{i}": b"x" for i in range(2000)}
+        node.client().mset(keys)
+        async with stampede.connect([node.url], connection=SCANNED) as st:
+            shard = st.topology.shard_names[0]
+            cursor, _ = await st.topology.execute_on(shard, "SCAN", 0, "COUNT", 100)
+            assert int(cursor) != 0
+            node.restart()  # a new process (a new run_id), empty
+            node.client().mset(keys)
+            with pytest.raises(ShardUnavailable, match="scan of this shard again"):
+                await st.topology.execute_on(shard, "SCAN", cursor, "COUNT", 100)
+            assert await _scanned(st, shard, b"sc:") == len(keys)
+
+
+async def test_a_scan_across_a_dns_move_is_refused_not_cut_short(
+    primary_and_replica: tuple[RedisNode, RedisNode],
+) -> None:
+    """The name of a shard leads to another server between two pages of a SCAN (a
+    proxy stands in for DNS; the other server holds the same keys): the next page,
+    on a fresh connection there, raises `ShardUnavailable` instead of going on with
+    a cursor that means nothing on that server."""
+    primary, replica = primary_and_replica
+    primary.client().mset({f"dm:{i}": b"x" for i in range(2000)})
+    primary.client().wait(1, 5000)
+    async with RedisProxy(primary.address) as proxy:
+        async with stampede.connect([proxy.url], connection=SCANNED) as st:
+            shard = st.topology.shard_names[0]
+            cursor, _ = await st.topology.execute_on(shard, "SCAN", 0, "COUNT", 100)
+            assert int(cursor) != 0
+            proxy.target = (replica.host, replica.port)  # the name resolves anew
+            command(primary, "CLIENT", "KILL", "TYPE", "normal")  # connections drop
+            with pytest.raises(ShardUnavailable, match="scan of this shard again"):
+                await st.topology.execute_on(shard, "SCAN", cursor, "COUNT", 100)
+            assert await _scanned(st, shard, b"dm:") == 2000
+
+
+async def test_a_scan_across_a_cluster_node_restart_is_refused_not_cut_short() -> None:
+    """A cluster primary (no replica: it keeps its slots) restarts between two pages
+    of a SCAN of it: the next page raises `ShardUnavailable`, as over independent
+    primaries, instead of skipping keys."""
+    with LocalCluster(3) as cluster:
+        master = cluster.masters[0]
+        tag = next(
+            f"{{t{i}}}"
+            for i in range(10_000)
+            if cluster.master_for_slot(keyslot(f"{{t{i}}}")) is master
+        )
+        keys = {f"{tag}:{i}": b"x" for i in range(2000)}
+        master.client().mset(keys)
+        async with stampede.connect(cluster.url, cluster=True, connection=SCANNED) as st:
+            shard = master.address
+            assert shard in st.topology.shard_names
+            cursor, _ = await st.topology.execute_on(shard, "SCAN", 0, "COUNT", 100)
+            assert int(cursor) != 0
+            master.restart()  # keeps nodes.conf: the same node, its slots, a new process
+            await asyncio.to_thread(cluster.wait_until_ok, 60.0)
+            master.client().mset(keys)
+            with pytest.raises(ShardUnavailable, match="scan of this shard again"):
+                await st.topology.execute_on(shard, "SCAN", cursor, "COUNT", 100)
+            assert await _scanned(st, shard, tag.encode()) == len(keys)

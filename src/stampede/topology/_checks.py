@@ -42,6 +42,7 @@ __all__ = [
     "Identity",
     "ServerInfo",
     "cluster_mode",
+    "fields",
     "probe",
     "redact",
 ]
@@ -93,7 +94,8 @@ class ServerInfo:
             )
 
 
-def _fields(raw: Any) -> dict[str, str]:
+def fields(raw: Any) -> dict[str, str]:
+    """The `name: value` lines of an `INFO` reply."""
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
     out: dict[str, str] = {}
     for line in text.splitlines():
@@ -185,11 +187,9 @@ async def probe(lane: Lane, url: str, *, waited: float | None = None) -> ServerI
     for reply in (server, cluster, replication):
         if isinstance(reply, NoPermissionError):
             raise refusal(reply, url) from reply
-    run_id = None if isinstance(server, BaseException) else _fields(server).get("run_id")
-    enabled = (
-        None if isinstance(cluster, BaseException) else _fields(cluster).get("cluster_enabled")
-    )
-    repl = {} if isinstance(replication, BaseException) else _fields(replication)
+    run_id = None if isinstance(server, BaseException) else fields(server).get("run_id")
+    enabled = None if isinstance(cluster, BaseException) else fields(cluster).get("cluster_enabled")
+    repl = {} if isinstance(replication, BaseException) else fields(replication)
     primary = None
     if repl.get("master_host"):
         primary = f"{repl['master_host']}:{repl.get('master_port', '6379')}"

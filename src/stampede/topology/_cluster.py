@@ -42,6 +42,7 @@ from ._resp import AskError, MovedError, TryAgainError
 from ._retries import Markers
 from ._rounds import script_round
 from ._router import ERRORS, TRANSIENT, Router
+from ._scans import ScanCursors, is_scan, scan_page
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp
@@ -77,6 +78,7 @@ class Cluster:
         self._io = NodeIO(self._router)
         self._batchers: dict[str, tuple[Coalescer[Any, Any], Coalescer[Any, Any]]] = {}
         self._markers = Markers(keyslot)
+        self._scans = ScanCursors()
         self._refresher: asyncio.Task[None] | None = None
 
     async def _startup(self) -> ServerInfo:
@@ -260,12 +262,15 @@ class Cluster:
         return result
 
     async def execute_on(self, shard: str, *args: Any) -> Any:
-        """Run one command on the named primary (SCAN, INFO and the like)."""
+        """Run one command on the named primary (SCAN, INFO and the like). A SCAN goes
+        on only at the server process that gave its cursor (`_scans`)."""
         self._primary(shard)
+        lane, scan = self._router.lane_at(shard), is_scan(args)
         try:
-            return await self._router.lane_at(shard).call(*args)
+            reply = await (scan_page(lane, args) if scan else lane.call(*args))
         except ERRORS as exc:  # a primary that failed: the map reloads (a failover)
             raise self._router.failed(shard, exc) from exc
+        return self._scans.checked(shard, args, reply) if scan else reply
 
     def misrouted(self, shard: str, keys: Sequence[bytes]) -> list[bytes]:
         """The keys of `keys`, found on the primary `shard`, whose slot it does not own.

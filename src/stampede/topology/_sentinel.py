@@ -46,7 +46,6 @@ from typing import Any, TypeVar
 import hiredis
 
 from .._backoff import backoff
-from ..errors import ShardUnavailable
 from ..keys import HashPolicy, SlotMap
 from ..options import ConnectOptions
 from ._base import TRANSPORT_ERRORS, translate
@@ -71,14 +70,6 @@ T = TypeVar("T")
 _QUIET = 5.0
 """Seconds a Sentinel subscription may stay silent before it is PINGed; one that
 stays silent as long again is dropped and made again."""
-
-
-class _Moved(Exception):
-    """A SCAN cursor given by a primary the shard has moved away from."""
-
-
-_CURSORS = 4096
-"""SCAN cursors remembered (with the server that gave each) across the shards."""
 
 _MOVED_ON = (ConnectionLost, OSError, ReadOnlyError, MasterDownError, BusyLoadingError)
 """What a call meets when its shard's primary is gone or demoted (a timeout too,
@@ -121,7 +112,6 @@ class SentinelShards(Shards):
         self._pending: set[asyncio.Future[Any]] = set()
         self.switches = 0
         """How many times a shard moved to another primary (tests and metrics)."""
-        self._cursors: dict[tuple[int, bytes], Endpoint] = {}  # SCAN cursor -> who gave it
 
     # -- finding the primaries ------------------------------------------------------
 
@@ -272,38 +262,6 @@ class SentinelShards(Shards):
                 await self._ask_again(shard)
         return True
 
-    async def execute_on(self, shard: str, *args: Any) -> Any:
-        """`Shards.execute_on`, and a SCAN goes on only at the primary that gave its
-        cursor: one continued after a failover moved the shard raises `ShardUnavailable`
-        (the promoted replica orders its keys otherwise: going on there would skip some
-        keys, silently); start that shard's scan again."""
-        if len(args) < 2 or text(args[0]).upper() != "SCAN" or shard not in self._names:
-            return await super().execute_on(shard, *args)
-        index = self._names.index(shard)
-        lane, cursor = self._lanes[index], _cursor(args[1])
-        origin = self._cursors.pop((index, cursor), None)
-
-        async def scan() -> Any:
-            endpoint = lane.endpoint
-            if origin is not None and endpoint is not origin:
-                raise _Moved(endpoint.name)  # not a transport error: `_call` lets it out
-            reply = await lane.call(*args)
-            if isinstance(reply, list) and reply and _cursor(reply[0]) != b"0":
-                if len(self._cursors) >= _CURSORS:
-                    del self._cursors[next(iter(self._cursors))]
-                self._cursors[(index, _cursor(reply[0]))] = endpoint
-            return reply
-
-        try:
-            return await self._call(index, scan, safe=True)
-        except _Moved as moved:
-            raise ShardUnavailable(
-                f"the shard failed over (to {moved}) while it was scanned: a SCAN cursor "
-                "means nothing on another server (keys would be skipped); start the scan "
-                "of this shard again",
-                shard=shard,
-            ) from None
-
     async def _listen(self, endpoint: Endpoint) -> None:
         """Follow `+switch-master` on one Sentinel, for good (every Sentinel has its
         own listener): subscribe again, with backoff, whenever the subscription ends."""
@@ -393,8 +351,3 @@ class SentinelShards(Shards):
             for lane in self._sentinel_lanes:
                 await lane.aclose()
             await super().aclose()
-
-
-def _cursor(value: Any) -> bytes:
-    """A SCAN cursor as bytes, however it was given or returned."""
-    return value if isinstance(value, bytes) else str(value).encode()

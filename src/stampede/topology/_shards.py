@@ -37,17 +37,11 @@ from ._durable import durable_write, script_with_wait
 from ._endpoint import Endpoint, parse_url
 from ._guard import WriteRequest
 from ._lane import Lane, Sent
-from ._node_ops import (
-    Body,
-    Command,
-    marker_id,
-    optimistic_once,
-    run_script,
-    transaction,
-)
+from ._node_ops import Body, Command, marker_id, optimistic_once, run_script, transaction
 from ._plan import FetchPlans, Part, WritePlan, write_parts, write_plan
 from ._retries import Markers, is_idempotent
 from ._rounds import script_round
+from ._scans import ScanCursors, is_scan, scan_page
 from ._shard_io import ShardReads, ShardWrites, primary_call
 
 if TYPE_CHECKING:
@@ -120,6 +114,7 @@ class Shards(FixedShards):
             for endpoint in endpoints
         ]
         self._markers = Markers(self.slot_of)
+        self._scans = ScanCursors()
         batch = opts.batch_keys if opts.coalesce else 1
         self._readers: list[Coalescer[list[bytes], Any]] = []
         self._writers: list[Coalescer[WriteRequest, Any]] = []
@@ -312,13 +307,16 @@ class Shards(FixedShards):
         return await self._call(shard, lambda: _one(self._lanes[shard], args, resend), safe=safe)
 
     async def execute_on(self, shard: str, *args: Any) -> Any:
-        """Run one command on the named shard (SCAN, INFO and the like); its raw reply."""
+        """Run one command on the named shard (SCAN, INFO and the like); its raw reply.
+        A SCAN goes on only at the server process that gave its cursor (`_scans`)."""
         if shard not in self._names:
             raise ConfigurationError(f"no shard named {shard!r}; shards: {self._names}")
         index = self._names.index(shard)
-        return await self._call(
-            index, lambda: self._lanes[index].call(*args), safe=is_idempotent(args)
-        )
+        lane = self._lanes[index]
+        if is_scan(args):
+            page = await self._call(index, partial(scan_page, lane, args), safe=True)
+            return self._scans.checked(shard, args, page)
+        return await self._call(index, lambda: lane.call(*args), safe=is_idempotent(args))
 
     def _single(self, keys: Sequence[bytes], what: str) -> int:
         places, place = self._places, self._place  # (`_index` inline: a round's hot path)
