@@ -5,6 +5,7 @@ has promoted its replica. Real primaries, replicas and Sentinel processes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -238,6 +239,54 @@ async def test_a_scan_across_a_failover_is_refused_not_cut_short(
         if int(cursor) == 0:
             break
     assert len(found) == 2000
+
+
+def _held_down(watched: LocalSentinels, name: str) -> bool:
+    """Whether some Sentinel holds `name`'s primary down (`s_down` or `o_down`)."""
+    for sentinel in watched.sentinels:
+        with contextlib.suppress(RedisError, OSError):
+            fields = command(sentinel, "SENTINEL", "MASTER", name)  # parsed: a dict
+            if "_down" in str(fields.get("flags", fields.get(b"flags", ""))):
+                return True
+    return False
+
+
+async def test_open_during_a_failover_waits_for_the_promoted_replica(
+    watched: LocalSentinels,
+) -> None:
+    """A client opened while its shard's primary is dead and no replica is promoted
+    yet (the replica SIGSTOPped: no failover can end) waits, within
+    `failover_timeout`, as calls do, instead of failing: `open()` took the dead
+    address the Sentinels named and raised `SetupError` ("could not connect"). Once
+    the replica can be promoted, `open()` completes there and writes land on it."""
+    name = watched.names[0]
+    old = watched.node_at(watched.primary_of(name))
+    replica = watched.replicas[watched.primaries.index(old)]
+    old.client().set("before", b"1")
+    old.client().wait(1, 5000)
+    replica.pause()
+    old.kill()
+    options = FOLLOW.model_copy(update={"failover_timeout": 90.0})
+    client = stampede.connect(
+        sentinels=watched.sentinel_urls, services=watched.names, connection=options
+    )
+    try:
+        opening = asyncio.ensure_future(client.open())
+
+        async def held_down() -> bool:
+            return await asyncio.to_thread(_held_down, watched, name)
+
+        await eventually(held_down, within=60.0)
+        assert not opening.done(), opening.exception()  # no primary exists now
+        replica.resume()
+        await opening
+        group = _group_on(client, name)
+        await client.write(group, {f"{group}:a": b"after"})
+        assert replica.client().get(f"{group}:a") is not None
+        assert replica.client().get("before") == b"1"
+    finally:
+        replica.resume()
+        await client.aclose()
 
 
 async def test_an_unknown_service_is_refused_at_open(watched: LocalSentinels) -> None:

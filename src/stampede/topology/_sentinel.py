@@ -6,7 +6,8 @@ asks every Sentinel at once for each service's primary (`SENTINEL MASTER` for it
 the newest configuration: a Sentinel that has not yet heard of a failover is
 outvoted by the one that made it, and the client never goes back to an older
 configuration than the one it follows unless every Sentinel says so. It checks
-with `ROLE` that the address is a primary and points that shard's lane at it. It
+with `ROLE` that the address is a primary and points that shard's lane at it (in
+the middle of a failover, `open()` waits for one, within `failover_timeout`). It
 then follows failovers four ways:
 
 - it listens on every Sentinel for `+switch-master` (pub/sub; the first Sentinel
@@ -60,7 +61,15 @@ from ._reply_errors import (
     ReplyTimeout,
 )
 from ._resp import pack
-from ._sentinel_ask import ask, is_primary, is_subscribed, listed, text, unanswered
+from ._sentinel_ask import (
+    ask,
+    is_primary,
+    is_subscribed,
+    listed,
+    primary_or_not_yet,
+    text,
+    unanswered,
+)
 from ._shards import Shards
 
 __all__ = ["SentinelShards"]
@@ -116,22 +125,42 @@ class SentinelShards(Shards):
     # -- finding the primaries ------------------------------------------------------
 
     async def open(self) -> None:
-        """Ask the Sentinels for every service's primary, then check the servers as
-        `Shards.open` does (each must be a primary); then follow failovers."""
+        """Ask the Sentinels for every service's primary (waiting, within
+        `failover_timeout`, through a failover under way: `_find`), then check the
+        servers as `Shards.open` does (each must be a primary); then follow failovers."""
         for lane in self._sentinel_lanes:
             lane.reopen()  # (after an `aclose`)
-        found = await asyncio.gather(*(self._master_of(i) for i in range(len(self._services))))
-        for i, answer in enumerate(found):
-            if answer is None:
-                raise await unanswered(self._sentinel_lanes, self._sentinel_urls, self._services[i])
-            self._epochs[i] = answer[0]
-            self._point(i, answer[1])
+        deadline = time.monotonic() + self._options.failover_timeout
+        await asyncio.gather(*(self._find(i, deadline) for i in range(len(self._services))))
         await super().open()
         if not self._tasks:
             for lane in self._sentinel_lanes:
                 self._tasks.append(asyncio.create_task(self._listen(lane.endpoint)))
             if self._options.refresh_interval > 0:
                 self._tasks.append(asyncio.create_task(self._poll()))
+
+    async def _find(self, shard: int, deadline: float) -> None:
+        """Point shard `shard`'s lane at its primary, for `open()`. As a call does, it
+        waits (until `deadline`: `failover_timeout`) while a failover is under way:
+        while the Sentinels hold the primary down or fail it over, or the one they
+        name does not answer as a primary (dead, paused, still a replica: no replica
+        promoted yet, or Sentinels that have not seen the death). Then the newest
+        answer is taken, and `open()`'s checks report what is still wrong with it."""
+        attempt = 0
+        while True:
+            answer = await self._master_of(shard)
+            if answer is None:
+                name = self._services[shard]
+                raise await unanswered(self._sentinel_lanes, self._sentinel_urls, name)
+            epoch, address, _, down = answer
+            if time.monotonic() >= deadline:
+                break
+            if not down and await primary_or_not_yet(self._template.at(*address)) is not False:
+                break  # a primary, or a refusal no waiting mends (credentials, ACL, TLS)
+            await asyncio.sleep(backoff(attempt, self._options.retry_base, 0.25))
+            attempt += 1
+        self._epochs[shard] = epoch
+        self._point(shard, address)
 
     async def _master_of(self, shard: int) -> tuple[int, tuple[str, int], bool, bool] | None:
         """(config-epoch, (host, port), whether every Sentinel agrees, whether it is held

@@ -2,7 +2,8 @@
 
 `ask` is one Sentinel's word on a service: its configuration epoch, the address of
 its primary and whether it holds that primary down; None when it cannot say.
-`is_primary` asks a data node its `ROLE`.
+`is_primary` asks a data node its `ROLE`; `primary_or_not_yet` says too whether
+waiting may help (`open()` during a failover).
 `unanswered` turns a service no Sentinel named into the `SetupError` that says
 why: a service the Sentinels that answered do not monitor, or, when none
 answered, the first Sentinel's own refusal (its credentials, its ACL, TLS, a
@@ -22,7 +23,15 @@ from ._checks import redact, refusal
 from ._endpoint import Endpoint
 from ._lane import Lane
 
-__all__ = ["ask", "is_primary", "is_subscribed", "listed", "text", "unanswered"]
+__all__ = [
+    "ask",
+    "is_primary",
+    "is_subscribed",
+    "listed",
+    "primary_or_not_yet",
+    "text",
+    "unanswered",
+]
 
 
 async def ask(lane: Lane, name: str) -> tuple[int, tuple[str, int], bool] | None:
@@ -55,11 +64,20 @@ async def ask(lane: Lane, name: str) -> tuple[int, tuple[str, int], bool] | None
 async def is_primary(endpoint: Endpoint) -> bool:
     """Whether the server at `endpoint` answers `ROLE` as a primary (on a connection of
     its own, closed after)."""
+    return await primary_or_not_yet(endpoint) is True
+
+
+async def primary_or_not_yet(endpoint: Endpoint) -> bool | None:
+    """True when the server at `endpoint` answers `ROLE` as a primary; False when it
+    does not yet (a replica, down, paused, loading: what a failover passes through);
+    None when it refuses the client in a way no failover mends (its credentials, an
+    ACL, TLS), which `open()` reports at once."""
     probe = Lane(endpoint, limit=1, retries=0)
     try:
         role = await probe.call("ROLE")
-    except TRANSPORT_ERRORS:
-        return False
+    except TRANSPORT_ERRORS as exc:
+        kind = refusal(exc, f"{'rediss' if endpoint.tls else 'redis'}://{endpoint.name}")
+        return False if kind.problem in ("unreachable", "timeout") else None
     finally:
         await probe.aclose()
     return isinstance(role, list) and bool(role) and text(role[0]) == "master"
