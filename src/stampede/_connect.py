@@ -29,6 +29,7 @@ def connect(
     options: Options | None = None,
     slot_map: SlotMap | None = None,
     hash_pattern: str | None = None,
+    data_url: str | None = None,
     **overrides: Any,
 ) -> Stampede:
     """A `Stampede` over independent primaries (a list of URLs) or a cluster.
@@ -36,7 +37,10 @@ def connect(
     `cluster=True` takes one or more startup node URLs (any node of the cluster;
     several, so that `open()` and slot map reloads survive one being down).
     `sentinels=[...]` and `services=[...]` (instead of URLs): primaries that Redis
-    Sentinel manages, one Sentinel master name per shard, in shard order.
+    Sentinel manages, one Sentinel master name per shard, in shard order. The data
+    nodes take the first Sentinel URL's credentials and TLS settings, or, when the
+    Sentinels' differ from theirs, `data_url`'s: a URL without a host
+    (`"redis://user:password@"`, `"rediss://..."` for TLS); the Sentinels name the hosts.
     Keyword options (`mode`, `versions`, `retry`, `ttl`, `repair`, `connection`)
     override the fields of `options`.
     Nothing is sent until the first call (or `open()`).
@@ -53,12 +57,35 @@ def connect(
                 "services=['shard-a', ...] (one master name per shard, in shard order)"
             )
         policy = HashPolicy(hash_pattern) if hash_pattern is not None else None
-        return Stampede(
-            SentinelShards(
-                sentinels, services, options=opts.connection, slot_map=slot_map, policy=policy
-            ),
-            options=opts,
+        shards = SentinelShards(
+            sentinels,
+            services,
+            options=opts.connection,
+            slot_map=slot_map,
+            policy=policy,
+            data_url=data_url,
         )
+        return Stampede(shards, options=opts)
+    if data_url is not None:
+        raise ConfigurationError(
+            "data_url gives the credentials of Sentinel-managed data nodes (with sentinels= "
+            "and services=); with URLs, put the credentials in each URL"
+        )
+    urls = _checked(urls)
+    if cluster:
+        if slot_map is not None or hash_pattern is not None:
+            raise ConfigurationError(
+                "slot_map and hash_pattern apply to client-side sharding, not a cluster"
+            )
+        topology: Topology = Cluster(urls, options=opts.connection)
+    else:
+        policy = HashPolicy(hash_pattern) if hash_pattern is not None else None
+        topology = Shards(urls, options=opts.connection, slot_map=slot_map, policy=policy)
+    return Stampede(topology, options=opts)
+
+
+def _checked(urls: str | Sequence[str] | None) -> list[str]:
+    """`urls` as a list of Redis URLs; `ConfigurationError` saying what to give."""
     if urls is None:
         raise ConfigurationError(
             "connect() needs Redis URLs (one per primary, or cluster nodes with "
@@ -81,13 +108,4 @@ def connect(
                 f"{shown} is not a Redis URL; write redis://host:port (rediss:// for TLS, "
                 "redis://user:password@host:port with credentials)"
             )
-    if cluster:
-        if slot_map is not None or hash_pattern is not None:
-            raise ConfigurationError(
-                "slot_map and hash_pattern apply to client-side sharding, not a cluster"
-            )
-        topology: Topology = Cluster(urls, options=opts.connection)
-    else:
-        policy = HashPolicy(hash_pattern) if hash_pattern is not None else None
-        topology = Shards(urls, options=opts.connection, slot_map=slot_map, policy=policy)
-    return Stampede(topology, options=opts)
+    return urls

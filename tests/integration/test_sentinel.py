@@ -289,6 +289,52 @@ async def test_open_during_a_failover_waits_for_the_promoted_replica(
         await client.aclose()
 
 
+def _protect_data_nodes(watched: LocalSentinels, password: str) -> None:
+    """A password on every data node (replication and the Sentinels told first, so
+    nothing fails over); the Sentinels themselves keep none."""
+    data = [*watched.primaries, *watched.replicas]
+    for node in data:
+        command(node, "CONFIG", "SET", "masterauth", password)
+    for sentinel in watched.sentinels:
+        for name in watched.names:
+            command(sentinel, "SENTINEL", "SET", name, "auth-pass", password)
+    for node in data:
+        command(node, "CONFIG", "SET", "requirepass", password)
+
+
+async def test_data_nodes_may_have_credentials_apart_from_the_sentinels(
+    watched: LocalSentinels,
+) -> None:
+    """Data nodes with a password, Sentinels without (a common set-up): connect()
+    reached the data nodes only with the first Sentinel URL's credentials, so such a
+    deployment could not be used at all. `data_url` (a URL without a host) gives the
+    data nodes' own; a host in it, or data_url without Sentinels, is refused."""
+    await asyncio.to_thread(_protect_data_nodes, watched, "data-pw")
+    plain = stampede.connect(
+        sentinels=watched.sentinel_urls, services=watched.names, connection=FOLLOW
+    )
+    with pytest.raises(SetupError) as refused:
+        await plain.open()
+    await plain.aclose()
+    assert refused.value.problem == "auth", refused.value
+    async with stampede.connect(
+        sentinels=watched.sentinel_urls,
+        services=watched.names,
+        data_url="redis://:data-pw@",
+        connection=FOLLOW,
+    ) as st:
+        for name in watched.names:
+            group = _group_on(st, name)
+            await st.write(group, {f"{group}:a": b"x", f"{group}:b": b"y"})
+            assert (await st.read(group, [f"{group}:a", f"{group}:b"])).consistent
+    with pytest.raises(ConfigurationError, match="names a host"):
+        stampede.connect(
+            sentinels=watched.sentinel_urls, services=watched.names, data_url="redis://h:1"
+        )
+    with pytest.raises(ConfigurationError, match="data_url"):
+        stampede.connect(["redis://h:1"], data_url="redis://:pw@")
+
+
 async def test_an_unknown_service_is_refused_at_open(watched: LocalSentinels) -> None:
     """A service no Sentinel monitors is a SetupError naming it."""
     client = stampede.connect(sentinels=watched.sentinel_urls, services=["nope"], connection=FOLLOW)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import stampede
 import stampede.repair
 import stampede.testing
@@ -60,3 +62,10 @@ def test_design_names_are_callable_as_documented() -> None:
     assert stampede.hash_tag("{a}:{b}") == b"a"
     env = stampede.Envelope(1, "01JD0000000000000000000000", b"p")
     assert stampede.Envelope.decode(env.encode()) == env
+
+
+def test_connect_takes_the_data_nodes_url_of_a_sentinel_set_up() -> None:
+    """`connect(..., data_url=...)`: the credentials and TLS settings of
+    Sentinel-managed data nodes, apart from the Sentinels' (keyword only)."""
+    parameter = inspect.signature(stampede.connect).parameters["data_url"]
+    assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is None

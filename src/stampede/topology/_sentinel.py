@@ -32,7 +32,7 @@ question put after it asked (news that arrives meanwhile makes the shard ask onc
 more), so a `+switch-master` is never answered by a question begun before it.
 
 Data nodes are reached with the first Sentinel URL's credentials and TLS
-settings (`data_url`, when given, supplies them instead: `redis://user:pw@/`).
+settings, or `data_url`'s when given (a URL without a host: `redis://user:pw@`).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from ._reply_errors import (
 from ._resp import pack
 from ._sentinel_ask import (
     ask,
+    data_template,
     is_primary,
     is_subscribed,
     listed,
@@ -102,7 +103,7 @@ class SentinelShards(Shards):
         opts = options or ConnectOptions()
         self._sentinel_urls = list(sentinels)
         self._services = list(services)
-        self._template = parse_url(data_url or sentinels[0], opts)
+        self._template = data_template(data_url, sentinels[0], opts)
         self._sentinel_lanes = [
             Lane(parse_url(u, opts), limit=4, retries=0, retry_base=opts.retry_base)
             for u in sentinels

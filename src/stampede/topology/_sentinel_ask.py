@@ -16,15 +16,18 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError, SetupError
+from ..options import ConnectOptions
 from ._base import TRANSPORT_ERRORS
 from ._checks import redact, refusal
-from ._endpoint import Endpoint
+from ._endpoint import Endpoint, parse_url
 from ._lane import Lane
 
 __all__ = [
     "ask",
+    "data_template",
     "is_primary",
     "is_subscribed",
     "listed",
@@ -148,6 +151,31 @@ def listed(sentinels: Any, services: Any) -> tuple[list[str], list[str]]:
     if len(set(names)) != len(names):
         raise ConfigurationError("a service is listed twice; each shard needs its own")
     return urls, names
+
+
+def data_template(data_url: str | None, sentinel_url: str, options: ConnectOptions) -> Endpoint:
+    """How to reach the data nodes (the Sentinels name their hosts): `data_url`'s
+    credentials, database, client name and TLS settings, else the first Sentinel
+    URL's. `ConfigurationError` for a `data_url` that names a host or port (which
+    would be ignored) or is no Redis URL."""
+    if data_url is None:
+        return parse_url(sentinel_url, options)
+    if not isinstance(data_url, str) or "://" not in data_url:
+        raise ConfigurationError(f"data_url is a Redis URL without a host, e.g. {_DATA}")
+    parts = urlsplit(data_url)
+    try:
+        named = parts.hostname is not None or parts.port is not None
+    except ValueError:
+        named = True
+    if named or parts.scheme == "unix":
+        raise ConfigurationError(
+            f"data_url {redact(data_url)!r} names a host: it gives only the credentials and "
+            f"TLS settings of the data nodes, whose addresses the Sentinels name; write {_DATA}"
+        )
+    return parse_url(data_url, options)
+
+
+_DATA = "redis://user:password@ (rediss://user:password@?ssl_ca_certs=... for TLS)"
 
 
 def is_subscribed(message: Any) -> bool:
