@@ -132,7 +132,12 @@ class SentinelShards(Shards):
         for lane in self._sentinel_lanes:
             lane.reopen()  # (after an `aclose`)
         deadline = time.monotonic() + self._options.failover_timeout
-        await asyncio.gather(*(self._find(i, deadline) for i in range(len(self._services))))
+        finds = [asyncio.ensure_future(self._find(i, deadline)) for i in range(len(self._lanes))]
+        try:
+            await asyncio.gather(*finds)
+        finally:  # one shard refused: the others stop asking
+            for find in finds:
+                find.cancel()
         await super().open()
         if not self._tasks:
             for lane in self._sentinel_lanes:
