@@ -410,6 +410,26 @@ async def test_a_scan_across_a_restart_is_refused_not_cut_short() -> None:
             assert await _scanned(st, shard, b"sc:") == len(keys)
 
 
+async def test_two_scans_of_one_shard_sharing_a_cursor_are_both_checked() -> None:
+    """Two scans of one shard hand out the same cursor (the same table, the same
+    COUNT); the first goes on, then the server restarts: the second, going on with
+    that cursor, is refused too (the cursor's origin was forgotten once the first
+    scan used it, and the second went on unchecked)."""
+    with RedisNode() as node:
+        keys = {f"tw:{i}": b"x" for i in range(2000)}
+        node.client().mset(keys)
+        async with stampede.connect([node.url], connection=SCANNED) as st:
+            shard = st.topology.shard_names[0]
+            first, _ = await st.topology.execute_on(shard, "SCAN", 0, "COUNT", 100)
+            second, _ = await st.topology.execute_on(shard, "SCAN", 0, "COUNT", 100)
+            assert first == second and int(first) != 0
+            await st.topology.execute_on(shard, "SCAN", first, "COUNT", 100)
+            node.restart()
+            node.client().mset(keys)
+            with pytest.raises(ShardUnavailable, match="scan of this shard again"):
+                await st.topology.execute_on(shard, "SCAN", second, "COUNT", 100)
+
+
 async def test_a_scan_across_a_dns_move_is_refused_not_cut_short(
     primary_and_replica: tuple[RedisNode, RedisNode],
 ) -> None:

@@ -58,7 +58,7 @@ class ScanCursors:
         `ShardUnavailable` when its cursor came from another process than the one
         that answered now. The cursor it hands out is remembered."""
         run_id, reply = page
-        origin = self._origins.pop((shard, _cursor(args[1])), None)
+        origin = self._origins.get((shard, _cursor(args[1])))  # (kept: scans may share it)
         if origin is not None and run_id != origin:
             raise ShardUnavailable(
                 f"another server process answers for it than the one that began its scan "
@@ -70,6 +70,7 @@ class ScanCursors:
         if run_id is not None and isinstance(reply, list) and reply:
             cursor = _cursor(reply[0])
             if cursor != b"0":
+                self._origins.pop((shard, cursor), None)  # (to the end: the newest)
                 if len(self._origins) >= CURSORS:
                     del self._origins[next(iter(self._origins))]
                 self._origins[(shard, cursor)] = run_id
