@@ -128,7 +128,8 @@ class ConnectOptions(_Frozen):
         description="seconds a command that is safe to resend (a read, a stamp-guarded "
         "write) keeps trying while a cluster node fails over: the slot map is reloaded "
         "and the command sent to the slot's new owner, with backoff (over Sentinel: to "
-        "the promoted replica; open() waits as long for a primary); 0 turns it off",
+        "the promoted replica); open() of a cluster or over Sentinel waits as long for "
+        "a primary; 0 turns it off",
     )
     refresh_interval: float = Field(
         default=10.0,

@@ -191,6 +191,57 @@ async def test_open_succeeds_while_a_startup_node_is_down(replicated: LocalClust
         assert (await st.read("up:{1}", ["up:{1}:a"])).consistent
 
 
+def _flagged_failed(cluster: LocalCluster, dead: RedisNode) -> bool:
+    """Whether a live master's view of the cluster flags `dead` as failed."""
+    for node in cluster.masters:
+        if node is dead:
+            continue
+        with contextlib.suppress(RedisError, OSError):
+            nodes = command(node, "CLUSTER", "NODES")
+            text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
+            if any(dead.address in line and "fail" in line for line in text.splitlines()):
+                return True
+    return False
+
+
+async def test_open_during_a_failover_waits_for_the_promoted_replica(
+    replicated: LocalCluster,
+) -> None:
+    """A master is killed and a client opened before the cluster promoted its replica
+    (the replica SIGSTOPped: no election can end): open() raised `SetupError`
+    ("could not connect") at the dead master at once, where calls wait through the
+    same failover. It waits now, within `failover_timeout`, learning the slot map
+    again, and completes at the promoted replica."""
+    dead, replica = replicated.masters[0], replicated.replicas[0]
+    command(replica, "CONFIG", "SET", "cluster-replica-validity-factor", "0")  # may take over
+    slot = next(s for s in range(0, 16384, 97) if replicated.master_for_slot(s) is dead)
+    key = next(f"op:{{{i}}}:a" for i in range(100_000) if keyslot(f"op:{{{i}}}") == slot)
+    group = key.removesuffix(":a")
+    replica.pause()
+    dead.kill()
+    client = stampede.connect(
+        [replicated.masters[1].url],
+        cluster=True,
+        connection=FAILOVER.model_copy(update={"failover_timeout": 90.0}),
+    )
+    try:
+        opening = asyncio.ensure_future(client.open())
+
+        async def flagged() -> bool:
+            return await asyncio.to_thread(_flagged_failed, replicated, dead)
+
+        await eventually(flagged, within=60.0)
+        assert not opening.done(), opening.exception()  # no node owns its slots now
+        replica.resume()
+        await opening
+        assert dead.address not in client.topology.shard_names
+        await client.write(group, {key: b"after"})
+        assert replica.client().get(key) is not None
+    finally:
+        replica.resume()
+        await client.aclose()
+
+
 @pytest.fixture
 def primary_and_replica() -> Iterator[tuple[RedisNode, RedisNode]]:
     """A standalone primary and a replica of it."""

@@ -19,6 +19,7 @@ from .._lua import Script
 from ..errors import ConfigurationError, SetupError, ShardError, ShardUnavailable
 from ..keys import SlotMap, keyslot
 from ..options import ConnectOptions
+from ._answered import answered
 from ._base import WriteOutcome, translate
 from ._checks import ServerInfo, probe, redact
 from ._cluster_io import NodeIO, NodeReads, NodeWrites
@@ -32,7 +33,7 @@ from ._durable import (
     sent_with_wait,
     wait_commands,
 )
-from ._endpoint import parse_url
+from ._endpoint import node_url, parse_url
 from ._floor import needs_floors, raise_floors
 from ._guard import GUARD, WriteRequest, split_codes
 from ._lane import Sent
@@ -100,10 +101,11 @@ class Cluster:
 
         `SetupError` (naming the URL and the fix) when no startup node can be reached,
         one cannot be used (credentials, ACL, TLS), is not cluster-enabled, or a primary
-        does not answer. Then the map reloads every `refresh_interval` s in the background.
+        does not answer: while one does not, the map is learnt again, within
+        `failover_timeout` (a failover under way: `_answered`). Then the map reloads
+        every `refresh_interval` s in the background.
         """
         self._router.reopen()  # (after an `aclose`)
-        timeout = self._options.socket_timeout
         info = await self._startup()
         if info.cluster_enabled is False:
             raise SetupError(
@@ -113,14 +115,8 @@ class Cluster:
                 problem="not-cluster",
             )
         await self._load_slots()
+        await answered(self._probe_primaries, self._load_slots, self._options)
         primaries = self.shard_names
-        found = await asyncio.gather(
-            *(probe(self._router.lane_at(n), self._node_url(n), waited=timeout) for n in primaries),
-            return_exceptions=True,
-        )
-        for result in found:
-            if isinstance(result, BaseException):
-                raise result
         for name in [n for n in self._router.lanes if n not in primaries]:
             await self._router.lanes.pop(name).aclose()  # the startup node under another name
         if self._options.refresh_interval > 0 and self._refresher is None:
@@ -134,14 +130,16 @@ class Cluster:
             with contextlib.suppress(*ERRORS):
                 await self._router.refresh()
 
-    def _node_url(self, name: str) -> str:
-        """A URL for the node `name`, in the startup URL's scheme and credentials."""
-        if "://" not in self._url:
-            return f"redis://{name}"
-        scheme, rest = self._url.split("://", 1)
-        authority = rest.split("/", 1)[0]
-        user = authority.rsplit("@", 1)[0] + "@" if "@" in authority else ""
-        return f"{scheme}://{user}{name}"
+    async def _probe_primaries(self) -> None:
+        """`probe` every primary of the map; what one raises (`SetupError`)."""
+        lane, timeout = self._router.lane_at, self._options.socket_timeout
+        found = await asyncio.gather(
+            *(probe(lane(n), node_url(self._url, n), waited=timeout) for n in self.shard_names),
+            return_exceptions=True,
+        )
+        for result in found:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _load_slots(self) -> None:
         try:

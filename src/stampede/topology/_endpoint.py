@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from ..errors import ConfigurationError
 from ..options import ConnectOptions
 
-__all__ = ["Endpoint", "parse_url"]
+__all__ = ["Endpoint", "node_url", "parse_url"]
 
 _SCHEMES = ("redis", "rediss", "unix")
 _OPTIONS = frozenset(
@@ -104,6 +104,16 @@ def parse_url(url: str, options: ConnectOptions | None = None) -> Endpoint:
         raise ConfigurationError(f"bad Redis URL: {exc}") from None
     tls = _tls(query) if parts.scheme == "rediss" else None
     return Endpoint(parts.hostname or "localhost", port, tls=tls, **common)  # type: ignore[arg-type]
+
+
+def node_url(url: str, name: str) -> str:
+    """A URL for the node `name` (`host:port`), in `url`'s scheme and credentials."""
+    if "://" not in url:
+        return f"redis://{name}"
+    scheme, rest = url.split("://", 1)
+    authority = rest.split("/", 1)[0]
+    user = authority.rsplit("@", 1)[0] + "@" if "@" in authority else ""
+    return f"{scheme}://{user}{name}"
 
 
 def _db(path: str, given: str | None) -> int:
