@@ -79,8 +79,9 @@ class Stampede:
         Each server must answer (credentials, ACL permissions and TLS included) and
         match the topology (a cluster node with `cluster=True`, a plain primary
         without); over primaries, no server may be listed twice and the URLs must
-        agree with the shard identity records (see docs/operations.md). `async with`
-        calls it.
+        agree with the shard identity records (see docs/operations.md). A cluster or
+        Sentinel in the middle of a failover is waited for, within `failover_timeout`.
+        `async with` calls it.
         """
         await self.topology.open()
         return self
