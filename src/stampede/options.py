@@ -63,13 +63,14 @@ class RetryPolicy(_Frozen):
 
     A read is tried at most `attempts` times and gives up once `deadline` seconds
     have passed since it started; the sleep before attempt n+1 is uniform in
-    `[0, min(max_delay, base_delay * 2**n)]`.
+    `[0, min(max_delay, base_delay * 2**n)]`. Every number of seconds is finite
+    (`deadline=None`, not infinity, reads without a deadline).
     """
 
     attempts: int = Field(default=8, ge=1, le=1000)
-    base_delay: float = Field(default=0.002, gt=0)
-    max_delay: float = Field(default=0.1, gt=0)
-    deadline: float | None = Field(default=1.0, gt=0)
+    base_delay: float = Field(default=0.002, gt=0, allow_inf_nan=False)
+    max_delay: float = Field(default=0.1, gt=0, allow_inf_nan=False)
+    deadline: float | None = Field(default=1.0, gt=0, allow_inf_nan=False)
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """The full-jitter sleep after failed attempt number `attempt` (0-based)."""

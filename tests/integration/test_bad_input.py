@@ -138,6 +138,19 @@ def test_a_connection_time_that_is_infinite_is_refused(field: str) -> None:
         stampede.Durability(timeout=float("inf"))
 
 
+@pytest.mark.parametrize("field", ["deadline", "base_delay", "max_delay"])
+def test_a_read_retry_time_that_is_infinite_is_refused(field: str) -> None:
+    """RetryPolicy(deadline=inf) was taken, then every read raised a bare
+    OverflowError (its deadline bucket); max_delay=inf let a backoff sleep for ever.
+    Infinity is refused as NaN is, naming the field (deadline=None reads without a
+    deadline), by hand and through connect()."""
+    with _raises(ConfigurationError, rf"invalid RetryPolicy: {field}: .*finite number"):
+        RetryPolicy(**{field: float("inf")})  # type: ignore[arg-type]
+    with _raises(ConfigurationError, rf"retry: {field}: .*finite number"):
+        stampede.connect(["redis://127.0.0.1:1"], retry={field: float("inf")})
+    assert RetryPolicy(deadline=None).deadline is None
+
+
 def test_expiries_every_write_would_refuse_are_refused_at_connect() -> None:
     """connect(ttl=inf) or tombstone_grace=1e-9 was taken, then every write or delete
     failed ("ttl must be ..."), and version_grace=inf made every write an
