@@ -192,6 +192,7 @@ class Options(_Frozen):
     transaction_timeout: float = Field(
         default=10.0,
         gt=0,
+        allow_inf_nan=False,  # (a commit resends to a shard that failed until then)
         description="seconds a transaction may take to prepare before it aborts",
     )
     durability: Durability | None = Field(

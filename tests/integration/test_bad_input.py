@@ -151,6 +151,16 @@ def test_a_read_retry_time_that_is_infinite_is_refused(field: str) -> None:
     assert RetryPolicy(deadline=None).deadline is None
 
 
+def test_an_infinite_transaction_timeout_is_refused() -> None:
+    """connect(transaction_timeout=inf) was taken: a transaction's commit resends to a
+    shard that failed for up to that timeout, so a commit to a shard down for good
+    never ended. Infinity is refused as NaN is, naming the option."""
+    with _raises(ConfigurationError, r"transaction_timeout: .*finite number"):
+        stampede.connect(["redis://127.0.0.1:1"], transaction_timeout=float("inf"))
+    with _raises(ConfigurationError, r"invalid Options: transaction_timeout: .*finite number"):
+        stampede.Options(transaction_timeout=float("inf"))
+
+
 def test_expiries_every_write_would_refuse_are_refused_at_connect() -> None:
     """connect(ttl=inf) or tombstone_grace=1e-9 was taken, then every write or delete
     failed ("ttl must be ..."), and version_grace=inf made every write an
