@@ -31,6 +31,7 @@ from typing import Any
 from .. import _pipeline as pipeline
 from ..errors import MalformedEnvelope, ShardResponseError
 from ..results import RepairAction, RepairOutcome
+from ..topology._base import carried
 from ..topology._floor import FLOOR_ELSEWHERE, client_named, raise_floor
 from ..topology._guard import CAS, KEPT, WRITTEN
 from ..typing import RepairContext, Topology
@@ -164,7 +165,18 @@ async def compare_and_set(
     new: Mapping[bytes, bytes | None],
     expire_at_ms: int | None,
 ) -> bool:
-    """Set (or, for None, delete) each key that still holds what `obs` saw; all done?"""
+    """Set (or, for None, delete) each key that still holds what `obs` saw; all done?
+    Carried to its end (`carried`) even when the caller is cancelled (a read past its
+    deadline): a key set gets its floor raised before the cancellation goes on."""
+    return await carried(_compare_and_set(ctx, obs, new, expire_at_ms))
+
+
+async def _compare_and_set(
+    ctx: RepairContext,
+    obs: Observation,
+    new: Mapping[bytes, bytes | None],
+    expire_at_ms: int | None,
+) -> bool:
     seen = dict(zip(obs.keys, obs.raw, strict=True))
     by_slot: dict[int, list[bytes]] = {}
     for key in new:

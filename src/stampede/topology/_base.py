@@ -45,6 +45,7 @@ __all__ = [
     "ReadWatch",
     "WriteOutcome",
     "call_units",
+    "carried",
     "each_script",
     "guarded",
     "incr",
@@ -55,6 +56,30 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+async def carried(work: Awaitable[T]) -> T:
+    """`work`, run to its end even when the caller is cancelled meanwhile.
+
+    The part of a write that must not stop half way (a write's floors once its
+    guard landed, a cancelled write's wait for what its calls did): it runs in a
+    task of its own, which the caller waits for however often it is cancelled, and
+    only then does the caller's cancellation go on (a `CancelledError`, as it came).
+    """
+    task = asyncio.ensure_future(work)
+    stopped: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            if task.cancelled():  # the task itself (the loop shutting down)
+                raise
+            stopped = exc
+    if stopped is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller hears of its cancellation instead
+        raise stopped
+    return task.result()
 
 
 class FixedShards:

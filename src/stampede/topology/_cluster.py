@@ -20,7 +20,7 @@ from ..errors import ConfigurationError, SetupError, ShardError, ShardUnavailabl
 from ..keys import SlotMap, keyslot
 from ..options import ConnectOptions
 from ._answered import answered
-from ._base import WriteOutcome, translate
+from ._base import WriteOutcome, carried, translate
 from ._checks import ServerInfo, probe, redact
 from ._cluster_io import NodeIO, NodeReads, NodeWrites
 from ._coalesce import Coalescer
@@ -188,7 +188,8 @@ class Cluster:
     ) -> WriteOutcome:
         slots = [keyslot(k) for k in keys]
         if asks_durability(stamp):
-            return await self._write_durable(keys, values, slots, stamp)
+            # carried: a guard that landed gets its floors, even if the caller is cancelled
+            return await carried(self._write_durable(keys, values, slots, stamp))
         parts = [(self._coalescers(n)[1], pos) for n, pos in self._router.by_slots(slots).items()]
         return await write_parts(
             keys, values, parts, [p for _, p in parts], stamp, slots, floors=self

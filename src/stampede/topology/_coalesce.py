@@ -68,18 +68,29 @@ class Fanin:
     `future` resolves with the list of results (an exception in the place of a
     part that failed) once every part has been delivered; `owed()` names the
     parts still waited for (of a caller that gave up, the ones never delivered).
+    A fanin made with `keep` (a write's) goes on taking its parts' answers after
+    its caller gave up (`future` cancelled): `rest()` waits for the last of them,
+    so a cancelled write still learns what its calls did (`_plan.write_parts`).
     """
 
-    __slots__ = ("_left", "future", "results")
+    __slots__ = ("_keep", "_late", "_left", "future", "results")
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, keep: bool = False) -> None:
         self.future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self.results: list[Any] = [_OWED] * count
         self._left = count
+        self._keep = keep
+        self._late: asyncio.Future[list[Any]] | None = None
 
     def deliver(self, index: int, result: Any) -> None:
         future = self.future
         if future.done():  # the caller gave up; the request went anyway
+            if self._keep and self.results[index] is _OWED:
+                self.results[index] = result
+                self._left -= 1
+                late = self._late
+                if self._left == 0 and late is not None and not late.done():
+                    late.set_result(self.results)
             return
         self.results[index] = result
         self._left -= 1
@@ -89,6 +100,17 @@ class Fanin:
     def owed(self) -> list[int]:
         """The indexes of the parts not delivered."""
         return [i for i, result in enumerate(self.results) if result is _OWED]
+
+    async def rest(self) -> list[Any]:
+        """Every part's result, once the last is in: after the caller gave up too (with
+        `keep`)."""
+        if self._left == 0:
+            return self.results
+        if not self.future.done():
+            return await self.future
+        if self._late is None:
+            self._late = asyncio.get_running_loop().create_future()
+        return await self._late
 
 
 _OWED: Any = object()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from .._lua import Script, as_eval
 from ..errors import ShardError
-from ._base import WriteOutcome, translated
+from ._base import WriteOutcome, carried, translated
 from ._floor import needs_floors, raise_floors
 from ._guard import GUARD, WriteRequest, split_codes
 from ._reply_errors import NoScriptError
@@ -124,7 +124,20 @@ async def durable_write(
 ) -> WriteOutcome:
     """The guarded write of `keys` (shard index -> positions in `partition`), then WAIT
     (and WAITAOF), one pipeline per shard through `send(shard, commands)`; a floor the
-    guard could not raise is raised through `floors` (`_floor`)."""
+    guard could not raise is raised through `floors` (`_floor`). Carried to its end
+    (`carried`) even when the caller is cancelled: a guard that landed gets its floors."""
+    return await carried(_durable_write(keys, values, stamp, partition, names, send, floors))
+
+
+async def _durable_write(
+    keys: Sequence[bytes],
+    values: Sequence[bytes],
+    stamp: GuardStamp,
+    partition: dict[int, list[int]],
+    names: Sequence[str],
+    send: Send,
+    floors: Topology,
+) -> WriteOutcome:
     outcome = WriteOutcome()
 
     async def one(shard: int, positions: list[int]) -> None:

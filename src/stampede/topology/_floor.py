@@ -45,6 +45,7 @@ from ..errors import ShardError
 from ..keys._slots import hash_tag
 from ..results import GuardCode
 from ..wire._txn import side_key
+from ._base import carried
 from ._guard import CAS, GUARD_SCRIPT, GUARD_SHA
 
 if TYPE_CHECKING:
@@ -150,9 +151,13 @@ async def raise_floors(
     if not keys:
         return
     version, token = stamp["version"], stamp["token"]
-    replies = await asyncio.gather(
-        *(raise_floor(topology, key, version, token, then) for key in keys),
-        return_exceptions=True,
+    # carried: once started, every floor is raised even if the writer is cancelled
+    # meanwhile (its value landed; a floor left behind lets deleted data come back)
+    replies = await carried(
+        asyncio.gather(
+            *(raise_floor(topology, key, version, token, then) for key in keys),
+            return_exceptions=True,
+        )
     )
     for key, reply in zip(keys, replies, strict=True):
         if isinstance(reply, ShardError):

@@ -12,10 +12,10 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ShardError
-from ._base import READ_WATCH, WriteOutcome
+from ._base import READ_WATCH, WriteOutcome, carried
 from ._coalesce import Coalescer, Fanin
 from ._floor import needs_floors, raise_floors
-from ._guard import requests_for
+from ._guard import WriteRequest, requests_for
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp, Topology
@@ -193,10 +193,24 @@ async def write_parts(
     gets it raised through `floors` before the outcome returns (`_floor`).
     """
     requests = requests_for(keys, values, positions, slots, stamp)
-    fanin = Fanin(len(parts))
+    fanin = Fanin(len(parts), keep=True)
     for index, (coalescer, mine) in enumerate(parts):
         coalescer.add(requests[index], fanin, index, len(mine))  # its size: its keys
-    results = await fanin.future
+    try:
+        results = await fanin.future
+    except asyncio.CancelledError:
+        # The calls went, and may land: a floor the guard left to the client is raised
+        # all the same before the cancellation goes on (never a delete without it).
+        await carried(_late(requests, fanin, stamp, floors))
+        raise
+    outcome = _collected(requests, results)
+    if floors is not None and needs_floors(outcome.results.values(), floors):
+        await raise_floors(floors, outcome, stamp)
+    return outcome
+
+
+def _collected(requests: list[WriteRequest], results: list[Any]) -> WriteOutcome:
+    """The outcome of a write's `requests` from their results (one per request)."""
     outcome = WriteOutcome()
     done = outcome.results
     for request, codes in zip(requests, results, strict=True):
@@ -206,6 +220,14 @@ async def write_parts(
             outcome.failed.update(dict.fromkeys(request.keys, codes))
         else:
             raise codes
-    if floors is not None and needs_floors(done.values(), floors):
-        await raise_floors(floors, outcome, stamp)
     return outcome
+
+
+async def _late(
+    requests: list[WriteRequest], fanin: Fanin, stamp: GuardStamp, floors: Topology | None
+) -> None:
+    """A cancelled write's calls, to their end: the floors its guard left to the client
+    are raised once they answer (what else they did is the caller's no longer)."""
+    outcome = _collected(requests, await fanin.rest())
+    if floors is not None and needs_floors(outcome.results.values(), floors):
+        await raise_floors(floors, outcome, stamp)

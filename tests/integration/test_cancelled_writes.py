@@ -1,0 +1,100 @@
+"""A write cancelled in flight: whatever of it lands is whole, floors included.
+
+The guard leaves the floor of a key's version hash to the client when its own
+call cannot reach the hash (a key with braces but no hash tag, `odd{}a`; a slot
+migrating): the client raises it in a call of its own (`topology._floor`). A
+caller cancelled between the guard's landing and that call (a deadline, a
+`wait_for`, a task cancelled at shutdown) must not leave the delete without it:
+once the tombstone expired, an older transaction pending at the key could be
+completed and the deleted value would come back. Each test holds the write at
+one point by an event, cancels the caller there, and lets it go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from stampede import Stampede
+from stampede.topology import _floor
+from stampede.topology._coalesce import Fanin
+from stampede.wire._txn import side_key
+
+KEY = "odd{}a"
+GROUP = "odd"
+
+
+async def _pending_floor(st: Stampede) -> bytes:
+    """Give `KEY` a version hash (a transaction wrote it) and load the scripts; the
+    hash's name."""
+    async with st.transaction() as tx:
+        tx.set(KEY, b"1")
+        tx.set("odd{}b", b"1")
+    await st.write(GROUP, {KEY: b"1.5"})
+    return side_key(KEY.encode(), st.topology.slot_of)
+
+
+async def _floor_is_the_delete(st: Stampede, side: bytes) -> None:
+    """The hash's floor is the stamp of the tombstone `KEY` holds (the delete's)."""
+    tombstone = await st.topology.execute(KEY.encode(), "GET", KEY.encode())
+    assert tombstone is not None and tombstone.count(b":") == 1  # `<version>:<token>`
+    assert await st.topology.execute(side, "HGET", side, "g") == tombstone
+
+
+async def test_a_delete_cancelled_before_its_guard_answers_still_raises_the_floor(
+    st: Stampede, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller is cancelled while the guard's reply (10: floor left to the client)
+    is on its way: the reply is held until the cancellation is in, then let through;
+    the floor is raised before the cancelled delete raises `CancelledError`."""
+    side = await _pending_floor(st)
+    held: list[Callable[[], None]] = []
+    arrived = asyncio.Event()
+    deliver = Fanin.deliver
+
+    def holding(self: Fanin, index: int, result: Any) -> None:
+        if isinstance(result, list) and _floor.FLOOR_ELSEWHERE in result:
+            held.append(lambda: deliver(self, index, result))
+            arrived.set()
+            return
+        deliver(self, index, result)
+
+    monkeypatch.setattr(Fanin, "deliver", holding)
+    task = asyncio.ensure_future(st.delete(GROUP, [KEY]))
+    await arrived.wait()  # the guard landed; its answer is held
+    task.cancel()
+    await asyncio.sleep(0)  # the cancellation reaches the caller first
+    for release in held:
+        release()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await _floor_is_the_delete(st, side)
+
+
+async def test_a_delete_cancelled_while_raising_its_floor_still_raises_it(
+    st: Stampede, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller is cancelled while its floor call waits to go: the call goes all the
+    same, and the cancelled delete raises `CancelledError` only after it."""
+    side = await _pending_floor(st)
+    reached, go = asyncio.Event(), asyncio.Event()
+    raise_floor = _floor.raise_floor
+
+    async def held(*args: Any, **kwargs: Any) -> int | None:
+        reached.set()
+        await go.wait()
+        return await raise_floor(*args, **kwargs)
+
+    monkeypatch.setattr(_floor, "raise_floor", held)
+    task = asyncio.ensure_future(st.delete(GROUP, [KEY]))
+    await reached.wait()
+    task.cancel()
+    await asyncio.sleep(0)
+    assert not task.done()  # it waits for its floor
+    go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await _floor_is_the_delete(st, side)
