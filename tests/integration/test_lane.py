@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 
 from stampede import OutcomeUnknownError
 from stampede.testing import LocalPrimaries, RedisProxy
-from stampede.topology._endpoint import parse_url
+from stampede.topology._endpoint import Endpoint, parse_url
 from stampede.topology._guard import GUARD_SHA
 from stampede.topology._lane import Lane
 from stampede.topology._resp import (
@@ -213,3 +215,47 @@ async def test_a_refused_connection_is_a_connection_error_not_a_hang() -> None:
     lane = Lane(parse_url("redis://127.0.0.1:1"), retries=1, retry_base=0.001)
     with pytest.raises(ConnectionLost, match=r"127\.0\.0\.1:1"):
         await lane.call("PING")
+
+
+@asynccontextmanager
+async def _silent_server(hello: asyncio.Event) -> AsyncIterator[Endpoint]:
+    """A server that takes connections and never answers (`hello` set once one sent
+    something); the endpoint of a client that sends a hello (AUTH) and waits for it
+    for an hour."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        hello.set()
+        await reader.read()  # until the client closes
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield Endpoint("127.0.0.1", port, password="secret", connect_timeout=3600.0)
+    finally:
+        server.close()
+
+
+async def test_a_connection_cancelled_during_its_hello_closes_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The opener is cancelled once its hello is in: the socket is closed by then, not
+    left open until its connect_timeout."""
+    hello = asyncio.Event()
+    made: list[Connection] = []
+    born = Connection.connection_made
+
+    def noted(self: Connection, transport: asyncio.BaseTransport) -> None:
+        made.append(self)
+        born(self, transport)
+
+    monkeypatch.setattr(Connection, "connection_made", noted)
+    async with _silent_server(hello) as endpoint:
+        opening = asyncio.ensure_future(Connection.open(endpoint))
+        await hello.wait()
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        (conn,) = made
+        assert not conn.usable  # closed, its pipelines failed

@@ -154,7 +154,14 @@ class Connection(asyncio.Protocol):
         except OSError as exc:
             conn.close()
             raise ConnectionLost(f"connecting to {endpoint.name} failed: {exc}") from exc
-        await conn._hello()
+        except BaseException:  # cancelled: no socket is left behind
+            conn.close()
+            raise
+        try:
+            await conn._hello()
+        except BaseException:  # refused, or cancelled: closed at once (not left open
+            conn.close()  # until the hello's timeout)
+            raise
         return conn
 
     async def _hello(self) -> None:
@@ -171,20 +178,14 @@ class Connection(asyncio.Protocol):
             commands.append(("CLIENT", "SETNAME", ep.client_name))
         if not commands:
             return
-        try:
+        try:  # (whatever it raises, `open` closes the connection)
             replies = await self.send(commands, timeout=ep.connect_timeout)
         except ReplyTimeout as exc:
-            self.close()
             raise ConnectTimeout(f"{ep.name} did not answer the hello in time") from exc
-        except RedisError:
-            self.close()
-            raise
         for reply in replies:
             if is_auth_refusal(reply):
-                self.close()
                 raise AuthError(str(reply))
             if isinstance(reply, ReplyError):
-                self.close()
                 raise reply
 
     # -- sending ----------------------------------------------------------------
