@@ -15,12 +15,14 @@ from stampede.topology._endpoint import Endpoint, parse_url
 from stampede.topology._guard import GUARD_SHA
 from stampede.topology._lane import Lane
 from stampede.topology._resp import (
+    ClientClosed,
     Connection,
     ConnectionLost,
     NoScriptError,
     ReplyError,
     ReplyTimeout,
 )
+from stampede.topology._rounds import script_round
 
 
 def _lane(url: str, **kwargs: Any) -> Lane:
@@ -259,3 +261,24 @@ async def test_a_connection_cancelled_during_its_hello_closes_at_once(
             await opening
         (conn,) = made
         assert not conn.usable  # closed, its pipelines failed
+
+
+async def test_aclose_ends_a_round_still_waiting_to_connect() -> None:
+    """A round of scripts corked for a lane with no connection waits for one in a task;
+    `aclose` ends that task before it returns (nothing was sent), and the round's
+    caller hears that the client was closed."""
+    hello = asyncio.Event()
+    async with _silent_server(hello) as endpoint:
+        lane = Lane(endpoint)
+
+        async def resume(i: int, first: Any) -> list[Any]:
+            assert first is None  # never sent
+            return await lane.pipeline([("PING",)])
+
+        caller = asyncio.ensure_future(script_round([lane], [[("PING",)]], resume))
+        await hello.wait()  # the round's task is connecting, its hello unanswered
+        await lane.aclose()
+        rounds = [t for t in asyncio.all_tasks() if "_Cork" in repr(t.get_coro())]
+        assert rounds == []  # (the round's own task; the server's are the server's)
+        (result,) = await caller
+        assert isinstance(result, ClientClosed)

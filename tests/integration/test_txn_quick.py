@@ -31,7 +31,7 @@ from stampede.testing._admin import command
 from stampede.topology._base import each_script
 from stampede.topology._endpoint import parse_url
 from stampede.topology._lane import Lane, Sent
-from stampede.topology._rounds import _LATER, _send_soon
+from stampede.topology._rounds import _send_soon
 from stampede.topology._shards import Shards
 
 from ..support import open_stampede, spread_keys, tasks_created
@@ -405,14 +405,13 @@ async def test_a_turn_waiting_for_a_connection_answers_its_callers_when_cancelle
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     lane = Lane(dataclasses.replace(parse_url(f"redis://127.0.0.1:{port}"), client_name="t"))
-    before = set(_LATER)
     answers: list[Sent | None] = []
     _send_soon(lane, [("PING",)], answers.append)
     for _ in range(100):  # the turn ends, and its flush starts the wait
         await asyncio.sleep(0)
-        if _LATER - before:
+        if lane.rounds:
             break
-    (waiting,) = _LATER - before
+    (waiting,) = lane.rounds
     for _ in range(3 if started else 0):  # into the handshake, which never ends
         await asyncio.sleep(0)
     waiting.cancel()

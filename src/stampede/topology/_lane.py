@@ -22,8 +22,8 @@ runs pipelines on them:
   after `check` (when set) has run: Sentinel shards ask the Sentinels there where
   the primary is now, which may `repoint` the lane first;
 - once closed (`aclose`), the lane opens no connection until `reopen`: a call still
-  in flight then (or after) raises `ClientClosed`, and a connection that was being
-  opened is closed, not kept (nothing would ever close it).
+  in flight then (or after) raises `ClientClosed`, a connection being opened is
+  closed, not kept, and a round waiting to connect (`rounds`) ends before it returns.
 
 `session()` holds one connection alone for several round trips (WATCH ... EXEC).
 
@@ -86,6 +86,7 @@ class Lane:
         "endpoint",
         "name",
         "retries",
+        "rounds",
     )
 
     def __init__(
@@ -114,6 +115,7 @@ class Lane:
         self._losses = 0  # connections lost or refused so far
         self._checked = 0  # of those, how many a finished `check` came after
         self.corked: Any = None  # this loop turn's round pipelines (`_rounds._Cork`)
+        self.rounds: set[asyncio.Task[None]] = set()  # corked turns waiting to connect
         self.closed = False  # `aclose`d, and not `reopen`ed since
 
     @property
@@ -176,8 +178,7 @@ class Lane:
             )
 
     def _pick(self) -> Connection | None:
-        """The connection for the next pipeline when one is at hand (see the module):
-        None when a connection must be opened or waited for first."""
+        """The connection for the next pipeline if one is at hand, else None (see the module)."""
         shared = self._shared
         count = len(shared)
         if count == 0:
@@ -250,10 +251,9 @@ class Lane:
         return reply
 
     def send_now(self, commands: Sequence[Sequence[Any]], then: Callable[[Sent], None]) -> bool:
-        """Write `commands` now as the first attempt of `pipeline(commands)`, when a
-        shared connection is at hand and nothing in them blocks (WAIT); False, with
-        nothing sent, otherwise. `then(sent)` runs once, when the attempt ends (see
-        the module); `TypeError` (nothing sent) for an argument that cannot be sent."""
+        """The first attempt of `pipeline(commands)`, now, when a shared connection is
+        at hand and nothing in them blocks (WAIT); else False, nothing sent. `then(sent)`
+        runs once, when it ends; `TypeError` (nothing sent) for an unsendable argument."""
         return not blocking(commands) and self.send_parts([(commands, then)])
 
     def send_parts(
@@ -262,9 +262,8 @@ class Lane:
         conn: Connection | None = None,
     ) -> bool:
         """`send_now` of several pipelines (none blocking) in one write, on `conn` (by
-        default one at hand; False, nothing sent, when none is): each `then` gets its
-        own pipeline's `Sent`, so one answered before the connection ends keeps its
-        replies (`Connection.send_parts`)."""
+        default one at hand; False, nothing sent, when none is): each `then` gets its own
+        pipeline's `Sent`, kept if answered before the connection ends."""
         conn = self._pick() if conn is None else conn
         if conn is None:
             return False
@@ -394,3 +393,6 @@ class Lane:
         held, self._exclusive = self._exclusive, []
         for conn in [*conns, *held]:
             conn.close()
+        for task in self.rounds:  # nothing sent yet: each of its callers hears ClientClosed
+            task.cancel()
+        await asyncio.gather(*self.rounds, return_exceptions=True)

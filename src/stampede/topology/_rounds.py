@@ -92,7 +92,7 @@ class _Cork:
             return
         if not sent:  # no connection at hand: the whole turn waits for one, not each part
             task = self.loop.create_task(self._later())
-            _LATER.add(task)
+            self.lane.rounds.add(task)  # (`Lane.aclose` ends it, and waits for it)
             task.add_done_callback(self._ended)
 
     async def _later(self) -> None:
@@ -102,17 +102,13 @@ class _Cork:
             self._unsent()
 
     def _ended(self, task: asyncio.Task[None]) -> None:
-        _LATER.discard(task)
+        self.lane.rounds.discard(task)
         if task.cancelled():  # (before or while it waited: nothing was sent) no caller waits
             self._unsent()
 
     def _unsent(self) -> None:
         for _, then in self.parts:
             then(None)
-
-
-_LATER: set[asyncio.Task[None]] = set()
-"""Turns waiting for a connection (held here until done)."""
 
 
 def _send_soon(
