@@ -31,7 +31,7 @@ from .keys import to_bytes
 from .options import Durability
 from .results import GuardCode, Receipt, new_receipt
 from .topology._base import WriteOutcome
-from .topology._guard import FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
+from .topology._guard import EXPIRED, FOREIGN, FUTURE, KEEP_MS, KEPT, MIXED, WRONGTYPE
 from .typing import GuardStamp, Topology, VersionSource
 from .verdict import Mode
 from .versions import Counter, HybridClock
@@ -310,6 +310,13 @@ _REFUSALS = {
         "the stored value looks like an envelope but its version cannot be ordered "
         "(2**63 or more, or leading zeros); another program wrote it: DEL it outside stampede",
     ),
+    EXPIRED: (
+        "expired",
+        "the write's expiry instant (now plus its ttl, or the tombstone grace, by this "
+        "writer's clock) had already passed by the server's clock, so it would have "
+        "vanished as it landed; nothing was written there. This writer's clock is behind "
+        "by more than the ttl: fix it (NTP), or write with a longer ttl",
+    ),
 }
 
 
@@ -344,7 +351,7 @@ def raise_refusals(group: bytes, codes: Mapping[bytes, int]) -> None:
     for code, (why, detail) in _REFUSALS.items():
         refused = [k for k, c in codes.items() if c == code]
         if refused:
-            kind = ClockSkewError if code == FUTURE else OrderingError
+            kind = ClockSkewError if code in (FUTURE, EXPIRED) else OrderingError
             raise kind(group.decode("utf-8", "backslashreplace"), refused, why, detail)
 
 

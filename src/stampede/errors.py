@@ -23,7 +23,7 @@ StampedeError
 │   ├── OutcomeUnknownError            a reply was lost after a non-idempotent send
 │   │   └── RepliesLostError           ...but the operation's marker proves it applied once
 │   └── OrderingError                  a stored value cannot be ordered against the write
-│       └── ClockSkewError             ...because it is stamped far in this clock's future
+│       └── ClockSkewError             ...a clock far ahead, or a write expired on landing
 ├── ReadError
 │   ├── TornReadError                  a group stayed torn; carries what was seen
 │   ├── MixedWritersError              read_atomic() met a value no transaction wrote
@@ -318,8 +318,8 @@ class RepliesLostError(OutcomeUnknownError):
 
 class OrderingError(WriteError):
     """A key holds a stamped value this write cannot be ordered against; nothing was
-    written to `keys`. `why`: `"mixed-sources"` (clock versions against sequence
-    versions), `"foreign"` (a version that is not a decimal below 2**63) or `"future"`."""
+    written to `keys`. `why`: `"mixed-sources"` (clock against sequence versions),
+    `"foreign"` (a version not a decimal below 2**63), `"future"` or `"expired"`."""
 
     def __init__(self, group: bytes | str, keys: Sequence[bytes], why: str, detail: str) -> None:
         self.group = group
@@ -330,7 +330,8 @@ class OrderingError(WriteError):
 
 
 class ClockSkewError(OrderingError):
-    """A key holds a clock version further ahead of this writer's clock than allowed."""
+    """A clock version far ahead of this writer's clock is stored (`"future"`), or the
+    write's expiry had passed by the server's clock: this clock is behind (`"expired"`)."""
 
 
 class ReadError(StampedeError):
@@ -377,8 +378,7 @@ class ReadTimeout(ReadError, ShardTimeout):
     """A read passed its deadline (`RetryPolicy.deadline`) before a shard answered.
 
     `shard` names the shard(s) still owing an answer (comma-separated), `group` the
-    group and `deadline` the seconds allowed. It is a `ShardTimeout` and a
-    `TimeoutError` too.
+    group and `deadline` the seconds allowed. A `ShardTimeout` and `TimeoutError` too.
     """
 
     def __init__(self, group: bytes | str, *, shard: str, deadline: float) -> None:

@@ -266,6 +266,9 @@ class GuardCode(IntEnum):
     WITHHELD = -6
     """Not written: another key of the same write refused it in the same call (a
     write whose keys share one call is all or nothing)."""
+    EXPIRED = -7
+    """Not written: the write's expiry instant had already passed by the server's
+    clock (the writer's clock is behind by more than the write's ttl)."""
 
 
 @dataclass(frozen=True, slots=True)

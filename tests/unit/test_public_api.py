@@ -69,3 +69,11 @@ def test_connect_takes_the_data_nodes_url_of_a_sentinel_set_up() -> None:
     Sentinel-managed data nodes, apart from the Sentinels' (keyword only)."""
     parameter = inspect.signature(stampede.connect).parameters["data_url"]
     assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is None
+
+
+def test_guard_codes_are_pinned() -> None:
+    """The guard's reply codes (stored in scripts, read by callers of `write_guarded`)."""
+    assert {c.name: int(c) for c in stampede.GuardCode} == {
+        "KEPT": 0, "WRITTEN": 1, "SAME": 2, "WRONGTYPE": -1, "MIXED": -2, "FUTURE": -3,
+        "FOREIGN": -4, "WITHHELD": -6, "EXPIRED": -7,
+    }  # fmt: skip

@@ -51,7 +51,11 @@ end
 -- a refused write is then left alone (-6), so a write is all or nothing here.
 -- (code 9, inside this script only: written over nothing or over a value that is
 -- no envelope, so nothing to keep; it replies 1)
-local out, refused = {}, nil
+-- A key to be written whose expiry instant is not after the server's clock (`now`,
+-- one TIME per call, read only when such a key has an expiry) refuses its write
+-- (-7): SET ... PXAT in the past would delete the key, old value and all, and the
+-- write would vanish as it landed (a writer's clock behind by more than its ttl).
+local out, refused, now = {}, nil, nil
 do
   local s, vi, left = off, off + 5, n
   if batch then
@@ -70,6 +74,14 @@ do
 --! include compare
       code = state
       if state == 1 and not enveloped then code = 9 end
+      local at = ARGV[s + 3]
+      if state == 1 and at ~= '0' then
+        if not now then
+          local tm = redis.call('TIME')
+          now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+        end
+        if tonumber(at) <= now then code = -7 end
+      end
     end
     out[i] = code
     if code < 0 then

@@ -175,9 +175,10 @@ class MemoryTopology(FixedShards):
         v, t = str(stamp["version"]).encode(), stamp["token"].encode()
         lim = str(stamp.get("limit", 0)).encode()
         expire_at_ms, keep_ms = stamp.get("expire_at_ms"), stamp.get("keep_ms", KEEP_MS)
-        if self._refused(keys, v, t, lim):  # one write: all or nothing
+        if self._refused(keys, v, t, lim, expire_at_ms):  # one write: all or nothing
             for key in keys:
-                outcome.results[key] = int(self._refusal(key, v, t, lim) or GuardCode.WITHHELD)
+                code = self._refusal(key, v, t, lim, expire_at_ms)
+                outcome.results[key] = int(code or GuardCode.WITHHELD)
             return outcome
         for key, value in zip(keys, values, strict=True):
             entry = self._entry(key)
@@ -194,16 +195,19 @@ class MemoryTopology(FixedShards):
             outcome.results[key] = int(code)
         return outcome
 
-    def _refusal(self, key: bytes, v: bytes, t: bytes, lim: bytes) -> GuardCode | None:
-        """The guard's refusal of a write at `key`, or None if it may go ahead."""
+    def _refusal(self, key: bytes, v: bytes, t: bytes, lim: bytes, at: int | None) -> Any:
+        """The guard's refusal (a `GuardCode`) of a write at `key` expiring at `at`, or
+        None if it may go ahead (`EXPIRED`: `at` is past, it would vanish)."""
         entry = self._entry(key)
         if entry is not None and not isinstance(entry.value, bytes):
             return GuardCode.WRONGTYPE
         code = guard(None if entry is None else entry.value, v, t, lim)  # type: ignore[arg-type]
+        if code is GuardCode.WRITTEN and at and at <= time.time_ns() // 1_000_000:
+            return GuardCode.EXPIRED
         return code if code < 0 else None
 
-    def _refused(self, keys: Sequence[bytes], v: bytes, t: bytes, lim: bytes) -> bool:
-        return any(self._refusal(k, v, t, lim) is not None for k in keys)
+    def _refused(self, keys: Sequence[bytes], v: bytes, t: bytes, lim: bytes, at: Any) -> bool:
+        return any(self._refusal(k, v, t, lim, at) is not None for k in keys)
 
     def _keep(self, key: bytes, replaced: bytes, keep_ms: int, until: int | None) -> None:
         where = kept_key(key)

@@ -37,6 +37,10 @@ reply  one integer per key:
        -6  not written: another key of the same write (same stamp) refused it in
            this call; every key is read before any is written, so a write whose
            keys share one call (one slot) is all or nothing
+       -7  not written: the write's expiry instant is not after the server's clock
+           (`TIME`, read once per call, only when a key to be written has an
+           expiry): it would vanish as it landed, and take the older value with it
+           (a writer's clock behind by more than its ttl)
 
 Kept versions: a write that replaces an envelope pushes it onto the key's kept
 list, `<key>:stampede:p` for a key with a hash tag or `{<key>}:stampede:p:u` for one
@@ -71,6 +75,7 @@ __all__ = [
     "CROSS_SLOT_GUARD",
     "CROSS_SLOT_GUARD_SCRIPT",
     "CROSS_SLOT_GUARD_SHA",
+    "EXPIRED",
     "FOREIGN",
     "FUTURE",
     "GUARD",
@@ -100,6 +105,7 @@ WRONGTYPE = GuardCode.WRONGTYPE
 MIXED = GuardCode.MIXED
 FUTURE = GuardCode.FUTURE
 FOREIGN = GuardCode.FOREIGN
+EXPIRED = GuardCode.EXPIRED
 STAMP_ARGS = 5
 """The ARGV of a write's stamp (version, token, expire-at, limit, keep), once per write."""
 KEEP_MS = 5000

@@ -1,0 +1,129 @@
+"""A writer whose clock is behind by more than a write's ttl.
+
+Its write's expiry instant (its clock plus the ttl, or the tombstone grace) is
+already past by the servers' clocks: `SET ... PXAT` would delete each key as it
+landed, old value and all, and the receipt said nothing. The guard refuses such a
+write instead (nothing written there) and the writer raises `ClockSkewError`
+(`why == "expired"`); a delete likewise, so the old values stay as they were and
+no tombstone goes missing; and a `Counter` drawn for such a write is not deleted
+(the next honest write would count from 1 again and be kept out by older values).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from stampede import ClockSkewError, Stampede
+from stampede.keys import keyslot
+from stampede.results import GuardCode
+from stampede.topology._guard import CROSS_SLOT_GUARD, GUARD
+from stampede.wire import _record
+
+from ..support import open_stampede, spread_keys
+
+BEHIND_NS = 3 * 3600 * 10**9  # three hours: past a ttl plus a Counter's outlive (1 h)
+
+
+class _Behind:
+    """`time` as a writer whose clock is three hours behind sees it."""
+
+    def time_ns(self) -> int:
+        return time.time_ns() - BEHIND_NS
+
+
+@pytest.fixture
+def behind(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Calling it sets the writers' expiry clock three hours back (`expire_at`)."""
+    return lambda: monkeypatch.setattr(_record, "time", _Behind())
+
+
+async def test_a_write_that_would_land_expired_is_refused_and_said(
+    st: Stampede, behind: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = spread_keys(st, "late")
+    first = await st.write("late", dict.fromkeys(keys, b"v1"))
+    behind()
+    with pytest.raises(ClockSkewError, match="expiry") as caught:
+        await st.write("late", dict.fromkeys(keys, b"v2"), ttl=60)
+    assert caught.value.why == "expired"
+    with pytest.raises(ClockSkewError, match="expiry"):
+        await st.delete("late", keys)
+    monkeypatch.undo()
+    read = await st.read("late", keys)
+    assert read.values == dict.fromkeys(keys, b"v1")  # still there, as written
+    assert read.version == first.version
+
+
+async def test_a_one_slot_write_that_would_land_expired_is_refused_whole(
+    st: Stampede, behind: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One call (keys of one slot, commit mode: the record too): all or nothing."""
+    keys = ["tag:{7}:a", "tag:{7}:b"]
+    await st.write("tag:{7}", dict.fromkeys(keys, b"v1"), mode="commit")
+    behind()
+    with pytest.raises(ClockSkewError, match="expiry"):
+        await st.write("tag:{7}", dict.fromkeys(keys, b"v2"), ttl=60, mode="commit")
+    monkeypatch.undo()
+    read = await st.read("tag:{7}", keys, mode="commit")
+    assert read.values == dict.fromkeys(keys, b"v1")
+
+
+async def test_the_guard_codes_an_expired_key_and_withholds_its_siblings(
+    st: Stampede,
+) -> None:
+    """The script itself: in one call, the write whose instant is past gets -7 at
+    the key that would be written, -6 at its other keys (one holding a newer value,
+    unchanged), and a batch's other write with a live expiry lands."""
+    topology: Any = st.topology
+    a, b, c = b"exp:{1}:a", b"exp:{1}:b", b"exp:{1}:c"
+    await topology.execute(b, "SET", b, b"9:01ARZ3NDEKTSV4RRFFQ69G5FAV:x")
+    past = time.time_ns() // 1_000_000 - 1000
+    live = time.time_ns() // 1_000_000 + 600_000
+    token = "01ARZ3NDEKTSV4RRFFQ69G5FAW"
+    argv = [2, 5, token, past, 0, 0, b"5:" + token.encode() + b":p", b"5:x"]
+    argv += [1, 6, token, live, 0, 0, b"6:" + token.encode() + b":q"]
+    codes = await topology.script(GUARD, [a, b, c], argv)
+    assert codes == [GuardCode.EXPIRED, GuardCode.WITHHELD, GuardCode.WRITTEN]
+    assert await topology.execute(a, "EXISTS", a) == 0
+    assert await topology.execute(b, "GET", b) == b"9:01ARZ3NDEKTSV4RRFFQ69G5FAV:x"
+    assert await topology.execute(c, "GET", c) == b"6:" + token.encode() + b":q"
+
+
+async def test_a_counter_drawn_for_a_write_that_would_land_expired_is_kept(
+    st: Stampede, behind: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Counter's life follows the write it versions; one already past would delete
+    the counter, and the next honest write would draw 1, below what is stored."""
+    keys = spread_keys(st, "count")
+    await st.write("count", dict.fromkeys(keys, b"v1"), versions="counter", ttl=600)
+    await st.write("count", dict.fromkeys(keys, b"v2"), versions="counter", ttl=600)
+    behind()
+    with pytest.raises(ClockSkewError, match="expiry"):
+        await st.write("count", dict.fromkeys(keys, b"v3"), versions="counter", ttl=60)
+    monkeypatch.undo()
+    receipt = await st.write("count", dict.fromkeys(keys, b"v4"), versions="counter", ttl=600)
+    assert receipt.superseded == ()
+    read = await st.read("count", keys)
+    assert read.values == dict.fromkeys(keys, b"v4")
+
+
+async def test_the_cross_slot_guard_refuses_an_expired_write_too(stampede_cluster: Any) -> None:
+    """The cluster's guard for keys of many slots on one node (same body): a write whose
+    instant is past writes none of its keys."""
+    async with open_stampede(stampede_cluster, "cluster") as st:
+        topology: Any = st.topology
+        node = topology.shard_of(b"xs:0")
+        keys = [k for k in (b"xs:%d" % i for i in range(64)) if topology.shard_of(k) == node]
+        a, b = next((x, y) for x in keys for y in keys if keyslot(x) != keyslot(y))
+        token = "01ARZ3NDEKTSV4RRFFQ69G5FAW"
+        past = time.time_ns() // 1_000_000 - 1000
+        env = b"5:" + token.encode() + b":p"
+        reply = await topology.execute_on(
+            node, "EVAL", CROSS_SLOT_GUARD.source, 0, 2, a, b, 5, token, past, 0, 0, env, env
+        )
+        assert reply == [GuardCode.EXPIRED, GuardCode.EXPIRED]
+        assert await topology.execute(a, "EXISTS", a) == 0
+        assert await topology.execute(b, "EXISTS", b) == 0
