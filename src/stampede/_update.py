@@ -7,13 +7,19 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from ._write import as_payload, draw_version, limit_for, raise_for, require_one_slot
-from .errors import InvalidKeyError, InvalidValueError, RepliesLostError, WriteConflict
+from .errors import (
+    ClockSkewError,
+    InvalidKeyError,
+    InvalidValueError,
+    RepliesLostError,
+    WriteConflict,
+)
 from .keys import to_bytes
 from .options import check_count
 from .results import Receipt
 from .topology._base import WriteOutcome
 from .topology._floor import floor_commands
-from .topology._guard import FUTURE, MIXED
+from .topology._guard import EXPIRED, FUTURE, MIXED
 from .topology._node_ops import watch_update
 from .typing import Topology, VersionSource
 from .verdict import Mode
@@ -121,14 +127,27 @@ async def update_group(
         return floor_commands(topology, keys, values[: len(keys)])
 
     for _ in range(max_attempts):
-        try:
-            done = await watch_update(
-                topology, watched, apply, expire_at_ms=expire_at(ttl), then=floors
-            )
-        except RepliesLostError:
-            done = True  # EXEC's reply was lost, but its operation marker says it applied
+        done = await _attempt(topology, group, watched, apply, expire_at(ttl), floors)
         if done:
             if receipt is None:  # pragma: no cover - apply always sets it or raises
                 raise RuntimeError("update finished without a receipt")
             return receipt
     raise WriteConflict(group.decode("utf-8", "backslashreplace"), max_attempts)
+
+
+async def _attempt(
+    topology: Topology,
+    group: bytes,
+    watched: list[bytes],
+    apply: Callable[[list[bytes | None]], Awaitable[list[bytes] | None]],
+    at: int | None,
+    floors: Callable[[list[bytes]], Sequence[tuple[object, ...]]],
+) -> bool:
+    """One WATCH ... EXEC of `update_group` (`watch_update`): True when it ran."""
+    try:
+        return await watch_update(topology, watched, apply, expire_at_ms=at, then=floors)
+    except RepliesLostError:
+        return True  # EXEC's reply was lost, but its operation marker says it applied
+    except ClockSkewError as exc:  # expired by the server's clock: named for the group
+        raise_for(group, WriteOutcome(results=dict.fromkeys(exc.keys, EXPIRED)))
+        raise

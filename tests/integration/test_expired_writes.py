@@ -127,3 +127,19 @@ async def test_the_cross_slot_guard_refuses_an_expired_write_too(stampede_cluste
         assert reply == [GuardCode.EXPIRED, GuardCode.EXPIRED]
         assert await topology.execute(a, "EXISTS", a) == 0
         assert await topology.execute(b, "EXISTS", b) == 0
+
+
+async def test_an_update_that_would_land_expired_is_refused(
+    st: Stampede, behind: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`update()` sets its keys in MULTI/EXEC, no guard: it reads the server's clock
+    under WATCH, and refuses (nothing written) when the expiry has passed."""
+    keys = ["upd:{3}:a", "upd:{3}:b"]
+    await st.write("upd:{3}", dict.fromkeys(keys, b"v1"))
+    behind()
+    with pytest.raises(ClockSkewError, match="expiry") as caught:
+        await st.update("upd:{3}", keys, lambda now: dict.fromkeys(keys, b"v2"), ttl=60)
+    assert caught.value.why == "expired"
+    monkeypatch.undo()
+    read = await st.read("upd:{3}", keys)
+    assert read.values == dict.fromkeys(keys, b"v1")

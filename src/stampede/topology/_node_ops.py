@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._lua import Script, as_eval
-from ..errors import InvalidKeyError, OutcomeUnknownError, RepliesLostError
+from ..errors import ClockSkewError, InvalidKeyError, OutcomeUnknownError, RepliesLostError
 from ._base import TRANSPORT_ERRORS
 from ._lane import LOST, Lane, Sent, Session
 from ._resp import ConnectionLost, NoScriptError
@@ -278,11 +278,18 @@ def updater_body(
         new = await update(current)
         if new is None:
             return None
+        if expire_at_ms and expire_at_ms <= _ms(await read("TIME")):  # it would vanish
+            raise ClockSkewError("", keys, "expired", "the expiry instant had passed")
         tail = ("PXAT", expire_at_ms) if expire_at_ms else ()
         sets = [("SET", key, value, *tail) for key, value in zip(keys, new, strict=True)]
         return sets if then is None else [*sets, *then(new)]
 
     return body
+
+
+def _ms(time: Any) -> int:
+    """A `TIME` reply in unix milliseconds."""
+    return int(time[0]) * 1000 + int(time[1]) // 1000
 
 
 async def watch_update(
@@ -294,7 +301,8 @@ async def watch_update(
     then: Callable[[list[bytes]], Sequence[Command]] | None = None,
 ) -> bool:
     """WATCH `keys` (one unit), read them, and SET what `update` returns in MULTI/EXEC
-    (followed by what `then` makes of it).
+    (followed by what `then` makes of it). `ClockSkewError` (`why` "expired"), nothing
+    written, when `expire_at_ms` is not after the server's clock (`TIME`, read last).
 
     False when a watched key changed (the caller retries), True when the
     transaction ran or `update` returned None (nothing to write).
