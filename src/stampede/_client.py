@@ -36,6 +36,7 @@ from .options import (
     resolve_versions,
 )
 from .results import AtomicRead, Health, ReadResult, Receipt
+from .topology._base import settle
 from .typing import RepairStrategy, Topology, VersionSource
 from .verdict import Mode
 from .wire import expire_at
@@ -91,6 +92,7 @@ class Stampede:
         waiting then fails (`OutcomeUnknownError` for one that may have run), and no
         connection is opened again until `open()`: a call meanwhile raises
         `ClientClosedError` (nothing sent)."""
+        await settle()  # a cancelled write's floors first, while its connections are open
         await self.topology.aclose()
 
     async def ping(self, *, within: float = 2.0) -> Health:

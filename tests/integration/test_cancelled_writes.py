@@ -23,6 +23,8 @@ from stampede.topology import _floor
 from stampede.topology._coalesce import Fanin
 from stampede.wire._txn import side_key
 
+from ..support import open_stampede
+
 KEY = "odd{}a"
 GROUP = "odd"
 
@@ -98,3 +100,40 @@ async def test_a_delete_cancelled_while_raising_its_floor_still_raises_it(
     with pytest.raises(asyncio.CancelledError):
         await task
     await _floor_is_the_delete(st, side)
+
+
+async def test_closing_the_client_waits_for_a_cancelled_deletes_floor(
+    topology_env: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shutdown as a service does it: the request's task is cancelled, then the client
+    closed, while the delete's guard answer is still on its way. `aclose` waits for
+    the floor the cancelled delete still owes before it closes the connections."""
+    kind, env = topology_env
+    st = open_stampede(env, kind)
+    await st.open()
+    side = await _pending_floor(st)
+    held: list[Callable[[], None]] = []
+    arrived = asyncio.Event()
+    deliver = Fanin.deliver
+
+    def holding(self: Fanin, index: int, result: Any) -> None:
+        if isinstance(result, list) and _floor.FLOOR_ELSEWHERE in result:
+            held.append(lambda: deliver(self, index, result))
+            arrived.set()
+            return
+        deliver(self, index, result)
+
+    monkeypatch.setattr(Fanin, "deliver", holding)
+    task = asyncio.ensure_future(st.delete(GROUP, [KEY]))
+    await arrived.wait()
+    task.cancel()
+    await asyncio.sleep(0)
+    closing = asyncio.ensure_future(st.aclose())
+    await asyncio.sleep(0)  # (aclose under way)
+    for release in held:
+        release()
+    await closing
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with open_stampede(env, kind) as again:
+        await _floor_is_the_delete(again, side)

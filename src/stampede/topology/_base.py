@@ -50,6 +50,7 @@ __all__ = [
     "guarded",
     "incr",
     "mapped",
+    "settle",
     "translate",
     "translated",
     "unit_of",
@@ -67,6 +68,8 @@ async def carried(work: Awaitable[T]) -> T:
     only then does the caller's cancellation go on (a `CancelledError`, as it came).
     """
     task = asyncio.ensure_future(work)
+    _CARRIED.add(task)  # (`settle` waits for it: closing the client does not cut it short)
+    task.add_done_callback(_CARRIED.discard)
     stopped: asyncio.CancelledError | None = None
     while not task.done():
         try:
@@ -80,6 +83,18 @@ async def carried(work: Awaitable[T]) -> T:
             task.exception()  # retrieved: the caller hears of its cancellation instead
         raise stopped
     return task.result()
+
+
+_CARRIED: set[asyncio.Future[Any]] = set()
+"""The work `carried` runs, until it ends."""
+
+
+async def settle() -> None:
+    """Wait until the work `carried` runs on this event loop has ended (a cancelled
+    write's floors): `Stampede.aclose` calls it before it closes any connection."""
+    loop = asyncio.get_running_loop()
+    while mine := [t for t in _CARRIED if t.get_loop() is loop]:
+        await asyncio.wait(mine)
 
 
 class FixedShards:
