@@ -74,13 +74,12 @@ do
 --! include compare
       code = state
       if state == 1 and not enveloped then code = 9 end
-      local at = ARGV[s + 3]
-      if state == 1 and at ~= '0' then
+      if state == 1 and ARGV[s + 3] ~= '0' then
         if not now then
           local tm = redis.call('TIME')
           now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
         end
-        if tonumber(at) <= now then code = -7 end
+        if tonumber(ARGV[s + 3]) <= now then code = -7 end
       end
     end
     out[i] = code

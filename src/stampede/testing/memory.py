@@ -175,9 +175,9 @@ class MemoryTopology(FixedShards):
         v, t = str(stamp["version"]).encode(), stamp["token"].encode()
         lim = str(stamp.get("limit", 0)).encode()
         expire_at_ms, keep_ms = stamp.get("expire_at_ms"), stamp.get("keep_ms", KEEP_MS)
-        if self._refused(keys, v, t, lim, expire_at_ms):  # one write: all or nothing
-            for key in keys:
-                code = self._refusal(key, v, t, lim, expire_at_ms)
+        refusals = [self._refusal(k, v, t, lim, expire_at_ms) for k in keys]
+        if any(code is not None for code in refusals):  # one write: all or nothing
+            for key, code in zip(keys, refusals, strict=True):
                 outcome.results[key] = int(code or GuardCode.WITHHELD)
             return outcome
         for key, value in zip(keys, values, strict=True):
@@ -195,9 +195,11 @@ class MemoryTopology(FixedShards):
             outcome.results[key] = int(code)
         return outcome
 
-    def _refusal(self, key: bytes, v: bytes, t: bytes, lim: bytes, at: int | None) -> Any:
-        """The guard's refusal (a `GuardCode`) of a write at `key` expiring at `at`, or
-        None if it may go ahead (`EXPIRED`: `at` is past, it would vanish)."""
+    def _refusal(
+        self, key: bytes, v: bytes, t: bytes, lim: bytes, at: int | None
+    ) -> GuardCode | None:
+        """The guard's refusal of a write at `key` expiring at `at` (`EXPIRED`: past,
+        it would vanish), or None if it may go ahead."""
         entry = self._entry(key)
         if entry is not None and not isinstance(entry.value, bytes):
             return GuardCode.WRONGTYPE
@@ -205,9 +207,6 @@ class MemoryTopology(FixedShards):
         if code is GuardCode.WRITTEN and at and at <= time.time_ns() // 1_000_000:
             return GuardCode.EXPIRED
         return code if code < 0 else None
-
-    def _refused(self, keys: Sequence[bytes], v: bytes, t: bytes, lim: bytes, at: Any) -> bool:
-        return any(self._refusal(k, v, t, lim, at) is not None for k in keys)
 
     def _keep(self, key: bytes, replaced: bytes, keep_ms: int, until: int | None) -> None:
         where = kept_key(key)
