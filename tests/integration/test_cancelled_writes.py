@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from stampede import Stampede
-from stampede.topology import _floor
+from stampede import Durability, Stampede
+from stampede.topology import _cluster, _durable, _floor
 from stampede.topology._coalesce import Fanin
 from stampede.wire._txn import side_key
 
@@ -137,3 +137,32 @@ async def test_closing_the_client_waits_for_a_cancelled_deletes_floor(
         await task
     async with open_stampede(env, kind) as again:
         await _floor_is_the_delete(again, side)
+
+
+async def test_a_durable_delete_cancelled_after_its_guard_landed_still_raises_the_floor(
+    st: Stampede, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A durable write sends the guard and its WAIT as one pipeline of its own; the
+    caller is cancelled once that pipeline answered, before the floor call: the floor
+    is raised all the same (the durable write runs to its end)."""
+    side = await _pending_floor(st)
+    reached, go = asyncio.Event(), asyncio.Event()
+    sent_with_wait = _durable.sent_with_wait
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        replies = await sent_with_wait(*args, **kwargs)
+        reached.set()
+        await go.wait()
+        return replies
+
+    monkeypatch.setattr(_durable, "sent_with_wait", held)
+    monkeypatch.setattr(_cluster, "sent_with_wait", held)
+    durably = Durability(replicas=0, aof=True)  # (WAITAOF refused on 7.0: no ack, no wait)
+    task = asyncio.ensure_future(st.delete(GROUP, [KEY], durability=durably))
+    await reached.wait()
+    task.cancel()
+    await asyncio.sleep(0)
+    go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await _floor_is_the_delete(st, side)
