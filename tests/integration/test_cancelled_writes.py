@@ -18,12 +18,14 @@ from typing import Any
 
 import pytest
 
-from stampede import Durability, Stampede
+from stampede import Durability, RetryPolicy, Stampede
+from stampede.repair import NewestWins
+from stampede.repair import _base as repair_base
 from stampede.topology import _cluster, _durable, _floor
 from stampede.topology._coalesce import Fanin
 from stampede.wire._txn import side_key
 
-from ..support import open_stampede
+from ..support import open_stampede, write_newer
 
 KEY = "odd{}a"
 GROUP = "odd"
@@ -166,3 +168,37 @@ async def test_a_durable_delete_cancelled_after_its_guard_landed_still_raises_th
     with pytest.raises(asyncio.CancelledError):
         await task
     await _floor_is_the_delete(st, side)
+
+
+async def test_a_repair_cancelled_while_raising_a_floor_still_raises_it(
+    st: Stampede, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read's repair (a compare-and-set) rewrites `KEY`, whose floor its script leaves
+    to the client; the read is cancelled (its deadline, say) while that floor call
+    waits to go: the call goes all the same before the read's cancellation goes on."""
+    side = await _pending_floor(st)
+    keys = [KEY, "odd{}b"]
+    await st.write(GROUP, dict.fromkeys(keys, b"old"))
+    version, _ = await write_newer(st, [b"odd{}b"], b"new")  # torn: one key moved on
+    st.versions.observe(version)
+    reached, go = asyncio.Event(), asyncio.Event()
+    raise_floor = repair_base.raise_floor
+
+    async def held(*args: Any, **kwargs: Any) -> int | None:
+        reached.set()
+        await go.wait()
+        return await raise_floor(*args, **kwargs)
+
+    monkeypatch.setattr(repair_base, "raise_floor", held)
+    quick = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
+    task = asyncio.ensure_future(st.read(GROUP, keys, retry=quick, repair=NewestWins()))
+    await reached.wait()
+    task.cancel()
+    await asyncio.sleep(0)
+    go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    value = await st.topology.execute(KEY.encode(), "GET", KEY.encode())
+    assert value is not None
+    stamp = b":".join(value.split(b":", 2)[:2])  # the repair's `<version>:<token>`
+    assert await st.topology.execute(side, "HGET", side, "g") == stamp
