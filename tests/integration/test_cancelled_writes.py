@@ -182,7 +182,7 @@ async def test_a_repair_cancelled_while_raising_a_floor_still_raises_it(
     version, _ = await write_newer(st, [b"odd{}b"], b"new")  # torn: one key moved on
     st.versions.observe(version)
     reached, go = asyncio.Event(), asyncio.Event()
-    raise_floor = repair_base.raise_floor
+    raise_floor = _floor.raise_floor  # (what repair._base imported)
 
     async def held(*args: Any, **kwargs: Any) -> int | None:
         reached.set()
