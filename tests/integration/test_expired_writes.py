@@ -17,12 +17,16 @@ from typing import Any
 import pytest
 
 from stampede import ClockSkewError, Stampede
+from stampede._txn.scripts import COMMIT, PREPARE
+from stampede._txn.sweep import sweep
+from stampede._txn.write import run_units
 from stampede.keys import keyslot
 from stampede.results import GuardCode
 from stampede.topology._guard import CROSS_SLOT_GUARD, GUARD
-from stampede.wire import _record
+from stampede.wire import _record, new_token
+from stampede.wire._txn import encode_meta, side_key
 
-from ..support import open_stampede, spread_keys
+from ..support import open_stampede, raw_value, spread_keys
 
 BEHIND_NS = 3 * 3600 * 10**9  # three hours: past a ttl plus a Counter's outlive (1 h)
 
@@ -143,3 +147,34 @@ async def test_an_update_that_would_land_expired_is_refused(
     monkeypatch.undo()
     read = await st.read("upd:{3}", keys)
     assert read.values == dict.fromkeys(keys, b"v1")
+
+
+async def test_an_older_transaction_never_completes_over_one_that_landed_expired(
+    quick: Stampede, behind: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction T draws its stamp; a newer transaction, from a writer whose clock
+    is behind by more than its ttl, commits at a already expired (the commit reports
+    it gone and deletes what a held); T then prepares at a and b (a holds nothing
+    newer by then), commits at b, and its writer dies before its commit reaches a.
+    Neither a reader nor the sweep may complete T at a: an older write would come
+    back after a newer one was acknowledged. (Before, only a value that was current
+    at a, or the floor a group write raises, kept T out.)"""
+    st = quick
+    a, b = spread_keys(st, "txgone", 2)
+    raw = [a.encode(), b.encode()]
+    sides = [side_key(k, st.topology.slot_of) for k in raw]
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    behind()
+    async with st.transaction(ttl=60) as tx:
+        tx.set(a, b"newer")
+    monkeypatch.undo()
+    assert await raw_value(st, a) is None  # landed expired: gone at once
+    env = b"%d:%s:old" % (version, token.encode())
+    args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
+    assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
+    commit = [(version, token, 0, 0, b"", b"")]
+    assert await run_units(st.topology, COMMIT, raw[1:], sides[1:], commit, head=[5000]) == [1]
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"old"}
+    await sweep(st.topology, grace=0.05)
+    assert (await st.read_atomic([a, b])).values == {a: None, b: b"old"}
+    assert await raw_value(st, a) is None, "an older version came back over a newer write"

@@ -95,6 +95,15 @@ for i = 1, #KEYS / 2 do
       sets[#sets + 1] = env
       sets[#sets + 1] = 'x:' .. s
       sets[#sets + 1] = now
+      -- and the floor rises to it, as a write that is no transaction's raises it: a
+      -- transaction older than it, prepared here only after (the key held nothing
+      -- newer by then), is superseded too, and never completed over it
+      local gv, gt = nil, nil
+      if g then gv, gt = string.match(g, '^(%d+):([0-9A-Z]+)$') end
+      if not gv or older(gv, gt, v, t) then
+        sets[#sets + 1] = 'g'
+        sets[#sets + 1] = s
+      end
       vmarked(ix, ps, stamp)
       curv, curt = v, t  -- older versions prepared here are superseded too (collected below)
       state = 3
