@@ -282,3 +282,25 @@ async def test_aclose_ends_a_round_still_waiting_to_connect() -> None:
         assert rounds == []  # (the round's own task; the server's are the server's)
         (result,) = await caller
         assert isinstance(result, ClientClosed)
+
+
+async def test_a_round_corked_when_its_lane_closes_starts_no_task() -> None:
+    """The lane is closed in the same loop turn as a round is corked for it: the
+    turn's flush sends nothing and starts no task that would outlive `aclose`."""
+    hello = asyncio.Event()
+    async with _silent_server(hello) as endpoint:
+        lane = Lane(endpoint)
+
+        async def resume(i: int, first: Any) -> list[Any]:
+            assert first is None  # never sent
+            return await lane.pipeline([("PING",)])
+
+        caller = asyncio.ensure_future(script_round([lane], [[("PING",)]], resume))
+        await asyncio.sleep(0)  # the round is corked; its flush waits for the turn's end
+        await lane.aclose()
+        await asyncio.sleep(0)  # the turn ends: its flush runs
+        rounds = [t for t in asyncio.all_tasks() if "_Cork" in repr(t.get_coro())]
+        assert rounds == []
+        (result,) = await caller
+        assert isinstance(result, ClientClosed)
+        assert not hello.is_set()  # no connection was opened

@@ -85,6 +85,9 @@ class _Cork:
     def flush(self) -> None:
         if self.lane.corked is self:
             self.lane.corked = None
+        if self.lane.closed:  # closed before its turn ended: nothing sent, no task started
+            self._unsent()
+            return
         try:
             sent = self.lane.send_parts(self.parts)
         except Exception:
