@@ -51,8 +51,9 @@ value if that expires first (best effort: a slot that is migrating away keeps
 nothing). A group read that finds the newest write still in flight returns the
 newest whole write among the kept versions instead of waiting.
 
-Cost: the keys' reads are one MGET, the writes without expiry one MSET, and the
-check for version hashes one EXISTS, per call; per key written the guard runs
+Cost: the keys' reads are one MGET, the writes without expiry one MSET, the
+check for version hashes one EXISTS and, when a key to be written has an expiry,
+the server's clock one TIME, per call; per key written the guard runs
 its comparison once, and a key that replaces an envelope adds an LPUSH and a
 PEXPIRE (`benchmarks.server_cost` measures it against MSET).
 """
