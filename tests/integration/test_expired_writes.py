@@ -12,21 +12,23 @@ no tombstone goes missing; and a `Counter` drawn for such a write is not deleted
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from stampede import ClockSkewError, Stampede
+from stampede import ClockSkewError, RetryPolicy, Stampede
 from stampede._txn.scripts import COMMIT, PREPARE
 from stampede._txn.sweep import sweep
 from stampede._txn.write import run_units
 from stampede.keys import keyslot
-from stampede.results import GuardCode
+from stampede.repair import Refetch
+from stampede.results import GuardCode, RepairAction
 from stampede.topology._guard import CROSS_SLOT_GUARD, GUARD
 from stampede.wire import _record, new_token
 from stampede.wire._txn import encode_meta, side_key
 
-from ..support import open_stampede, raw_value, spread_keys
+from ..support import open_stampede, raw_value, spread_keys, write_newer
 
 BEHIND_NS = 3 * 3600 * 10**9  # three hours: past a ttl plus a Counter's outlive (1 h)
 
@@ -178,3 +180,25 @@ async def test_an_older_transaction_never_completes_over_one_that_landed_expired
     await sweep(st.topology, grace=0.05)
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"old"}
     assert await raw_value(st, a) is None, "an older version came back over a newer write"
+
+
+async def test_a_repair_delete_from_a_clock_behind_still_reports_deleted(
+    st: Stampede, behind: Any
+) -> None:
+    """A repair's delete lands with a compare-and-set, whose tombstones an expiry
+    already past deletes at once (the repair's own way of deleting); its commit
+    record, written through the guard with the same instant, is refused as expired
+    there: the repair counts it as gone with its tombstones, not as a lost race."""
+    keys = spread_keys(st, "rgone", 2)
+    await st.write("rgone", dict.fromkeys(keys, b"old"), mode="commit")
+    version, _ = await write_newer(st, [keys[0].encode()], b"new")  # torn
+    st.versions.observe(version)
+
+    async def gone(group: bytes, keys: Sequence[bytes]) -> None:
+        return None
+
+    behind()
+    quick = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
+    result = await st.read("rgone", keys, mode="commit", retry=quick, repair=Refetch(gone))
+    assert result.repair is not None and result.repair.action is RepairAction.DELETED
+    assert [await raw_value(st, k) for k in keys] == [None, None]

@@ -34,6 +34,7 @@ from ..results import RepairAction, RepairOutcome
 from ..topology._base import carried
 from ..topology._floor import FLOOR_ELSEWHERE, client_named, raise_floor
 from ..topology._guard import CAS, KEPT, WRITTEN
+from ..topology._guard import EXPIRED as EXPIRED_CODE
 from ..typing import RepairContext, Topology
 from ..verdict import Mode, Observation, Reason, Status, judge
 from ..wire import (
@@ -280,7 +281,10 @@ async def rewrite(
         error = done.first_error()
         if error is not None:
             raise error
-        if done.results.get(ckey, KEPT) < WRITTEN:  # SAME: a resend found it written
+        # (SAME: a resend found it written; EXPIRED: its instant, the data's, has passed:
+        # gone with the data, as the compare-and-set's values went; not a lost race)
+        code = done.results.get(ckey, KEPT)
+        if code < WRITTEN and code != EXPIRED_CODE:
             return await after_lost_race(ctx, obs, reason)
     ctx.versions.observe(version)
     deleted = all(payloads[k] is None for k in keys)
