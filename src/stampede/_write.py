@@ -313,9 +313,10 @@ _REFUSALS = {
     EXPIRED: (
         "expired",
         "the write's expiry instant (now plus its ttl, or the tombstone grace, by this "
-        "writer's clock) had already passed by the server's clock, so it would have "
-        "vanished as it landed; nothing was written there. This writer's clock is behind "
-        "by more than the ttl: fix it (NTP), or write with a longer ttl",
+        "writer's clock) had already passed by the server's clock when it landed, so it "
+        "would have vanished at once; nothing was written there. Either this writer's "
+        "clock is behind by more than the ttl (fix it: NTP) or the write took longer than "
+        "its ttl to arrive; write again, or with a longer ttl",
     ),
 }
 
