@@ -202,3 +202,30 @@ async def test_a_repair_cancelled_while_raising_a_floor_still_raises_it(
     assert value is not None
     stamp = b":".join(value.split(b":", 2)[:2])  # the repair's `<version>:<token>`
     assert await st.topology.execute(side, "HGET", side, "g") == stamp
+
+
+async def test_a_cancelled_write_that_can_owe_no_floor_is_not_held(
+    stampede_primaries: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over independent primaries, a write of keys whose version hashes the guard
+    names itself can owe no floor: cancelled while its answer is out, it raises at
+    once, as it always did (it waits for nothing)."""
+    async with open_stampede(stampede_primaries, "shards") as st:
+        await st.write("plain", {"plain:a": b"1"})
+        held: list[Callable[[], None]] = []
+        arrived = asyncio.Event()
+        deliver = Fanin.deliver
+
+        def holding(self: Fanin, index: int, result: Any) -> None:
+            held.append(lambda: deliver(self, index, result))
+            arrived.set()
+
+        monkeypatch.setattr(Fanin, "deliver", holding)
+        task = asyncio.ensure_future(st.write("plain", {"plain:a": b"2"}))
+        await arrived.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task  # (its answer still held)
+        monkeypatch.undo()
+        for release in held:
+            release()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ShardError
 from ._base import READ_WATCH, WriteOutcome, carried
 from ._coalesce import Coalescer, Fanin
-from ._floor import needs_floors, raise_floors
+from ._floor import client_named, needs_floors, raise_floors
 from ._guard import WriteRequest, requests_for
 
 if TYPE_CHECKING:
@@ -200,13 +200,21 @@ async def write_parts(
         results = await fanin.future
     except asyncio.CancelledError:
         # The calls went, and may land: a floor the guard left to the client is raised
-        # all the same before the cancellation goes on (never a delete without it).
-        await carried(_late(requests, fanin, stamp, floors))
+        # all the same before the cancellation goes on (never a delete without it),
+        # where one may be left: a cluster's (a slot migrating), or a key's the client
+        # names (else the cancellation goes on at once, as it always did)
+        if floors is not None and (floors.slot_bound or _named(floors, keys)):
+            await carried(_late(requests, fanin, stamp, floors))
         raise
     outcome = _collected(requests, results)
     if floors is not None and needs_floors(outcome.results.values(), floors):
         await raise_floors(floors, outcome, stamp)
     return outcome
+
+
+def _named(topology: Topology, keys: Sequence[bytes]) -> bool:
+    """Whether the guard may leave a floor of `keys` to the client (`client_named`)."""
+    return any(client_named(topology, key) for key in keys)
 
 
 def _collected(requests: list[WriteRequest], results: list[Any]) -> WriteOutcome:
