@@ -182,13 +182,13 @@ async def test_an_older_transaction_never_completes_over_one_that_landed_expired
     assert await raw_value(st, a) is None, "an older version came back over a newer write"
 
 
-async def test_a_repair_delete_from_a_clock_behind_still_reports_deleted(
+async def test_a_repair_delete_from_a_clock_behind_still_lands_its_tombstones(
     st: Stampede, behind: Any
 ) -> None:
-    """A repair's delete lands with a compare-and-set, whose tombstones an expiry
-    already past deletes at once (the repair's own way of deleting); its commit
-    record, written through the guard with the same instant, is refused as expired
-    there: the repair counts it as gone with its tombstones, not as a lost race."""
+    """A repair's delete (the source says the entity is gone) lands tombstones that
+    keep late older writes out for the grace window. Their expiry comes from the
+    server's clock: from a worker clock behind by more than the grace they landed
+    already expired (the keys simply deleted, nothing kept out)."""
     keys = spread_keys(st, "rgone", 2)
     await st.write("rgone", dict.fromkeys(keys, b"old"), mode="commit")
     version, _ = await write_newer(st, [keys[0].encode()], b"new")  # torn
@@ -201,4 +201,6 @@ async def test_a_repair_delete_from_a_clock_behind_still_reports_deleted(
     quick = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
     result = await st.read("rgone", keys, mode="commit", retry=quick, repair=Refetch(gone))
     assert result.repair is not None and result.repair.action is RepairAction.DELETED
-    assert [await raw_value(st, k) for k in keys] == [None, None]
+    assert result.repair.stamp is not None
+    tombstone = b"%d:%s" % (result.repair.stamp[0], result.repair.stamp[1].encode())
+    assert [await raw_value(st, k) for k in keys] == [tombstone, tombstone]

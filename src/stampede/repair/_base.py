@@ -53,6 +53,7 @@ __all__ = [
     "best_effort",
     "compare_and_set",
     "expiry_of",
+    "grace_expiry",
     "guarded_delete",
     "kept_expiry",
     "kept_payloads_expiry",
@@ -385,5 +386,13 @@ async def guarded_delete(
         gone,
         reason,
         source_version=source_version,
-        expire_at_ms=expire_at(ctx.grace),
+        expire_at_ms=await grace_expiry(ctx, obs.keys[0]),
     )
+
+
+async def grace_expiry(ctx: RepairContext, key: bytes) -> int:
+    """A repair's tombstones' expiry: the grace window from the server's clock (TIME
+    on `key`'s shard), not the worker's: tombstones stamped by a worker clock behind
+    by more than the grace would land expired, and keep no late older write out."""
+    seconds, micros = await ctx.topology.execute(key, "TIME")
+    return int(seconds) * 1000 + int(micros) // 1000 + max(1, round(ctx.grace * 1000))

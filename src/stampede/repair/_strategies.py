@@ -18,10 +18,11 @@ from ..errors import ConfigurationError, InvalidValueError, RepairError, TornRea
 from ..results import RepairAction, RepairOutcome
 from ..typing import RepairContext
 from ..verdict import Observation, Status, Verdict
-from ..wire import Envelope, expire_at
+from ..wire import Envelope
 from ..wire._txn import decode_meta, side_key
 from ._base import (
     best_effort,
+    grace_expiry,
     guarded_delete,
     kept_payloads_expiry,
     orders_after,
@@ -126,7 +127,8 @@ class NewestWins:
                     "source of truth.",
                 )
             gone: dict[bytes, bytes | None] = dict.fromkeys(obs.keys)
-            return await rewrite(ctx, obs, gone, verdict.reason, expire_at_ms=expire_at(ctx.grace))
+            until = await grace_expiry(ctx, obs.keys[0])
+            return await rewrite(ctx, obs, gone, verdict.reason, expire_at_ms=until)
         if self.rebuild is None:
             missing = [k for k, v in current.items() if v is None]
             if missing:
