@@ -141,6 +141,18 @@ async def test_run_demo_in_process_pauses_the_given_primaries(
     assert not any(node.is_paused for node in stampede_primaries.nodes)
 
 
+async def test_every_strategy_repairs_however_few_crashes_the_load_made(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """A load that injects no crash at all (a slow machine's short run is alike) still
+    shows every chosen strategy repairing: one group of each is torn as the load ends."""
+    config = DemoConfig(size=30, duration=0.2, fault_rate=0.0, mode=Mode.STAMP, seed=5)
+    summary = await run_demo(stampede_primaries.urls, config=config, local=True)
+    data = summary.as_dict()
+    assert data["crashes_injected"] == len(config.strategies)
+    check_repaired(data, ("newest-wins", "refetch", "enqueue"))
+
+
 @pytest.mark.timeout(300)
 async def test_ctrl_c_stops_every_server_the_demo_started() -> None:
     """SIGINT in the middle of a run exits 130 and leaves no redis-server listening."""

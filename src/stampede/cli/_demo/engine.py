@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +42,7 @@ from stampede.verdict import Mode
 from .cleanup import remove_demo_keys
 from .faults import crash_write, pause_primaries, spans_shards
 from .keyspace import GROUP_PATTERN, MATCH, PREFIX, Database, Entity, entities, payloads
-from .stats import STRATEGIES, Counters, Summary
+from .stats import STRATEGIES, Counters, Summary, worker_events
 
 __all__ = ["DEMO_STREAM", "Demo", "DemoConfig", "run_demo"]
 
@@ -141,7 +140,7 @@ class Demo:
 
     async def run(self) -> Summary:
         """Every phase in turn; the summary says how many torn groups are left."""
-        with _worker_events(self.counters):
+        with worker_events(self.counters):
             await remove_demo_keys(self.st.topology)  # an interrupted run's leftovers
             self.phase = "seeding"
             await self._each(self.entities, self._seed)
@@ -149,6 +148,7 @@ class Demo:
             try:
                 self.phase = "running"
                 await self._load()
+                await self._tear_one_per_strategy()
                 self.phase = "sweeping"
                 # A write torn at the very end reads as its group's last whole write
                 # until its kept versions expire: sweep after the grace window.
@@ -247,6 +247,18 @@ class Demo:
             if isinstance(outcome, BaseException):
                 raise outcome
 
+    async def _tear_one_per_strategy(self) -> None:
+        """Tear one group of each chosen strategy as the load ends: however few
+        crashes a short or slow run injected, the sweep then shows every strategy
+        repairing (the load's crashes land on entities at random)."""
+        for strategy in self.config.strategies:
+            entity = next((e for e in self.spanning if self.assigned[e.group][0] == strategy), None)
+            if entity is None:  # (no entity of this strategy spans shards)
+                continue
+            async with self.locks[entity.group]:
+                with contextlib.suppress(StampedeError):  # (a shard paused: skipped)
+                    await crash_write(self.st, entity, self.db, self.rng, self.counters)
+
     async def _writer(self, stop: asyncio.Event, seed: float) -> None:
         rng = random.Random(seed)
         while not stop.is_set():
@@ -316,37 +328,6 @@ class Demo:
                 return
             await asyncio.sleep(0.05)
         self.counters.note("the repair stream did not drain in time; the scan will tell")
-
-
-@contextlib.contextmanager
-def _worker_events(counters: Counters) -> Iterator[None]:
-    """Show the worker's job events in the demo's event log while the demo runs."""
-    logger = logging.getLogger("stampede.worker")
-    handler = _WorkerLog(counters)
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
-
-class _WorkerLog(logging.Handler):
-    def __init__(self, counters: Counters) -> None:
-        super().__init__(logging.INFO)
-        self.counters = counters
-
-    def emit(self, record: logging.LogRecord) -> None:
-        # The worker logs structured events: the fields are attributes of the record.
-        fields = vars(record)
-        name, group = str(fields.get("event", "")), str(fields.get("group", ""))
-        action = fields.get("action")
-        if name == "job.done" and action in ("rewritten", "rolled_forward"):
-            self.counters.note(f"worker: {group} {action} (refetch from the database)")
-        elif name in ("job.failed", "job.dead_lettered"):
-            self.counters.note(f"worker: {name} {group}: {fields.get('error', '')}"[:120])
 
 
 async def run_demo(

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections import Counter as Tally
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from stampede.results import ReadResult, RepairAction
 from stampede.verdict import Status
 
-__all__ = ["STRATEGIES", "Counters", "Section", "Summary"]
+__all__ = ["STRATEGIES", "Counters", "Section", "Summary", "worker_events"]
 
 STRATEGIES = ("newest-wins", "refetch", "enqueue")
 _WHY = {
@@ -196,3 +199,34 @@ class Summary:
             ("jobs done by the worker", w.get("done", 0), jobs),
             (f"groups scanned at the end ({self.topology})", scan.get("groups", 0), groups),
         ]
+
+
+@contextlib.contextmanager
+def worker_events(counters: Counters) -> Iterator[None]:
+    """Show the worker's job events in the demo's event log while the demo runs."""
+    logger = logging.getLogger("stampede.worker")
+    handler = _WorkerLog(counters)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+class _WorkerLog(logging.Handler):
+    def __init__(self, counters: Counters) -> None:
+        super().__init__(logging.INFO)
+        self.counters = counters
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # The worker logs structured events: the fields are attributes of the record.
+        fields = vars(record)
+        name, group = str(fields.get("event", "")), str(fields.get("group", ""))
+        action = fields.get("action")
+        if name == "job.done" and action in ("rewritten", "rolled_forward"):
+            self.counters.note(f"worker: {group} {action} (refetch from the database)")
+        elif name in ("job.failed", "job.dead_lettered"):
+            self.counters.note(f"worker: {name} {group}: {fields.get('error', '')}"[:120])
