@@ -4,6 +4,7 @@ and every performance target of docs/performance.md measured side by side.
     python -m benchmarks.ceiling [--seconds 1.0] [--slices 3] [--json out.json]
     python -m benchmarks.ceiling --only stampede   # the ceiling and stampede's rows only
     python -m benchmarks.ceiling --cost-groups 0   # without the server-cost phase
+    python -m benchmarks.ceiling --loop uvloop     # every row on uvloop's event loop
     python -m benchmarks.ceiling --profile ['stampede write']   # where a row spends its CPU
                                  # (SORT=cumulative LINES=60 for another view)
 
@@ -519,11 +520,24 @@ def main() -> None:
         help="groups the server-cost phase writes (benchmarks.server_cost); 0 skips it",
     )
     parser.add_argument("--cost-rounds", type=int, default=3)
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the event loop every row runs on (uvloop: pip install uvloop)",
+    )
     args = parser.parse_args()
-    if args.profile:
-        asyncio.run(profile(args.seconds * 3, args.profile))
-        return
-    data = asyncio.run(main_async(args))
+    factory = asyncio.new_event_loop
+    if args.loop == "uvloop":
+        import uvloop  # (optional: only this option needs it)
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        if args.profile:
+            runner.run(profile(args.seconds * 3, args.profile))
+            return
+        data = runner.run(main_async(args))
+    data["versions"]["loop"] = args.loop
     print(json.dumps(data["versions"]))
     if args.json_path:
         with open(args.json_path, "w") as out:

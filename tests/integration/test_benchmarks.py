@@ -95,6 +95,13 @@ def test_the_ceiling_run_measures_every_target(tmp_path: Path) -> None:
     assert {"stampede transaction", "stampede write (txn keys)"} <= set(data["rows"])
 
 
+def test_the_ceiling_runs_on_uvloop() -> None:
+    """`--loop uvloop`: every row on uvloop's event loop, and the run says so."""
+    args = ["--seconds", "0.05", "--slices", "1", "--only", "stampede", "--cost-groups", "0"]
+    out = _run("benchmarks.ceiling", [*args, "--loop", "uvloop"])
+    assert "stampede transaction" in out and '"loop": "uvloop"' in out, out[-3000:]
+
+
 @pytest.mark.timeout(300)
 def test_the_key_census_runs_and_finds_nothing_immortal() -> None:
     """The census (both topologies, a second of load each) prints its tables and
