@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _pipeline as pipeline
-from .errors import ConfigurationError
+from .errors import ConfigurationError, ShardTimeout
 from .typing import Topology
 from .verdict import Mode, Observation, Reason, Status, judge
 from .wire import COMMIT_SUFFIX, commit_key, decode_commit, is_reserved
@@ -89,6 +89,12 @@ def compile_pattern(pattern: str | bytes) -> re.Pattern[bytes]:
     return compiled
 
 
+_PAGE_TRIES = 3
+"""How often a SCAN page is asked before its shard's `ShardTimeout` ends the scan: a
+page is read-only and asked again with the same cursor, so a moment of load does
+not end a long scan (the cursor's server is checked as always)."""
+
+
 async def _scan_shard(
     topology: Any,
     shard: str,
@@ -99,9 +105,16 @@ async def _scan_shard(
 ) -> None:
     cursor: Any = 0
     while True:
-        cursor, keys = await topology.execute_on(
-            shard, "SCAN", cursor, "MATCH", match, "COUNT", count
-        )
+        for attempt in range(_PAGE_TRIES):  # a page that timed out is asked again, same cursor
+            try:
+                cursor, keys = await topology.execute_on(
+                    shard, "SCAN", cursor, "MATCH", match, "COUNT", count
+                )
+                break
+            except ShardTimeout:
+                if attempt == _PAGE_TRIES - 1:
+                    raise
+                await asyncio.sleep(0.1 * 2**attempt)
         found = list(keys)
         misrouted += topology.misrouted(shard, found)
         on_keys(found)

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
-from stampede import ConfigurationError, Envelope, HybridClock, Mode, Stampede
+import stampede
+from stampede import ConfigurationError, ConnectOptions, Envelope, HybridClock, Mode, Stampede
 from stampede.repair import NewestWins, RepairQueue
 from stampede.repair._worker import Worker
 from stampede.scan import scan_groups
+from stampede.testing import RedisProxy
 from stampede.wire import new_token
 
 from ..support import eventually, open_stampede, run_cli, start_cli, write_newer
@@ -198,3 +200,21 @@ async def test_scan_reports_keys_on_a_server_they_do_not_route_to(stampede_prima
         report = await scan_groups(st.topology, PATTERN, match="acct:*")
         assert report.misrouted == [b"acct:1:a"]
         assert report.consistent == 1  # the group itself, where it routes, is whole
+
+
+async def test_a_scan_page_that_times_out_is_asked_again(stampede_primaries: Any) -> None:
+    """A SCAN page held past the socket timeout (a moment of load) is asked again with
+    the same cursor; the scan goes on and finds every group, not a `ShardTimeout`."""
+    node = stampede_primaries.nodes[0]
+    async with RedisProxy(node.address) as proxy:
+        st = stampede.connect(
+            [proxy.url, *stampede_primaries.urls[1:]],
+            connection=ConnectOptions(socket_timeout=0.3, connect_timeout=2.0),
+        )
+        async with st:
+            for i in range(30):
+                await st.write(f"acct:{i}", {k: b"p" for k in keys_of(i)})
+            rule = proxy.delay_reply(lambda cmd: cmd[0].upper() == b"SCAN", 1.0)
+            report = await scan_groups(st.topology, PATTERN, match="acct:*", count=10)
+        assert rule.hits == 1
+        assert report.groups == report.consistent == 30
