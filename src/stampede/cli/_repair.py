@@ -20,6 +20,7 @@ from ..options import ConnectOptions
 from ..repair._loading import BUILTIN, open_strategy, resolve_strategy
 from ..repair._queue import RepairQueue
 from ..repair._worker import RetryBackoff, Worker, event, serve_metrics
+from ..repair._worker_loops import consumer_name
 from ..topology import cluster_mode
 from ..typing import RepairStrategy
 from ..verdict import Mode
@@ -241,6 +242,7 @@ def worker_command(
     except ConfigurationError as exc:
         raise usage(exc, option="--retry-delay") from None
     _check_ports(metrics_port, processes)
+    _check_consumer(consumer)
     st = where.connect()
     child = os.environ.get(CHILD_ENV)
     if processes > 1 and child is None:
@@ -327,6 +329,14 @@ _NOT_FOR_THE_WORKER = {
 
 class BadStrategy(Exception):
     """What --strategy names could not be built (its message says why)."""
+
+
+def _check_consumer(consumer: str | None) -> None:
+    """An empty --consumer is a usage error, not a fall-back to the default name."""
+    try:
+        consumer_name(consumer)
+    except ConfigurationError as exc:
+        raise usage(exc, option="--consumer") from None
 
 
 def _check_ports(metrics_port: int | None, processes: int) -> None:

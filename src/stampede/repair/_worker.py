@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 from typing import Any
 
@@ -40,7 +38,7 @@ from ..verdict import Mode, Status, judge
 from ..versions import HybridClock
 from ._queue import Job, RepairQueue
 from ._queue_admin import held_by, keep_held
-from ._worker_loops import check_settings, forget_loop, sweep_loop
+from ._worker_loops import check_settings, consumer_name, forget_loop, sweep_loop
 from ._worker_stats import (
     RetryBackoff,
     StrategyLifecycle,
@@ -106,7 +104,7 @@ class Worker:
         )  # fmt: skip
         self.topology, self.queue, self.strategy = topology, queue, strategy
         self.concurrency = check_count(concurrency, "concurrency")
-        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        self.consumer = consumer_name(consumer)
         self.mode = mode
         self.versions = versions or HybridClock()
         self.ttl = ttl

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from typing import TYPE_CHECKING
 
 from .. import metrics
@@ -16,7 +18,7 @@ from ..typing import Topology
 if TYPE_CHECKING:
     from ._queue import RepairQueue
 
-__all__ = ["FORGET_INTERVAL", "check_settings", "forget_loop", "sweep_loop"]
+__all__ = ["FORGET_INTERVAL", "check_settings", "consumer_name", "forget_loop", "sweep_loop"]
 
 log = logging.getLogger("stampede.worker")
 
@@ -41,6 +43,20 @@ def check_settings(**settings: float | None) -> None:
         if (low is not None and value < low) or (name in _ABOVE_ZERO and value <= 0):
             bound = f"at least {low}" if low is not None else "above 0"
             raise ConfigurationError(f"the worker's {name} must be {bound}, got {value}")
+
+
+def consumer_name(consumer: object) -> str:
+    """The worker's consumer name: `consumer`, or `<host>-<pid>` when None. An empty
+    name, or one that is not text, is a ConfigurationError (an empty one fell back to
+    the default silently, so two workers given '' each took another name)."""
+    if consumer is None:
+        return f"{socket.gethostname()}-{os.getpid()}"
+    if not isinstance(consumer, str) or not consumer:
+        raise ConfigurationError(
+            f"the worker's consumer name must be non-empty text, got {consumer!r}: give "
+            "each worker its own name, or none for <host>-<pid>"
+        )
+    return consumer
 
 
 async def sweep_loop(topology: Topology, interval: float, grace: float) -> None:
