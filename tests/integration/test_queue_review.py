@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from stampede import Stampede
-from stampede.errors import ConfigurationError
+from stampede.errors import ConfigurationError, InvalidKeyError
 from stampede.repair import NewestWins, RepairQueue
 from stampede.repair._worker import Worker
 from stampede.testing import LocalPrimaries
@@ -30,3 +30,23 @@ async def test_an_empty_consumer_name_is_refused(
     err = result.stderr.decode()
     assert result.returncode == 2, err[-2000:]
     assert "--consumer" in err and "empty" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("which", ["stream", "delayed"])
+async def test_a_worker_on_a_queue_key_of_another_type_stops_with_a_clear_error(
+    st: Stampede, which: str
+) -> None:
+    """Another program's key under one of the queue's names: the library's worker
+    logged `worker.claim_failed` and tried again for ever (the CLI refused it at
+    start). `run()` now raises InvalidKeyError naming the key and what to do."""
+    queue = RepairQueue(st.topology, name="other:repairs", partitions=1)
+    await queue.clear()
+    key = queue.streams[0] if which == "stream" else queue.delayed_key(queue.streams[0])
+    await st.topology.execute(key, "HSET", key, "field", "value")
+    try:
+        worker = Worker(st.topology, queue, NewestWins(), poll_interval=0.01, block_ms=0)
+        with pytest.raises(InvalidKeyError, match="holds another type") as caught:
+            await asyncio.wait_for(worker.run(), timeout=60)
+        assert key.decode() in str(caught.value) and "another name" in str(caught.value)
+    finally:
+        await st.topology.execute(key, "DEL", key)

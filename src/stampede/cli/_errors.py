@@ -25,6 +25,10 @@ __all__ = ["ADVICE", "Failure", "fail", "for_cli", "usage", "warn"]
 
 ADVICE: tuple[tuple[str, str], ...] = (
     (
+        "give the queue another name (RepairQueue(name=...))",
+        "give the queue another name (--stream)",
+    ),
+    (
         "connect with cluster=True and one node's URL (stampede.connect(url, cluster=True))",
         "pass --cluster with one node's URL",
     ),

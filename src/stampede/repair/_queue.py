@@ -148,7 +148,7 @@ class RepairQueue:
             return b"{%s}:%s" % (stream, suffix)
         return b"%s:%s" % (stream, suffix)
 
-    def _side_keys(self, stream: bytes) -> list[bytes]:
+    def side_keys(self, stream: bytes) -> list[bytes]:
         """stream, marker hash, delayed set, retries hash: one slot, in script order."""
         return [
             stream,
@@ -173,16 +173,20 @@ class RepairQueue:
         self._ready.add(stream)
 
     async def _call(self, stream: bytes, fn: Any) -> Any:
-        """Run `fn()`, recreating the consumer group once if the node lost it."""
+        """Run `fn()`, recreating the consumer group once if the node lost it; a
+        WRONGTYPE reply is an InvalidKeyError naming the key of another type."""
         await self._ensure(stream)
         try:
-            return await fn()
+            try:
+                return await fn()
+            except ShardResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                self._ready.discard(stream)
+                await self._ensure(stream)
+                return await fn()
         except ShardResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            self._ready.discard(stream)
-            await self._ensure(stream)
-            return await fn()
+            raise await _admin.wrong_kind_among(self, exc, stream) from exc
 
     async def enqueue(
         self,
@@ -207,7 +211,7 @@ class RepairQueue:
         args = [gkey, int(now * 1000), self.marker_ttl_ms, CONSUMER_GROUP, *flatten(fields)]
         job_id = await self._call(
             stream,
-            lambda: self.topology.script(_ENQUEUE, self._side_keys(stream), args),
+            lambda: self.topology.script(_ENQUEUE, self.side_keys(stream), args),
         )
         return None if job_id is None else as_text(job_id)
 
@@ -260,7 +264,12 @@ class RepairQueue:
         """Put the retries whose delay is over back on the stream; how many."""
         added = 0  # due by the server's clock, the one `fail` set the due time by
         for stream in self.streams:
-            added += int(await self.topology.script(_PROMOTE, self._side_keys(stream), [0, limit]))
+            added += int(
+                await self._call(
+                    stream,
+                    lambda s=stream: self.topology.script(_PROMOTE, self.side_keys(s), [0, limit]),
+                )
+            )
         return added
 
     async def reclaim(
@@ -331,7 +340,7 @@ class RepairQueue:
         fields[b"last_error"] = error[:500].encode("utf-8", "backslashreplace")
         await self.topology.script(  # a job another worker took over and finished: no-op
             _RETRY,  # the delay runs on the server's clock, not this process's
-            self._side_keys(job.stream),
+            self.side_keys(job.stream),
             [CONSUMER_GROUP, job.id, job.group, 0, int(delay * 1000), *flatten(fields)],
         )
         return False
@@ -380,6 +389,6 @@ class RepairQueue:
 
     async def clear(self) -> None:
         """Delete every stream, marker and dead letter of this queue (tests, demos)."""
-        keys = [k for s in self.streams for k in self._side_keys(s)] + [self.dead]
+        keys = [k for s in self.streams for k in self.side_keys(s)] + [self.dead]
         await asyncio.gather(*(self.topology.execute(k, "DEL", k) for k in keys))
         self._ready.clear()

@@ -30,6 +30,7 @@ __all__ = [
     "stats",
     "touch",
     "wrong_kind",
+    "wrong_kind_among",
 ]
 
 _TOUCH = script("queue_touch")
@@ -42,9 +43,28 @@ def wrong_kind(exc: ShardResponseError, key: bytes) -> StampedeError:
         return exc
     return InvalidKeyError(
         f"the repair queue's key {key!r} holds another type of value (another program's "
-        "key?); give the queue another name (--stream), or delete that key",
+        "key?); give the queue another name (RepairQueue(name=...)), or delete that key",
         key=key,
     )
+
+
+_TYPES = ("stream", "hash", "zset", "hash")
+"""The type of each of a partition's keys, in `RepairQueue.side_keys` order."""
+
+
+async def wrong_kind_among(
+    queue: RepairQueue, exc: ShardResponseError, stream: bytes
+) -> StampedeError:
+    """`exc`, or for a WRONGTYPE reply to a call on a partition's keys (a script names
+    no key in its error) the `wrong_kind` error of the first of them holding another
+    type than the queue gives it."""
+    if "WRONGTYPE" not in str(exc):
+        return exc
+    for key, kind in zip(queue.side_keys(stream), _TYPES, strict=True):
+        held = as_text(await queue.topology.execute(key, "TYPE", key))
+        if held not in (kind, "none"):
+            return wrong_kind(exc, key)
+    return wrong_kind(exc, stream)
 
 
 async def _run(queue: RepairQueue, key: bytes, *args: Any) -> Any:

@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from .. import _pipeline as pipeline
 from .. import metrics, tracing
-from ..errors import RepairError, StampedeError
+from ..errors import InvalidKeyError, RepairError, StampedeError
 from ..options import check_count, check_seconds
 from ..results import RepairAction
 from ..typing import DEFAULT_GRACE, RepairContext, RepairStrategy, Topology, VersionSource
@@ -238,6 +238,8 @@ class Worker:
             return await self.queue.claim(
                 self.consumer, count, block_ms=self.block_ms, in_hand=list(self._held)
             )
+        except InvalidKeyError:  # a queue key of another type: no retry mends it
+            raise
         except Exception as exc:  # a worker outlives a bad shard or a bad reply
             self.stats.error("claim")
             event("worker.claim_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
