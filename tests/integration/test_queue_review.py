@@ -50,3 +50,31 @@ async def test_a_worker_on_a_queue_key_of_another_type_stops_with_a_clear_error(
         assert key.decode() in str(caught.value) and "another name" in str(caught.value)
     finally:
         await st.topology.execute(key, "DEL", key)
+
+
+async def test_requeue_all_with_a_count_goes_on_past_malformed_dead_letters(
+    st: Stampede, stampede_primaries: LocalPrimaries
+) -> None:
+    """`requeue --all --count N` took the N oldest dead letters: N malformed ones (kept,
+    as they are) blocked every later one for ever. It now reports them and goes on
+    until N dead letters are requeued or none is left."""
+    queue = RepairQueue(st.topology, max_attempts=1)
+    await queue.clear()
+    dead = queue.dead
+    for n in range(3):
+        await st.topology.execute(dead, "XADD", dead, "*", "group", f"junk{n}")
+    for n in range(3):
+        await queue.enqueue(f"good{n}", [f"good{n}:a"], {}, "torn")
+    for job in await queue.claim("w", 10):
+        assert await queue.fail(job, "boom")  # dead at once
+    results = await queue.requeue_dead(count=2)
+    assert [r["outcome"] for r in results] == ["malformed"] * 3 + ["queued"] * 2
+    assert (await queue.stats())["dead"] == 4
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    if st.topology.slot_bound:
+        return  # the CLI below runs against the primaries' queue
+    result = await asyncio.to_thread(
+        run_cli, "queue", "requeue", *urls, "--all", "--count", "2", timeout=60
+    )
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert b"3 malformed, 1 queued" in result.stdout

@@ -167,7 +167,12 @@ _listing_command(
 @queue_command.command("requeue")
 @with_connection
 @click.option("--id", "ids", multiple=True, metavar="ID", help="A dead letter's id (repeatable).")
-@click.option("--all", "every", is_flag=True, help="Requeue every dead letter (up to --count).")
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Requeue the oldest dead letters (up to --count of them; malformed ones are skipped).",
+)
 @setting("--count", type=click.IntRange(1, 1_000_000), default=10_000)
 @json_option
 def requeue_command(

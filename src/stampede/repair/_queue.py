@@ -369,7 +369,8 @@ class RepairQueue:
     ) -> list[dict[str, str]]:
         """Put dead letters back on the queue as new jobs (attempts 0) and delete them.
 
-        `ids` picks dead letters by id; None takes the oldest `count`. Each result
+        `ids` picks dead letters by id; None takes the oldest `count` that can be
+        requeued (the malformed ones on the way are reported, kept). Each result
         has `id`, `group` and `outcome`: `queued` (with the new `job` id),
         `pending` (the group already has a job, which covers it), `malformed` (no
         keys to repair: kept) or `missing` (no dead letter with that id).

@@ -178,47 +178,73 @@ async def requeue_dead(
 ) -> list[dict[str, str]]:
     """Put dead letters back on the queue as new jobs (attempts 0) and delete them.
 
-    `ids` picks dead letters by id; None takes the oldest `count`. Each result
+    `ids` picks dead letters by id; None takes the oldest `count` that can be requeued
+    (the malformed ones on the way are reported and kept). Each result
     has `id`, `group` and `outcome`: `queued` (with the new `job` id),
     `pending` (the group already has a job, which covers it), `malformed` (no
     keys to repair: kept) or `missing` (no dead letter with that id).
     """
     if ids is None:
-        reply = await _run(queue, queue.dead, "XRANGE", queue.dead, "-", "+", "COUNT", count)
-        entries = list(reply)
-    else:
-        for eid in ids:  # every id checked before anything is requeued
-            check_entry_id(eid)
-        entries = []
-        for eid in ids:
-            found = await _run(queue, queue.dead, "XRANGE", queue.dead, eid, eid)
-            entries.extend(found or [(eid.encode(), None)])
+        return await _requeue_oldest(queue, count)
+    for eid in ids:  # every id checked before anything is requeued
+        check_entry_id(eid)
     out: list[dict[str, str]] = []
-    for eid, raw in entries:
-        if raw is None:
-            out.append({"id": as_text(eid), "group": "", "outcome": "missing"})
-            continue
-        fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
-        group = fields.get(b"group", b"")
-        item = {"id": as_text(eid), "group": group.decode("utf-8", "backslashreplace")}
-        keys, seen = _requeueable(fields)
-        if not group or not keys or seen is None:
-            out.append({**item, "outcome": "malformed"})
-            continue
-        mode = as_text(fields[b"mode"]) if b"mode" in fields else None
-        job = await queue.enqueue(
-            group,
-            [k.encode("utf-8", "surrogateescape") for k in keys],
-            seen,
-            as_text(fields.get(b"reason", b"torn")),
-            mode=mode,
-        )
-        await _run(queue, queue.dead, "XDEL", queue.dead, eid)
-        if job is None:
-            out.append({**item, "outcome": "pending"})
-        else:
-            out.append({**item, "outcome": "queued", "job": job})
+    for eid in ids:
+        found = await _run(queue, queue.dead, "XRANGE", queue.dead, eid, eid)
+        for entry_id, raw in found or [(eid.encode(), None)]:
+            out.append(await _requeue_one(queue, entry_id, raw))
     return out
+
+
+async def _requeue_oldest(queue: RepairQueue, count: int) -> list[dict[str, str]]:
+    """Requeue the oldest `count` dead letters that can be, reporting the malformed ones
+    on the way (kept): `count` of them no longer stop it from reaching the rest."""
+    out: list[dict[str, str]] = []
+    start, requeued = "-", 0
+    while requeued < count:
+        page = await _run(
+            queue,
+            queue.dead,
+            "XRANGE",
+            queue.dead,
+            start,
+            "+",
+            "COUNT",
+            min(count - requeued, 1000),
+        )
+        if not page:
+            break
+        for eid, raw in page:
+            item = await _requeue_one(queue, eid, raw)
+            out.append(item)
+            requeued += item["outcome"] != "malformed"
+        start = "(" + as_text(page[-1][0])
+    return out
+
+
+async def _requeue_one(queue: RepairQueue, eid: Any, raw: Any) -> dict[str, str]:
+    """Requeue one dead letter (`raw`: its fields, None when there is none) and delete it;
+    its result as `requeue_dead` gives it."""
+    if raw is None:
+        return {"id": as_text(eid), "group": "", "outcome": "missing"}
+    fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
+    group = fields.get(b"group", b"")
+    item = {"id": as_text(eid), "group": group.decode("utf-8", "backslashreplace")}
+    keys, seen = _requeueable(fields)
+    if not group or not keys or seen is None:
+        return {**item, "outcome": "malformed"}
+    mode = as_text(fields[b"mode"]) if b"mode" in fields else None
+    job = await queue.enqueue(
+        group,
+        [k.encode("utf-8", "surrogateescape") for k in keys],
+        seen,
+        as_text(fields.get(b"reason", b"torn")),
+        mode=mode,
+    )
+    await _run(queue, queue.dead, "XDEL", queue.dead, eid)
+    if job is None:
+        return {**item, "outcome": "pending"}
+    return {**item, "outcome": "queued", "job": job}
 
 
 def _requeueable(
