@@ -5,16 +5,55 @@ key of another type and consumer names, each driven through the real servers."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import pytest
 
 from stampede import Stampede
+from stampede._lua import Script
 from stampede.errors import ConfigurationError, InvalidKeyError
-from stampede.repair import NewestWins, RepairQueue
+from stampede.repair import CONSUMER_GROUP, NewestWins, RepairQueue
+from stampede.repair._queue import Job
 from stampede.repair._worker import Worker
 from stampede.testing import LocalPrimaries
+from stampede.testing.faults import DelegatingTopology
 
-from ..support import run_cli
+from ..support import Holding, eventually, run_cli
+from .test_worker import plant
+
+
+class BeforeScript(DelegatingTopology):
+    """Runs `before()` once, just before the first call of a script named in `names`."""
+
+    def __init__(self, inner: Any, names: set[str], before: Callable[[], Awaitable[None]]):
+        super().__init__(inner)
+        self.names, self.before = names, before
+        self.fired = False
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        if script.name in self.names and not self.fired:
+            self.fired = True
+            await self.before()
+        return await self.inner.script(script, keys, args)
+
+
+async def take_over_and_finish(st: Stampede, queue: RepairQueue, job_id: str) -> None:
+    """Worker b takes job `job_id` over (as after its worker looked dead) and acks it."""
+    (stream,) = queue.streams
+    await st.topology.execute(stream, "XCLAIM", stream, CONSUMER_GROUP, "b", 0, job_id, "JUSTID")
+    job = Job(job_id, stream, b"?", [], {}, "torn", 0.0, 0)
+    await queue.ack(job)
+
+
+class FailsWhenReleased(Holding):
+    """Holds each repair until `release`, then fails it."""
+
+    async def repair(self, ctx: Any, obs: Any, verdict: Any) -> Any:
+        self.calls.append(obs.group)
+        self.entered.set()
+        await self.release.wait()
+        raise ConnectionError("the database is unreachable")
 
 
 async def test_an_empty_consumer_name_is_refused(
@@ -78,3 +117,69 @@ async def test_requeue_all_with_a_count_goes_on_past_malformed_dead_letters(
     )
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert b"3 malformed, 1 queued" in result.stdout
+
+
+async def test_a_late_dead_letter_of_a_job_another_worker_finished_is_not_counted(
+    st: Stampede,
+) -> None:
+    """Worker a is about to dead-letter a job (an entry that is not a job) when worker b,
+    which took it over, finishes it: a counted and logged a dead letter that never was.
+    Now a counts nothing and no dead letter is written."""
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    await queue.enqueue("ok", ["ok:a"], {}, "torn")
+    (job,) = await queue.claim("x", 1)
+    await queue.ack(job)  # the stream and its group exist
+    (stream,) = queue.streams
+    eid = await st.topology.execute(stream, "XADD", stream, "*", "group", "m", "keys", "{}")
+    eid = eid.decode()
+    hooked = BeforeScript(
+        st.topology, {"queue_held", "queue_dead"}, lambda: take_over_and_finish(st, queue, eid)
+    )
+    late = RepairQueue(hooked, partitions=1)
+    worker = Worker(
+        hooked, late, NewestWins(), consumer="a", poll_interval=0.01, block_ms=0,
+        sweep_interval=0, burst=True,
+    )  # fmt: skip
+    stats = await asyncio.wait_for(worker.run(), 60)
+    assert hooked.fired
+    assert stats.dead_lettered == 0 and stats.failed == 0, stats.counts()
+    assert (await queue.stats())["dead"] == 0
+
+
+@pytest.mark.parametrize("max_attempts", [1, 5])  # a dead letter; a retry
+async def test_a_late_failure_of_a_job_another_worker_finished_is_not_counted(
+    st: Stampede, max_attempts: int
+) -> None:
+    """Worker a's attempt fails after worker b took the job over and finished it: a
+    counted a retry (or a dead letter) and logged `job.failed` for a job no longer
+    its own. Now it counts neither, and nothing is queued or dead-lettered."""
+    queue = RepairQueue(st.topology, partitions=1, max_attempts=max_attempts)
+    await queue.clear()
+    await plant(st, queue, 1)  # one torn group
+    strategy = FailsWhenReleased()
+    worker = Worker(
+        st.topology, queue, strategy, consumer="a", poll_interval=0.01, block_ms=0,
+        sweep_interval=0,
+    )  # fmt: skip
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(strategy.entered.wait(), 60)
+        pending = await st.topology.execute(
+            queue.streams[0], "XPENDING", queue.streams[0], CONSUMER_GROUP, "-", "+", 1
+        )
+        await take_over_and_finish(st, queue, pending[0][0].decode())
+        strategy.release.set()
+        stats = worker.stats
+
+        async def attempted() -> bool:
+            return not worker.stats.in_hand and worker.stats.errors.get("repair", 0) == 1
+
+        await eventually(attempted)
+    finally:
+        worker.stop()
+        await running
+    assert stats.failed == 0 and stats.dead_lettered == 0, stats.counts()
+    assert await queue.stats(detailed=True) == {
+        "length": 0, "pending": 0, "lag": 0, "dead": 0, "delayed": 0,
+    }  # fmt: skip

@@ -77,3 +77,16 @@ def test_guard_codes_are_pinned() -> None:
         "KEPT": 0, "WRITTEN": 1, "SAME": 2, "WRONGTYPE": -1, "MIXED": -2, "FUTURE": -3,
         "FOREIGN": -4, "WITHHELD": -6, "EXPIRED": -7,
     }  # fmt: skip
+
+
+def test_repair_queue_failure_calls_take_the_holder() -> None:
+    """`RepairQueue.fail` and `dead_letter` take the consumer that holds the job
+    (keyword only): a job another worker took over is left alone."""
+    import inspect
+
+    from stampede.repair import RepairQueue
+
+    for method in (RepairQueue.fail, RepairQueue.dead_letter):
+        holder = inspect.signature(method).parameters["holder"]
+        assert holder.kind is inspect.Parameter.KEYWORD_ONLY and holder.default is None
+    assert inspect.signature(RepairQueue.fail).return_annotation == "bool | None"

@@ -1,5 +1,5 @@
 -- retry: KEYS stream, marker hash, delayed set, retries hash; ARGV consumer group, id,
--- group, (unused), delay_ms, entry fields... Ack and delete the entry; when delay_ms is
+-- group, holder ('' for any), delay_ms, entry fields... Ack and delete the entry; when delay_ms is
 -- 0, add the new one (attempts + 1, last_error) at once, else park its fields, plus
 -- retry_at (epoch seconds), in the delayed set until `now` + delay_ms. `now` is the
 -- server's clock, as in `promote`: a worker whose clock is off neither shortens nor
@@ -7,10 +7,14 @@
 -- retry is undelivered (or not yet claimable), so its worker reads afresh.
 -- Enqueues marked on the marker while the job was pending are covered by the retry:
 -- their keys join its own. An entry no longer pending was acked or retried by a
--- worker that took it over: the job is not this caller's to retry, and nothing
--- changes. Returns 0 then.
+-- worker that took it over, and one held by another consumer than `holder` was taken
+-- over: the job is not this caller's to retry, and nothing changes. Returns 0 then.
 --! include now
 --! include queue_keys
+if ARGV[4] ~= '' then
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+  if #p == 0 or p[1][2] ~= ARGV[4] then return 0 end
+end
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('XDEL', KEYS[1], ARGV[2])
 local fields = {}

@@ -19,8 +19,9 @@ from ..errors import ConfigurationError, ShardError, StampedeError
 from ..options import ConnectOptions
 from ..repair._loading import BUILTIN, open_strategy, resolve_strategy
 from ..repair._queue import RepairQueue
-from ..repair._worker import RetryBackoff, Worker, event, serve_metrics
+from ..repair._worker import RetryBackoff, Worker, serve_metrics
 from ..repair._worker_loops import consumer_name
+from ..repair._worker_record import event
 from ..topology import cluster_mode
 from ..typing import RepairStrategy
 from ..verdict import Mode

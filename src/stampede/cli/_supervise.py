@@ -30,7 +30,7 @@ import sys
 
 import click
 
-from ..repair._worker import event
+from ..repair._worker_record import event
 
 __all__ = ["CHILD_ENV", "FATAL", "supervise"]
 

@@ -55,6 +55,7 @@ from ..options import check_count
 from ..typing import Topology
 from . import _queue_admin as _admin
 from . import _queue_claim as _claim
+from . import _queue_fail as _fail
 from ._jobs import (
     BASE,
     CONSUMER_GROUP,
@@ -74,8 +75,6 @@ __all__ = ["CONSUMER_GROUP", "DEAD", "Job", "RepairQueue"]
 _ENQUEUE = script("queue_enqueue")
 
 _ACK = script("queue_ack")
-
-_RETRY = script("queue_retry")
 
 _PROMOTE = script("queue_promote")
 
@@ -321,38 +320,31 @@ class RepairQueue:
         )
         return None if follow_up is None else as_text(follow_up)
 
-    async def fail(self, job: Job, error: str, *, delay: float = 0.0) -> bool:
-        """Record a failed attempt; returns True when the job went to the dead letters.
+    async def fail(
+        self, job: Job, error: str, *, delay: float = 0.0, holder: str | None = None
+    ) -> bool | None:
+        """Record a failed attempt; True when the job went to the dead letters, False
+        when it is retried, None when nothing was done: the job is no longer pending
+        (another worker took it over and acked or retried it) or, with `holder`, no
+        longer held by that consumer (another worker took it over).
 
-        Otherwise the job is retried: at once when `delay` is 0, else it waits
-        `delay` seconds in the delayed set, claimable by no worker until then. The
-        retry's fields add `delays` (every delay so far, seconds) and `retry_at`
-        (when it becomes claimable, epoch seconds by the server's clock).
+        A retry comes at once when `delay` is 0, else it waits `delay` seconds in the
+        delayed set, claimable by no worker until then. The retry's fields add `delays`
+        (every delay so far, seconds) and `retry_at` (when it becomes claimable, epoch
+        seconds by the server's clock).
         """
-        attempts = job.attempts + 1
-        if attempts >= self.max_attempts or not job.keys:
-            return await _admin.dead_letter(self, job, error, attempts) is not False
-        delay = max(0.0, delay)
-        delays = (*job.delays, delay) if delay > 0 else job.delays
-        fields = encode_fields(
-            job.group, job.keys, job.seen, job.reason, job.enqueued_at, attempts, job.mode, delays
-        )
-        fields[b"last_error"] = error[:500].encode("utf-8", "backslashreplace")
-        await self.topology.script(  # a job another worker took over and finished: no-op
-            _RETRY,  # the delay runs on the server's clock, not this process's
-            self.side_keys(job.stream),
-            [CONSUMER_GROUP, job.id, job.group, 0, int(delay * 1000), *flatten(fields)],
-        )
-        return False
+        return await _fail.fail(self, job, error, delay, holder)
 
-    async def dead_letter(self, job: Job, error: str, attempts: int | None = None) -> str | None:
+    async def dead_letter(
+        self, job: Job, error: str, attempts: int | None = None, *, holder: str | None = None
+    ) -> str | None:
         """Move the job to `stampede:repairs:dead` with its last error, then ack it.
 
         Returns the id of the follow-up job the ack added, if any (see `ack`). A job
-        no longer pending (a worker that took it over acked or retried it) is left
-        alone: no dead letter.
+        no longer pending (a worker that took it over acked or retried it), or with
+        `holder` no longer held by that consumer, is left alone: no dead letter.
         """
-        done = await _admin.dead_letter(self, job, error, attempts)
+        done = await _admin.dead_letter(self, job, error, attempts, holder)
         return done if isinstance(done, str) else None
 
     async def forget_consumers(self) -> int:

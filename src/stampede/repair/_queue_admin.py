@@ -109,12 +109,13 @@ async def keep_held(queue: RepairQueue, consumer: str, held: Callable[[], Collec
 
 
 async def dead_letter(
-    queue: RepairQueue, job: Job, error: str, attempts: int | None
+    queue: RepairQueue, job: Job, error: str, attempts: int | None, holder: str | None = None
 ) -> str | bool | None:
-    """`RepairQueue.dead_letter`: False when the job is no longer pending, else the
-    follow-up id. The dead-letter stream keeps about `dead_max_len` entries, the newest
-    (approximate trimming: a few more until a whole node of old ones can go)."""
-    held = await queue.topology.script(_HELD, [job.stream], [CONSUMER_GROUP, job.id])
+    """`RepairQueue.dead_letter`: False when the job is no longer pending (or, with
+    `holder`, no longer held by that consumer), else the follow-up id. The dead-letter
+    stream keeps about `dead_max_len` entries, the newest (approximate trimming: a few
+    more until a whole node of old ones can go)."""
+    held = await queue.topology.script(_HELD, [job.stream], [CONSUMER_GROUP, job.id, holder or ""])
     if not int(held):
         return False
     fields = job.fields() if job.keys else {b"group": job.group, b"reason": b"malformed"}

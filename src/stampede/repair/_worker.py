@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 
@@ -36,9 +35,11 @@ from ..results import RepairAction
 from ..typing import DEFAULT_GRACE, RepairContext, RepairStrategy, Topology, VersionSource
 from ..verdict import Mode, Status, judge
 from ..versions import HybridClock
+from . import _worker_record as _record
 from ._queue import Job, RepairQueue
 from ._queue_admin import held_by, keep_held
 from ._worker_loops import check_settings, consumer_name, forget_loop, sweep_loop
+from ._worker_record import event, follow_up
 from ._worker_stats import (
     RetryBackoff,
     StrategyLifecycle,
@@ -49,18 +50,6 @@ from ._worker_stats import (
 )
 
 __all__ = ["RetryBackoff", "StrategyLifecycle", "Worker", "WorkerStats", "serve_metrics"]
-
-log = logging.getLogger("stampede.worker")
-
-
-def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
-    """Log one structured event on `stampede.worker` (see `stampede.metrics.log_event`)."""
-    metrics.log_event(log, name, level, **fields)
-
-
-def _follow_up(job_id: str | None) -> dict[str, Any]:
-    """The log field naming the job an ack added because the group was enqueued again."""
-    return {} if job_id is None else {"follow_up": job_id}
 
 
 class Worker:
@@ -275,14 +264,11 @@ class Worker:
         self._held[job.id] = job
         try:
             if not job.keys:
-                await self._dead(job, job.last_error or "malformed job entry")
-                outcome = "dead_lettered"
+                outcome = await _record.dead(self, job, job.last_error or "malformed job entry")
                 return
             if job.deliveries > self.queue.max_attempts:
-                await self._dead(
-                    job, f"its worker died {job.deliveries - 1} times while repairing it"
-                )
-                outcome = "dead_lettered"
+                died = f"its worker died {job.deliveries - 1} times while repairing it"
+                outcome = await _record.dead(self, job, died)
                 return
             with tracing.span("repair_job", group=group, job=job.id) as traced:
                 try:
@@ -297,38 +283,17 @@ class Worker:
             await self._release(job)
             raise
         except Exception as exc:  # any failure is recorded on the job, never fatal
-            outcome = await self._failed(job, group, exc)
+            outcome = await _record.failed(self, job, group, exc)
         finally:
             self._held.pop(job.id, None)
             self._job_seconds.labels(outcome=outcome).observe(time.perf_counter() - started)
-
-    async def _failed(self, job: Job, group: str, exc: Exception) -> str:
-        self.stats.error("repair")
-        error = f"{type(exc).__name__}: {exc}"
-        delay = self.backoff.delay(job.attempts + 1)
-        try:
-            dead = await self.queue.fail(job, error, delay=delay)
-        except StampedeError as again:
-            self.stats.error("record")
-            event("job.fail_unrecorded", logging.ERROR, job=job.id, group=group, error=str(again))
-            return "failed"
-        facts = {"job": job.id, "group": group, "error": error, "attempts": job.attempts + 1}
-        if dead:
-            self.stats.dead_lettered += 1
-            delays = [round(d, 3) for d in job.delays]
-            event("job.dead_lettered", logging.WARNING, **facts, delays=delays)
-            return "dead_lettered"
-        self.stats.failed += 1
-        metrics.worker_retry()
-        event("job.failed", logging.WARNING, **facts, retry_in=round(delay, 3))
-        return "failed"
 
     async def _repair(self, job: Job, group: str) -> str:
         mode = Mode(job.mode) if job.mode in ("stamp", "commit") else self.mode
         obs = await pipeline.observe(self.topology, job.group, job.keys, mode)
         verdict = judge(obs)
         if verdict.status in (Status.CONSISTENT, Status.NOT_FOUND):
-            follow_up = await self.queue.ack(job)
+            done_id = await self.queue.ack(job)
             self.stats.finished(RepairAction.ALREADY_CONSISTENT)
             metrics.repair(RepairAction.ALREADY_CONSISTENT.value, "worker")
             event(
@@ -336,7 +301,7 @@ class Worker:
                 job=job.id,
                 group=group,
                 action="already_consistent",
-                **_follow_up(follow_up),
+                **follow_up(done_id),
             )
             return "already_consistent"
         grace, version_grace = self.tombstone_grace, self.version_grace
@@ -349,7 +314,7 @@ class Worker:
                 raise StampedeError("a newer write raced the repair and the group is still torn")
         elif outcome.action is RepairAction.QUEUED:
             raise StampedeError("the worker's strategy only re-queues; give it a real strategy")
-        follow_up = await self.queue.ack(job)
+        done_id = await self.queue.ack(job)
         done = self.stats.finished(outcome.action)
         event(
             "job.done",
@@ -359,21 +324,9 @@ class Worker:
             reason=job.reason,
             attempts=job.attempts,
             deliveries=job.deliveries,
-            **_follow_up(follow_up),
+            **follow_up(done_id),
         )
         return done
-
-    async def _dead(self, job: Job, error: str) -> None:
-        follow_up = await self.queue.dead_letter(job, error)
-        self.stats.dead_lettered += 1
-        event(
-            "job.dead_lettered",
-            logging.WARNING,
-            job=job.id,
-            group=job.group.decode("utf-8", "backslashreplace"),
-            error=error,
-            **_follow_up(follow_up),
-        )
 
     async def _check_queue(self) -> None:
         try:

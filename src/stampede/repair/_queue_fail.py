@@ -1,0 +1,40 @@
+"""Recording a failed attempt at a job: a retry, now or after a delay, or a dead letter
+(`RepairQueue.fail` calls this)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lua import script
+from . import _queue_admin as _admin
+from ._jobs import CONSUMER_GROUP, Job, encode_fields, flatten
+
+if TYPE_CHECKING:
+    from ._queue import RepairQueue
+
+__all__ = ["fail"]
+
+_RETRY = script("queue_retry")
+
+
+async def fail(
+    queue: RepairQueue, job: Job, error: str, delay: float, holder: str | None
+) -> bool | None:
+    """`RepairQueue.fail`: True when dead-lettered, False when retried, None when the
+    job is no longer pending (or no longer `holder`'s): nothing was done."""
+    attempts = job.attempts + 1
+    if attempts >= queue.max_attempts or not job.keys:
+        done = await _admin.dead_letter(queue, job, error, attempts, holder)
+        return None if done is False else True
+    delay = max(0.0, delay)
+    delays = (*job.delays, delay) if delay > 0 else job.delays
+    fields = encode_fields(
+        job.group, job.keys, job.seen, job.reason, job.enqueued_at, attempts, job.mode, delays
+    )
+    fields[b"last_error"] = error[:500].encode("utf-8", "backslashreplace")
+    retried = await queue.topology.script(  # the delay runs on the server's clock
+        _RETRY,
+        queue.side_keys(job.stream),
+        [CONSUMER_GROUP, job.id, job.group, holder or "", int(delay * 1000), *flatten(fields)],
+    )
+    return None if retried == 0 else False
