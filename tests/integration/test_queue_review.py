@@ -17,7 +17,7 @@ from stampede.repair import CONSUMER_GROUP, NewestWins, RepairQueue
 from stampede.repair._queue import Job
 from stampede.repair._worker import Worker
 from stampede.testing import LocalPrimaries
-from stampede.testing.faults import DelegatingTopology
+from stampede.testing.faults import DelegatingTopology, InjectedCrash
 
 from ..support import Holding, eventually, run_cli
 from .test_worker import plant
@@ -133,9 +133,7 @@ async def test_a_late_dead_letter_of_a_job_another_worker_finished_is_not_counte
     (stream,) = queue.streams
     eid = await st.topology.execute(stream, "XADD", stream, "*", "group", "m", "keys", "{}")
     eid = eid.decode()
-    hooked = BeforeScript(
-        st.topology, {"queue_held", "queue_dead"}, lambda: take_over_and_finish(st, queue, eid)
-    )
+    hooked = BeforeScript(st.topology, {"queue_dead"}, lambda: take_over_and_finish(st, queue, eid))
     late = RepairQueue(hooked, partitions=1)
     worker = Worker(
         hooked, late, NewestWins(), consumer="a", poll_interval=0.01, block_ms=0,
@@ -183,3 +181,61 @@ async def test_a_late_failure_of_a_job_another_worker_finished_is_not_counted(
     assert await queue.stats(detailed=True) == {
         "length": 0, "pending": 0, "lag": 0, "dead": 0, "delayed": 0,
     }  # fmt: skip
+
+
+class DiesAfter(DelegatingTopology):
+    """A worker that dies right after the first call of a step named in `steps` (a
+    script's name, or `xadd_dead` for an XADD to a dead-letter stream): the call is
+    applied, its caller never learns of it."""
+
+    def __init__(self, inner: Any, steps: set[str]):
+        super().__init__(inner)
+        self.steps = steps
+        self.died = False
+
+    def _maybe_die(self, step: str) -> None:
+        if step in self.steps and not self.died:
+            self.died = True
+            raise InjectedCrash(step)
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        reply = await self.inner.script(script, keys, args)
+        self._maybe_die(script.name)
+        return reply
+
+    async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
+        reply = await self.inner.execute(key, *args, resend=resend)
+        if args and args[0] == "XADD" and key.endswith(b":dead"):
+            self._maybe_die("xadd_dead")
+        return reply
+
+
+@pytest.mark.parametrize("steps", [{"xadd_dead", "queue_dead"}, {"queue_bury"}])
+async def test_a_worker_that_dies_while_dead_lettering_leaves_one_dead_letter(
+    st: Stampede, steps: set[str]
+) -> None:
+    """Dead-lettering was two steps, XADD to the dead stream then ack: a worker that
+    died between them left the job dead-lettered and pending, and the worker that
+    took it over dead-lettered it again. However far the first worker got, the job
+    now ends as one dead letter, nothing pending."""
+    queue = RepairQueue(st.topology, partitions=1, max_attempts=1)
+    await queue.clear()
+    await queue.enqueue("dies", ["dies:a"], {}, "torn")
+    (job,) = await queue.claim("a", 1)
+    dying = DiesAfter(st.topology, steps)
+    with pytest.raises(InjectedCrash):
+        await RepairQueue(dying, partitions=1, max_attempts=1).dead_letter(job, "boom", 1)
+    assert dying.died
+    (stream,) = queue.streams
+    await st.topology.execute(  # a is dead: its jobs idle past min_idle
+        stream, "XCLAIM", stream, CONSUMER_GROUP, "a", 0, job.id,
+        "IDLE", queue.min_idle_ms + 1, "JUSTID",
+    )  # fmt: skip
+    for again in await queue.claim("b", 10):  # b takes over what a left, if anything
+        assert again.id == job.id and again.deliveries == 2
+        await queue.dead_letter(again, "its worker died while dead-lettering it")
+    await queue.promote()
+    letters = await queue.dead_letters()
+    assert [d["source_id"] for d in letters] == [job.id], letters
+    stats = await queue.stats(detailed=True)
+    assert stats == {"length": 0, "pending": 0, "lag": 0, "dead": 1, "delayed": 0}, stats

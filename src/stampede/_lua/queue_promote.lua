@@ -1,8 +1,10 @@
--- promote: KEYS stream, marker hash, delayed set, retries hash; ARGV (unused), count.
+-- promote: KEYS stream, marker hash, delayed set, retries hash, dying hash; ARGV
+-- (unused), count.
 -- Due is by the server's clock (`now`), the one the retry's due time was set by.
 -- Move the retries that are due onto the stream. A retry whose marker names another
 -- job that still exists (an enqueue replaced a stale marker) is dropped: that job
--- reads the group later anyway. Returns how many were added.
+-- reads the group later anyway. Returns {how many were added, the dying hash's fields
+-- and values (dead letters parked by `dead`, for the caller to publish)}.
 --! include now
 local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, ARGV[2])
 local added = 0
@@ -20,4 +22,4 @@ for _, group in ipairs(due) do
     added = added + 1
   end
 end
-return added
+return {added, redis.call('HGETALL', KEYS[5])}

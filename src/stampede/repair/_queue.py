@@ -113,6 +113,7 @@ class RepairQueue:
             raise ConfigurationError("the repair stream name is empty")
         self.name = base
         self.dead = base + b":dead"
+        self.dead_sources = self._beside(self.dead, b"sources")  # one dead letter per job
         self.streams = (
             [base] if partitions == 1 else [b"%s:{%d}" % (base, n) for n in range(partitions)]
         )
@@ -142,18 +143,25 @@ class RepairQueue:
         return RepairQueue._beside(stream, b"retries")
 
     @staticmethod
+    def dying_key(stream: bytes) -> bytes:
+        """The hash of dead letters decided, not yet on the dead-letter stream (id -> JSON)."""
+        return RepairQueue._beside(stream, b"dying")
+
+    @staticmethod
     def _beside(stream: bytes, suffix: bytes) -> bytes:
         if hash_tag(stream) is None:
             return b"{%s}:%s" % (stream, suffix)
         return b"%s:%s" % (stream, suffix)
 
     def side_keys(self, stream: bytes) -> list[bytes]:
-        """stream, marker hash, delayed set, retries hash: one slot, in script order."""
+        """stream, marker hash, delayed set, retries hash, dying hash: one slot, in
+        script order."""
         return [
             stream,
             self.pending_key(stream),
             self.delayed_key(stream),
             self.retries_key(stream),
+            self.dying_key(stream),
         ]
 
     def stream_for(self, group: bytes) -> bytes:
@@ -260,15 +268,17 @@ class RepairQueue:
         return jobs
 
     async def promote(self, limit: int = 1000) -> int:
-        """Put the retries whose delay is over back on the stream; how many."""
+        """Put the retries whose delay is over back on the stream, and publish the dead
+        letters decided but not yet on the dead-letter stream; how many retries."""
         added = 0  # due by the server's clock, the one `fail` set the due time by
         for stream in self.streams:
-            added += int(
-                await self._call(
-                    stream,
-                    lambda s=stream: self.topology.script(_PROMOTE, self.side_keys(s), [0, limit]),
-                )
+            moved, dying = await self._call(
+                stream,
+                lambda s=stream: self.topology.script(_PROMOTE, self.side_keys(s), [0, limit]),
             )
+            added += int(moved)
+            if dying:
+                await _admin.publish(self, stream, dying)
         return added
 
     async def reclaim(
@@ -338,7 +348,7 @@ class RepairQueue:
     async def dead_letter(
         self, job: Job, error: str, attempts: int | None = None, *, holder: str | None = None
     ) -> str | None:
-        """Move the job to `stampede:repairs:dead` with its last error, then ack it.
+        """Ack the job and move it to `stampede:repairs:dead` with its last error.
 
         Returns the id of the follow-up job the ack added, if any (see `ack`). A job
         no longer pending (a worker that took it over acked or retried it), or with
@@ -382,6 +392,7 @@ class RepairQueue:
 
     async def clear(self) -> None:
         """Delete every stream, marker and dead letter of this queue (tests, demos)."""
-        keys = [k for s in self.streams for k in self.side_keys(s)] + [self.dead]
+        keys = [k for s in self.streams for k in self.side_keys(s)]
+        keys += [self.dead, self.dead_sources]
         await asyncio.gather(*(self.topology.execute(k, "DEL", k) for k in keys))
         self._ready.clear()

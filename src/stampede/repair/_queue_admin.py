@@ -12,7 +12,13 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._lua import script
-from ..errors import ConfigurationError, InvalidKeyError, ShardResponseError, StampedeError
+from ..errors import (
+    ConfigurationError,
+    InvalidKeyError,
+    ShardError,
+    ShardResponseError,
+    StampedeError,
+)
 from ._jobs import CONSUMER_GROUP, Job, as_text, flatten
 
 if TYPE_CHECKING:
@@ -26,6 +32,7 @@ __all__ = [
     "forget_consumers",
     "held_by",
     "keep_held",
+    "publish",
     "requeue_dead",
     "stats",
     "touch",
@@ -48,7 +55,7 @@ def wrong_kind(exc: ShardResponseError, key: bytes) -> StampedeError:
     )
 
 
-_TYPES = ("stream", "hash", "zset", "hash")
+_TYPES = ("stream", "hash", "zset", "hash", "hash")
 """The type of each of a partition's keys, in `RepairQueue.side_keys` order."""
 
 
@@ -75,7 +82,9 @@ async def _run(queue: RepairQueue, key: bytes, *args: Any) -> Any:
         raise wrong_kind(exc, key) from exc
 
 
-_HELD = script("queue_held")
+_DEAD = script("queue_dead")
+
+_BURY = script("queue_bury")
 
 _FORGET = script("queue_forget")
 
@@ -112,20 +121,56 @@ async def dead_letter(
     queue: RepairQueue, job: Job, error: str, attempts: int | None, holder: str | None = None
 ) -> str | bool | None:
     """`RepairQueue.dead_letter`: False when the job is no longer pending (or, with
-    `holder`, no longer held by that consumer), else the follow-up id. The dead-letter
-    stream keeps about `dead_max_len` entries, the newest (approximate trimming: a few
-    more until a whole node of old ones can go)."""
-    held = await queue.topology.script(_HELD, [job.stream], [CONSUMER_GROUP, job.id, holder or ""])
-    if not int(held):
-        return False
+    `holder`, no longer held by that consumer), else the follow-up id.
+
+    One Lua call on the partition's slot acks the job and parks its dead letter there
+    (`queue_dead.lua`); publishing it to the dead-letter stream, in another slot, comes
+    next and is idempotent. A worker that dies between the two leaves the dead letter
+    parked, for the next claim (`promote`) to publish: never a job both dead-lettered
+    and pending, taken over and dead-lettered twice."""
     fields = job.fields() if job.keys else {b"group": job.group, b"reason": b"malformed"}
     fields[b"attempts"] = str(attempts if attempts is not None else job.attempts).encode()
     fields[b"last_error"] = error[:500].encode("utf-8", "backslashreplace")
     fields[b"failed_at"] = repr(time.time()).encode()
     fields[b"source_id"] = job.id.encode()
-    trim = ["MAXLEN", "~", queue.dead_max_len]
-    await queue.topology.execute(queue.dead, "XADD", queue.dead, *trim, "*", *flatten(fields))
-    return await queue.ack(job)
+    keys = [job.stream, queue.pending_key(job.stream), queue.dying_key(job.stream)]
+    args = [CONSUMER_GROUP, job.id, job.group, holder or "", *flatten(fields)]
+    reply = await queue.topology.script(_DEAD, keys, args)
+    if not int(reply[0]):
+        return False
+    dying = queue.dying_key(job.stream)
+    try:
+        packed = await queue.topology.execute(dying, "HGET", dying, job.id)
+        if packed is not None:
+            await publish(queue, job.stream, [job.id.encode(), packed])
+    except ShardError:  # parked: the next claim publishes it
+        pass
+    return None if len(reply) < 2 or reply[1] is None else as_text(reply[1])
+
+
+async def publish(queue: RepairQueue, stream: bytes, parked: Sequence[Any]) -> int:
+    """Copy the dead letters parked in `stream`'s dying hash (`parked`: ids and packed
+    fields alternating, or a dict, as HGETALL gives them) to the dead-letter stream, once
+    each (`queue_bury.lua` remembers their sources), and delete them; how many were
+    added. The stream keeps about `dead_max_len` entries, the newest (approximate
+    trimming: a few more until a whole node of old ones can go)."""
+    dying = queue.dying_key(stream)
+    if isinstance(parked, dict):
+        pairs = list(parked.items())
+    else:
+        pairs = list(zip(parked[::2], parked[1::2], strict=True))
+    added = 0
+    for eid, packed in pairs:
+        source = b"%s %s" % (eid if isinstance(eid, bytes) else str(eid).encode(), stream)
+        keys = [queue.dead, queue.dead_sources]
+        try:
+            added += int(
+                await queue.topology.script(_BURY, keys, [queue.dead_max_len, source, packed])
+            )
+        except ShardResponseError as exc:
+            raise wrong_kind(exc, queue.dead) from exc
+        await queue.topology.execute(dying, "HDEL", dying, eid)
+    return added
 
 
 async def forget_consumers(queue: RepairQueue) -> int:
@@ -327,6 +372,9 @@ async def stats(queue: RepairQueue, *, detailed: bool = False) -> dict[str, int]
                 raw = fields.get(b"lag")
                 lag += int(raw) if raw is not None else max(0, entries - held)
     dead = int(await _run(queue, queue.dead, "XLEN", queue.dead))
+    for stream in queue.streams:  # decided, not yet published
+        dying = queue.dying_key(stream)
+        dead += int(await _run(queue, dying, "HLEN", dying))
     out = {"length": length + delayed, "pending": pending, "lag": lag, "dead": dead}
     if detailed:
         out["delayed"] = delayed
