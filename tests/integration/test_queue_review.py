@@ -12,14 +12,18 @@ import pytest
 
 from stampede import Stampede
 from stampede._lua import Script
+from stampede._txn.scripts import COMMIT, PREPARE
+from stampede._txn.write import run_units
 from stampede.errors import ConfigurationError, InvalidKeyError
-from stampede.repair import CONSUMER_GROUP, NewestWins, RepairQueue
+from stampede.repair import CONSUMER_GROUP, NewestWins, RepairQueue, RetryBackoff, _worker_record
 from stampede.repair._queue import Job
 from stampede.repair._worker import Worker
 from stampede.testing import LocalPrimaries
 from stampede.testing.faults import DelegatingTopology, InjectedCrash
+from stampede.wire import new_token
+from stampede.wire._txn import encode_meta, side_key
 
-from ..support import Holding, eventually, run_cli
+from ..support import Holding, eventually, run_cli, spread_keys
 from .test_worker import plant
 
 
@@ -239,3 +243,89 @@ async def test_a_worker_that_dies_while_dead_lettering_leaves_one_dead_letter(
     assert [d["source_id"] for d in letters] == [job.id], letters
     stats = await queue.stats(detailed=True)
     assert stats == {"length": 0, "pending": 0, "lag": 0, "dead": 1, "delayed": 0}, stats
+
+
+async def undecided_group(
+    st: Stampede, name: str
+) -> tuple[list[str], Callable[[], Awaitable[None]]]:
+    """A torn group whose keys hold a transaction T prepared at both, committed nowhere
+    yet (its writer is between its rounds): a repair leaves it alone until T is
+    decided. Returns the keys and the commit of T."""
+    a, b = spread_keys(st, name, 2)
+    async with st.transaction() as tx:
+        tx.set(a, b"a0")
+        tx.set(b, b"b0")
+    async with st.transaction() as tx:
+        tx.set(b, b"b1")  # torn: a and b hold different writes
+    raw = [a.encode(), b.encode()]
+    version, token = st.versions.now(), new_token()  # type: ignore[attr-defined]
+    sides = [side_key(k, st.topology.slot_of) for k in raw]
+    env = b"%d:%s:t" % (version, token.encode())
+    args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
+    assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
+
+    async def commit() -> None:
+        done = [(version, token, 0, 0, b"", b"")] * 2
+        assert await run_units(st.topology, COMMIT, raw, sides, done, head=[5000]) == [1, 1]
+
+    return [a, b], commit
+
+
+async def test_a_job_waiting_on_an_undecided_transaction_is_not_dead_lettered(
+    st: Stampede,
+) -> None:
+    """A job whose group holds a transaction still committing (decided within 60 s) is
+    no failure: it burnt its attempts in seconds and was dead-lettered. It is put off
+    now, attempts unchanged, until the transaction is decided, then repaired."""
+    queue = RepairQueue(st.topology, max_attempts=2)
+    await queue.clear()
+    keys, commit = await undecided_group(st, "waits")
+    await queue.enqueue("waits", keys, {}, "torn")
+    worker = Worker(
+        st.topology, queue, NewestWins(), poll_interval=0.01, block_ms=0, sweep_interval=0,
+        backoff=RetryBackoff(base=0.01, max_delay=0.02),
+    )  # fmt: skip
+    running = asyncio.create_task(worker.run())
+    try:
+
+        async def waited_past_its_attempts() -> bool:
+            return worker.stats.lost_races >= 3 or worker.stats.dead_lettered > 0
+
+        await eventually(waited_past_its_attempts, within=50)
+        assert worker.stats.dead_lettered == 0 and worker.stats.failed == 0
+        assert worker.stats.postponed >= 3
+        (waiting,) = await queue.delayed()
+        assert waiting["attempts"] == "0" and float(waiting["waited"]) >= 1.5
+        await commit()  # T is decided
+
+        async def done() -> bool:
+            return worker.stats.done == 1
+
+        await eventually(done)
+    finally:
+        worker.stop()
+        await running
+    assert (await queue.stats())["dead"] == 0
+    assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"t")
+
+
+async def test_waiting_on_undecided_transactions_is_bounded(
+    st: Stampede, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job is not put off for ever: past `UNDECIDED_WAIT` seconds of waiting in all,
+    meeting a transaction still committing counts as a failed attempt, and the job
+    ends as a dead letter with its waits recorded."""
+    monkeypatch.setattr(_worker_record, "UNDECIDED_WAIT", 1.0)
+    queue = RepairQueue(st.topology, max_attempts=2)
+    await queue.clear()
+    keys, _ = await undecided_group(st, "bounded")
+    await queue.enqueue("bounded", keys, {}, "torn")
+    worker = Worker(
+        st.topology, queue, NewestWins(), poll_interval=0.01, block_ms=0, sweep_interval=0,
+        backoff=RetryBackoff(base=0.01, max_delay=0.02), burst=True,
+    )  # fmt: skip
+    stats = await asyncio.wait_for(worker.run(), 50)
+    assert stats.lost_races == 4 and stats.dead_lettered == 1  # met T four times
+    assert stats.postponed == 2 and stats.failed == 1
+    (letter,) = await queue.dead_letters()
+    assert float(letter["waited"]) >= 1.0 and "still committing" in letter["last_error"]

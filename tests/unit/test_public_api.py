@@ -90,3 +90,17 @@ def test_repair_queue_failure_calls_take_the_holder() -> None:
         holder = inspect.signature(method).parameters["holder"]
         assert holder.kind is inspect.Parameter.KEYWORD_ONLY and holder.default is None
     assert inspect.signature(RepairQueue.fail).return_annotation == "bool | None"
+
+
+def test_repair_queue_postpone_is_public() -> None:
+    """`RepairQueue.postpone(job, why, *, delay, holder=None)` puts a job off without
+    counting an attempt; a job's `waited` is the seconds it was put off in all."""
+    import inspect
+
+    from stampede.repair import RepairQueue
+    from stampede.repair._jobs import Job
+
+    params = inspect.signature(RepairQueue.postpone).parameters
+    assert list(params) == ["self", "job", "why", "delay", "holder"]
+    assert params["delay"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert Job.__dataclass_fields__["waited"].default == 0.0

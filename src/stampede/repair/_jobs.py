@@ -45,6 +45,9 @@ class Job:
     mode: str | None = None
     delays: tuple[float, ...] = ()
     """The delay (seconds) before each retry so far, oldest first."""
+    waited: float = 0.0
+    """Seconds this job was put off, in all, waiting for a transaction still committing
+    at its keys (those waits count no attempt; see `RepairQueue.postpone`)."""
 
     def fields(self) -> dict[bytes, bytes]:
         return encode_fields(
@@ -56,6 +59,7 @@ class Job:
             self.attempts,
             self.mode,
             self.delays,
+            self.waited,
         )
 
 
@@ -91,6 +95,7 @@ def encode_fields(
     attempts: int,
     mode: str | None = None,
     delays: Sequence[float] = (),
+    waited: float = 0.0,
 ) -> dict[bytes, bytes]:
     fields = {
         b"group": group,
@@ -104,6 +109,8 @@ def encode_fields(
         fields[b"mode"] = mode.encode()
     if delays:
         fields[b"delays"] = json.dumps([round(d, 3) for d in delays]).encode()
+    if waited > 0:
+        fields[b"waited"] = repr(round(waited, 3)).encode()
     return fields
 
 
@@ -122,6 +129,16 @@ def parse_delays(raw: bytes | None) -> tuple[float, ...]:
     if not isinstance(values, list):
         raise ValueError("delays is not a JSON list")
     return tuple(float(v) for v in values)
+
+
+def _waited(raw: bytes | None) -> float:
+    """The `waited` field: a finite number of seconds, at least 0 (ValueError else)."""
+    if raw is None:
+        return 0.0
+    value = float(raw)
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"waited is not a number of seconds: {raw!r}")
+    return value
 
 
 def parse_job(stream: bytes, eid: Any, raw: Any, deliveries: int, max_attempts: int) -> Job:
@@ -148,6 +165,7 @@ def parse_job(stream: bytes, eid: Any, raw: Any, deliveries: int, max_attempts: 
             last_error=as_text(fields[b"last_error"]) if b"last_error" in fields else None,
             mode=as_text(fields[b"mode"]) if b"mode" in fields else None,
             delays=parse_delays(fields.get(b"delays")),
+            waited=_waited(fields.get(b"waited")),
         )
     except Exception as exc:  # whatever another program wrote there
         # A poison entry: keep it visible as a job that can only be dead-lettered. (An

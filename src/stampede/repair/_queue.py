@@ -5,14 +5,12 @@ stream        stampede:repairs            (one partition)
               stampede:repairs:{<n>}      (n = 0..partitions-1; the default on a cluster)
 consumers     group "stampede-repair"
 entry fields  group, keys (JSON), seen (JSON), reason, enqueued_at, plus stampede's
-              own mode ("stamp"/"commit"), attempts and, after a failure, last_error
-pending       {stampede:repairs}:pending / stampede:repairs:{<n>}:pending
-              (hash: group -> marker, see below)
-delayed       {stampede:repairs}:delayed / stampede:repairs:{<n>}:delayed
-              (sorted set: group -> the instant, in ms, its retry becomes claimable)
-              {stampede:repairs}:retries / stampede:repairs:{<n>}:retries
-              (hash: group -> the retry's entry fields, JSON)
+              own mode, attempts, waited and, after a failure, last_error
+beside each   {stampede:repairs}:pending (hash: group -> marker), :delayed (sorted
+stream        set: group -> due ms), :retries (hash: group -> a retry's fields),
+              :dying (hash: entry id -> a dead letter not yet on the dead stream)
 dead letters  stampede:repairs:dead       (entry fields plus last_error, failed_at)
+              {stampede:repairs:dead}:sources (one dead letter per job)
 ```
 
 A group's partition is its slot modulo the partition count, and its pending
@@ -23,22 +21,19 @@ idle long enough; a job that fails (or whose worker died) `max_attempts` times
 goes to the dead-letter stream with its last error.
 
 A failed job is retried after a delay (`fail(job, error, delay=...)`; the worker
-computes it with exponential backoff and jitter): until then its fields wait in
-the partition's delayed set, and no worker can claim it. `claim` first promotes
-the retries that are due back onto the stream. While a retry waits, the group's
-marker is `0-<due_ms>:<ms>`: an id no XADD ever makes, which an enqueue reads as
-"a repair that reads the group later is coming", like an undelivered job.
+computes it with exponential backoff and jitter), a job that waits for a
+transaction after one too (`postpone`, no attempt counted): until then its fields
+wait in the partition's delayed set. `claim` first promotes the retries that are
+due back onto the stream. While a retry waits, the group's marker is
+`0-<due_ms>:<ms>`, which an enqueue reads as a job not taken yet.
 
 The marker is `<id>:<enqueued_ms>` while nobody asked again since a worker took
 the job, and `<id>:<enqueued_ms>:<n>:<fields>` once `n` enqueues found the job
 already delivered to a worker (which may have read the group before they saw it
 torn): `<fields>` is the JSON array of the newest such enqueue's entry fields.
-The ack of a job whose marker is in that second form does not end the group's
-turn: it adds those fields as a new job, so every caller told "already pending"
-is followed by a repair that reads the group after its enqueue. An enqueue that
-finds the pending job not yet delivered, reading all its keys, changes nothing (the
-worker has yet to read); one naming more keys marks it too, and marks' keys add up.
-One whose marker names an entry that is gone replaces the marker.
+The ack of a job whose marker is in that second form adds those fields as a new
+job, so every caller told "already pending" is followed by a repair that reads the
+group after its enqueue (docs/wire-formats.md has every rule).
 """
 
 from __future__ import annotations
@@ -285,10 +280,8 @@ class RepairQueue:
         self, consumer: str, count: int, *, in_hand: Collection[str] = ()
     ) -> list[Job]:
         """Take over jobs idle past `min_idle` (their worker died) for `consumer`,
-        never one whose id is in `in_hand`.
-
-        Each partition's pending list is walked from where the last call left off, a
-        bounded stretch per call, so a job behind many held ones is reached too."""
+        never one whose id is in `in_hand`. Each partition's pending list is walked
+        from where the last call left off, a bounded stretch per call."""
         jobs: list[Job] = []
         for stream in self._in_turn():
             want = count - len(jobs)
@@ -333,17 +326,23 @@ class RepairQueue:
     async def fail(
         self, job: Job, error: str, *, delay: float = 0.0, holder: str | None = None
     ) -> bool | None:
-        """Record a failed attempt; True when the job went to the dead letters, False
-        when it is retried, None when nothing was done: the job is no longer pending
-        (another worker took it over and acked or retried it) or, with `holder`, no
-        longer held by that consumer (another worker took it over).
+        """Record a failed attempt: True when the job went to the dead letters, False
+        when it is retried, None when nothing was done (the job is no longer pending,
+        or with `holder` no longer that consumer's: another worker took it over).
 
-        A retry comes at once when `delay` is 0, else it waits `delay` seconds in the
-        delayed set, claimable by no worker until then. The retry's fields add `delays`
-        (every delay so far, seconds) and `retry_at` (when it becomes claimable, epoch
-        seconds by the server's clock).
-        """
+        A retry comes at once when `delay` is 0, else waits `delay` seconds in the
+        delayed set. Its fields add `delays` (every delay so far, seconds) and
+        `retry_at` (when it becomes claimable, epoch seconds, the server's clock)."""
         return await _fail.fail(self, job, error, delay, holder)
+
+    async def postpone(
+        self, job: Job, why: str, *, delay: float, holder: str | None = None
+    ) -> bool | None:
+        """Put the job off for `delay` seconds without counting an attempt (it waits, it
+        did not fail: a transaction is still committing at its keys). Its `waited`
+        field adds `delay`, so the caller can bound the waiting. True when put off,
+        None when nothing was done (as `fail`)."""
+        return await _fail.postpone(self, job, why, delay, holder)
 
     async def dead_letter(
         self, job: Job, error: str, attempts: int | None = None, *, holder: str | None = None

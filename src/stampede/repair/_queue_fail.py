@@ -12,7 +12,7 @@ from ._jobs import CONSUMER_GROUP, Job, encode_fields, flatten
 if TYPE_CHECKING:
     from ._queue import RepairQueue
 
-__all__ = ["fail"]
+__all__ = ["fail", "postpone"]
 
 _RETRY = script("queue_retry")
 
@@ -29,8 +29,49 @@ async def fail(
     delay = max(0.0, delay)
     delays = (*job.delays, delay) if delay > 0 else job.delays
     fields = encode_fields(
-        job.group, job.keys, job.seen, job.reason, job.enqueued_at, attempts, job.mode, delays
+        job.group,
+        job.keys,
+        job.seen,
+        job.reason,
+        job.enqueued_at,
+        attempts,
+        job.mode,
+        delays,
+        job.waited,
     )
+    return await _retry(queue, job, fields, error, delay, holder)
+
+
+async def postpone(
+    queue: RepairQueue, job: Job, why: str, delay: float, holder: str | None
+) -> bool | None:
+    """`RepairQueue.postpone`: True when the job waits `delay` seconds (at least 1 ms),
+    its attempts unchanged and `waited` grown by `delay`; None as `fail` says."""
+    delay = max(0.001, delay)
+    fields = encode_fields(
+        job.group,
+        job.keys,
+        job.seen,
+        job.reason,
+        job.enqueued_at,
+        job.attempts,
+        job.mode,
+        job.delays,
+        job.waited + delay,
+    )
+    return None if await _retry(queue, job, fields, why, delay, holder) is None else True
+
+
+async def _retry(
+    queue: RepairQueue,
+    job: Job,
+    fields: dict[bytes, bytes],
+    error: str,
+    delay: float,
+    holder: str | None,
+) -> bool | None:
+    """Put `job` back with `fields` (plus `last_error`), after `delay` seconds; False,
+    or None when it is no longer pending (or no longer `holder`'s)."""
     fields[b"last_error"] = error[:500].encode("utf-8", "backslashreplace")
     retried = await queue.topology.script(  # the delay runs on the server's clock
         _RETRY,

@@ -310,6 +310,8 @@ class Worker:
         if outcome.action is RepairAction.LOST_RACE:
             self.stats.lost_races += 1
             event("job.lost_race", logging.DEBUG, job=job.id, group=group)
+            if not outcome.consistent and "undecided" in outcome.detail:
+                raise _record.Undecided(outcome.detail["undecided"])
             if not outcome.consistent:
                 raise StampedeError("a newer write raced the repair and the group is still torn")
         elif outcome.action is RepairAction.QUEUED:

@@ -1,7 +1,8 @@
 """What a repair worker records of a job that does not end in a repair: a failed
-attempt (a retry or a dead letter) and a job that can only be dead-lettered. Each is
-counted and logged only for what the queue says happened: a job another worker took
-over (and may have finished) meanwhile is left to it, counted under no outcome."""
+attempt (a retry or a dead letter), a job put off while a transaction commits at its
+keys, and a job that can only be dead-lettered. Each is counted and logged only for
+what the queue says happened: a job another worker took over (and may have finished)
+meanwhile is left to it, counted under no outcome."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .. import metrics
+from .._txn.sweep import UNDECIDED_MS
 from ..errors import StampedeError
 from . import _queue_admin as _admin
 
@@ -16,9 +18,27 @@ if TYPE_CHECKING:
     from ._jobs import Job
     from ._worker import Worker
 
-__all__ = ["dead", "event", "failed", "follow_up"]
+__all__ = ["UNDECIDED_WAIT", "Undecided", "dead", "event", "failed", "follow_up"]
 
 log = logging.getLogger("stampede.worker")
+
+UNDECIDED_WAIT = 2 * UNDECIDED_MS / 1000
+"""Seconds a job may be put off in all waiting for transactions still committing at its
+keys (each is decided within `UNDECIDED_MS`), before such a wait counts as a failed
+attempt like any other: a job that keeps meeting new ones is not put off for ever."""
+
+WAIT_DELAY = (0.5, 10.0)
+"""The shortest and longest delay of one wait (the retry backoff's, within these)."""
+
+
+class Undecided(StampedeError):
+    """The repair met a transaction still committing at the group's keys (`keys`)."""
+
+    def __init__(self, keys: str) -> None:
+        super().__init__(
+            f"a transaction is still committing at {keys}: the group is read again once "
+            "it is decided"
+        )
 
 
 def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
@@ -37,8 +57,11 @@ def _taken_over(worker: Worker, job: Job, group: str) -> str:
 
 
 async def failed(worker: Worker, job: Job, group: str, exc: Exception) -> str:
-    """Record a failed attempt at `job` (retry after the backoff, or dead-letter); the
-    outcome's name for the job histogram."""
+    """Record a failed attempt at `job` (retry after the backoff, or dead-letter), or a
+    wait for a transaction (put off, no attempt counted); the outcome's name for the
+    job histogram."""
+    if isinstance(exc, Undecided) and job.waited < UNDECIDED_WAIT:
+        return await _postpone(worker, job, group, exc)
     worker.stats.error("repair")
     error = f"{type(exc).__name__}: {exc}"
     delay = worker.backoff.delay(job.attempts + 1)
@@ -60,6 +83,25 @@ async def failed(worker: Worker, job: Job, group: str, exc: Exception) -> str:
     metrics.worker_retry()
     event("job.failed", logging.WARNING, **facts, retry_in=round(delay, 3))
     return "failed"
+
+
+async def _postpone(worker: Worker, job: Job, group: str, exc: Undecided) -> str:
+    """Put `job` off until the transaction at its keys is decided, counting no attempt."""
+    low, high = WAIT_DELAY
+    delay = min(max(worker.backoff.delay(job.attempts + 1), low), high)
+    try:
+        put_off = await worker.queue.postpone(job, str(exc), delay=delay, holder=worker.consumer)
+    except StampedeError as again:
+        worker.stats.error("record")
+        event("job.fail_unrecorded", logging.ERROR, job=job.id, group=group, error=str(again))
+        return "failed"
+    if put_off is None:
+        return _taken_over(worker, job, group)
+    worker.stats.postponed += 1
+    waited = round(job.waited + delay, 3)
+    event("job.postponed", job=job.id, group=group, reason=str(exc), retry_in=round(delay, 3),
+          waited=waited)  # fmt: skip
+    return "postponed"
 
 
 async def dead(worker: Worker, job: Job, error: str) -> str:

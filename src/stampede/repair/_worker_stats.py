@@ -95,6 +95,7 @@ class WorkerStats:
     already_consistent: int = 0
     lost_races: int = 0
     failed: int = 0
+    postponed: int = 0
     dead_lettered: int = 0
     released: int = 0
     in_hand: int = 0
@@ -139,6 +140,7 @@ class WorkerStats:
             "already_consistent": self.already_consistent,
             "lost_races": self.lost_races,
             "failed": self.failed,
+            "postponed": self.postponed,
             "dead_lettered": self.dead_lettered,
             "released": self.released,
             "queue_lag": self.queue_lag,
@@ -155,8 +157,8 @@ async def ping_shards(topology: Topology, ping_timeout: float) -> tuple[bool, di
 
 
 _OUTCOMES = (
-    "repaired rolled_forward deleted already_consistent failed dead_lettered released".split()
-)
+    "repaired rolled_forward deleted already_consistent failed postponed dead_lettered released"
+).split()
 
 
 _ERROR_KINDS = ("claim", "repair", "record", "release", "queue_stats")
@@ -179,6 +181,7 @@ class WorkerCollector(Collector):
             "stampede_worker_jobs",
             "Jobs this worker finished, by outcome: repaired (rewritten), rolled_forward, "
             "deleted, already_consistent (done); failed (retried after a delay), "
+            "postponed (waiting for a transaction to be decided: no attempt counted), "
             "dead_lettered, released (handed back on stop).",
             labels=["outcome"],
         )
