@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from stampede import Stampede
-from stampede._lua import Script
+from stampede._lua import Script, script
 from stampede._txn.scripts import COMMIT, PREPARE
 from stampede._txn.write import run_units
 from stampede.errors import ConfigurationError, InvalidKeyError
@@ -24,6 +24,7 @@ from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
 from ..support import Holding, eventually, run_cli, spread_keys
+from .test_lost_replies import Proxied, px  # noqa: F401 - the proxied fixture
 from .test_worker import plant
 
 
@@ -329,3 +330,32 @@ async def test_waiting_on_undecided_transactions_is_bounded(
     assert stats.postponed == 2 and stats.failed == 1
     (letter,) = await queue.dead_letters()
     assert float(letter["waited"]) >= 1.0 and "still committing" in letter["last_error"]
+
+
+async def test_a_job_whose_ack_reply_was_lost_is_counted_done(px: Proxied) -> None:  # noqa: F811
+    """The ack of a repaired job ran and its reply was lost: the ack was not resent,
+    and the worker recorded a failure for a job that was done (a retry counted and
+    logged that was never queued; later, a job "taken over"). An ack run twice does
+    what it does once, so it is resent: the job is counted done, once."""
+    st = px.st
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    await queue.enqueue("warm", ["warm:a"], {}, "torn")  # the ack script is loaded
+    (warm,) = await queue.claim("w", 1)
+    await queue.ack(warm)
+    await plant(st, queue, 1)
+    ack = script("queue_ack").sha.encode()
+    rule = px.proxy_for(queue.streams[0].decode()).drop_reply(
+        lambda cmd: cmd[0].upper() == b"EVALSHA" and cmd[1] == ack
+    )
+    worker = Worker(
+        st.topology, queue, NewestWins(), poll_interval=0.01, block_ms=0, sweep_interval=0,
+        burst=True,
+    )  # fmt: skip
+    stats = await asyncio.wait_for(worker.run(), 60)
+    assert rule.hits == 1
+    assert stats.done == 1 and stats.repaired == 1, stats.counts()
+    assert stats.failed == 0 and not stats.errors, stats.as_dict()
+    assert await queue.stats(detailed=True) == {
+        "length": 0, "pending": 0, "lag": 0, "dead": 0, "delayed": 0,
+    }  # fmt: skip
