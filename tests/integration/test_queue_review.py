@@ -359,3 +359,35 @@ async def test_a_job_whose_ack_reply_was_lost_is_counted_done(px: Proxied) -> No
     assert await queue.stats(detailed=True) == {
         "length": 0, "pending": 0, "lag": 0, "dead": 0, "delayed": 0,
     }  # fmt: skip
+
+
+async def test_requeueing_every_dead_letter_leaves_no_key_behind(st: Stampede) -> None:
+    """Every key the queue makes beside its stream goes once nothing needs it: after
+    a retry, a dead letter and a requeue of every dead letter, then a drain, no marker,
+    delayed, retries, dying or sources key is left (the sources set, one dead letter
+    per job, stayed for ever once its dead letters were requeued)."""
+    queue = RepairQueue(st.topology, partitions=1, max_attempts=2)
+    await queue.clear()
+    for n in range(3):
+        await queue.enqueue(f"gc{n}", [f"gc{n}:a"], {}, "torn")
+    for job in await queue.claim("w", 10):
+        assert await queue.fail(job, "boom", delay=0.001) is False  # a delayed retry
+    await eventually(lambda: _claimed_all(queue, 3))
+    assert [r["outcome"] for r in await queue.requeue_dead()] == ["queued"] * 3
+    for job in await queue.claim("w", 10):
+        await queue.ack(job)
+    (stream,) = queue.streams
+    left = [
+        key
+        for key in [*queue.side_keys(stream)[1:], queue.dead, queue.dead_sources]
+        if await st.topology.execute(key, "EXISTS", key)
+    ]
+    assert left == [queue.dead] or left == [], left  # an empty stream may stay
+    assert (await queue.stats(detailed=True))["length"] == 0
+
+
+async def _claimed_all(queue: RepairQueue, n: int) -> bool:
+    """Claim the retries as they come due and dead-letter them; True once `n` are dead."""
+    for job in await queue.claim("w", 10):
+        assert await queue.fail(job, "boom again") is True
+    return (await queue.stats())["dead"] == n

@@ -86,6 +86,8 @@ _DEAD = script("queue_dead")
 
 _BURY = script("queue_bury")
 
+_SOURCES = script("queue_sources")
+
 _FORGET = script("queue_forget")
 
 _HELD_BY = script("queue_held_by")
@@ -239,6 +241,7 @@ async def requeue_dead(
         found = await _run(queue, queue.dead, "XRANGE", queue.dead, eid, eid)
         for entry_id, raw in found or [(eid.encode(), None)]:
             out.append(await _requeue_one(queue, entry_id, raw))
+    await _forget_sources(queue, out)
     return out
 
 
@@ -265,7 +268,15 @@ async def _requeue_oldest(queue: RepairQueue, count: int) -> list[dict[str, str]
             out.append(item)
             requeued += item["outcome"] != "malformed"
         start = "(" + as_text(page[-1][0])
+    await _forget_sources(queue, out)
     return out
+
+
+async def _forget_sources(queue: RepairQueue, results: Sequence[dict[str, str]]) -> None:
+    """After requeueing: the sources of dead letters no longer there go with them."""
+    if any(item["outcome"] in ("queued", "pending") for item in results):
+        keys = [queue.dead, queue.dead_sources]
+        await queue.topology.script(_SOURCES, keys, [queue.dead_max_len])
 
 
 async def _requeue_one(queue: RepairQueue, eid: Any, raw: Any) -> dict[str, str]:
