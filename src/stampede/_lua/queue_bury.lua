@@ -1,13 +1,13 @@
 --! idempotent
 -- bury: KEYS dead-letter stream, its sources (sorted set: `<entry id> <stream>` of the
 -- job -> the dead letter's ms); ARGV max_len, source, fields (a JSON list, name and
--- value alternating, as the dying hash keeps them). Add the dead letter unless its
+-- value alternating, after the parking time as the dying hash keeps them). Add the dead letter unless its
 -- source already has one (a publish that stopped between this call and deleting the
 -- dying entry, or two publishing at once: one dead letter per job), then trim the
 -- stream (`MAXLEN ~`) and the sources (`trim_sources`). Returns 1 when added.
 --! include queue_trim_sources
 if redis.call('ZSCORE', KEYS[2], ARGV[2]) then return 0 end
-local fields = cjson.decode(ARGV[3])
+local fields = cjson.decode(string.match(ARGV[3], '^%d+ (.*)$') or ARGV[3])
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(fields))
 redis.call('ZADD', KEYS[2], tonumber(string.match(id, '^(%d+)')), ARGV[2])
 trim_sources(KEYS[1], KEYS[2], tonumber(ARGV[1]))

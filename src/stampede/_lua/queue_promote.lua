@@ -1,10 +1,12 @@
 -- promote: KEYS stream, marker hash, delayed set, retries hash, dying hash; ARGV
--- (unused), count.
+-- min_idle_ms, count.
 -- Due is by the server's clock (`now`), the one the retry's due time was set by.
 -- Move the retries that are due onto the stream. A retry whose marker names another
 -- job that still exists (an enqueue replaced a stale marker) is dropped: that job
--- reads the group later anyway. Returns {how many were added, the dying hash's fields
--- and values (dead letters parked by `dead`, for the caller to publish)}.
+-- reads the group later anyway. Returns {how many were added, the dead letters parked
+-- by `dead` at least min_idle_ms ago (their worker died before publishing them), ids
+-- and values alternating, for the caller to publish}. A younger one is its worker's
+-- to publish: a resend of its `dead` call still finds it parked.
 --! include now
 local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, ARGV[2])
 local added = 0
@@ -22,4 +24,12 @@ for _, group in ipairs(due) do
     added = added + 1
   end
 end
-return {added, redis.call('HGETALL', KEYS[5])}
+local parked, old = redis.call('HGETALL', KEYS[5]), {}
+for i = 1, #parked, 2 do
+  local at = tonumber(string.match(parked[i + 1], '^(%d+) '))
+  if not at or now - at >= tonumber(ARGV[1]) then
+    old[#old + 1] = parked[i]
+    old[#old + 1] = parked[i + 1]
+  end
+end
+return {added, old}

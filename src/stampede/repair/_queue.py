@@ -264,12 +264,14 @@ class RepairQueue:
 
     async def promote(self, limit: int = 1000) -> int:
         """Put the retries whose delay is over back on the stream, and publish the dead
-        letters decided but not yet on the dead-letter stream; how many retries."""
+        letters parked past `min_idle` (their worker died first); how many retries."""
         added = 0  # due by the server's clock, the one `fail` set the due time by
         for stream in self.streams:
             moved, dying = await self._call(
                 stream,
-                lambda s=stream: self.topology.script(_PROMOTE, self.side_keys(s), [0, limit]),
+                lambda s=stream: self.topology.script(
+                    _PROMOTE, self.side_keys(s), [self.min_idle_ms, limit]
+                ),
             )
             added += int(moved)
             if dying:
