@@ -433,3 +433,29 @@ async def test_a_dead_letter_whose_reply_was_lost_is_counted_once(
     assert rule.hits == 1
     assert stats.dead_lettered == 1 and not stats.errors, stats.as_dict()
     assert len(await queue.dead_letters()) == 1
+
+
+async def test_a_claim_whose_reply_was_lost_still_hands_over_its_jobs(
+    px: Proxied,  # noqa: F811
+) -> None:
+    """XREADGROUP delivered jobs and its reply was lost: the claim raised, the jobs
+    stayed pending in the worker's name unknown to it, and were taken over only after
+    `min_idle`, each delivery counted as a worker's death. The claim now recovers
+    them at once, counted as delivered once, and never a job the caller holds."""
+    st = px.st
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    await queue.enqueue("held", ["held:a"], {}, "torn")
+    (held,) = await queue.claim("w", 1)
+    for n in range(3):
+        await queue.enqueue(f"lost{n}", [f"lost{n}:a"], {}, "torn")
+    rule = px.proxy_for(queue.streams[0].decode()).drop_reply(
+        lambda cmd: cmd[0].upper() == b"XREADGROUP"
+    )
+    jobs = await queue.claim("w", 10, in_hand=[held.id])
+    assert rule.hits == 1
+    assert sorted(j.group for j in jobs) == [b"lost0", b"lost1", b"lost2"]
+    assert all(j.deliveries == 1 for j in jobs)
+    for job in [held, *jobs]:
+        await queue.ack(job)
+    assert await queue.stats() == {"length": 0, "pending": 0, "lag": 0, "dead": 0}

@@ -60,7 +60,6 @@ from ._jobs import (
     check_job,
     encode_fields,
     flatten,
-    parse_job,
 )
 from ._settings import check_queue
 
@@ -238,25 +237,16 @@ class RepairQueue:
             want = count - len(jobs)
             if want <= 0:
                 break
-            block = ["BLOCK", block_ms] if block_ms and self.partitions == 1 else []
-            reply = await self._call(
-                stream,
-                lambda s=stream, w=want, b=block: self.topology.execute(
-                    s,
-                    "XREADGROUP",
-                    "GROUP",
-                    CONSUMER_GROUP,
-                    consumer,
-                    "COUNT",
-                    w,
-                    *b,
-                    "STREAMS",
-                    s,
-                    ">",
-                ),
+            block = block_ms if self.partitions == 1 else 0
+            held = {*in_hand, *(job.id for job in jobs)}
+            jobs.extend(
+                await self._call(
+                    stream,
+                    lambda s=stream, w=want, b=block, h=held: _claim.read_new(
+                        self, s, consumer, w, b, h
+                    ),
+                )
             )
-            for _, entries in reply or []:
-                jobs.extend(self._job(stream, eid, fields) for eid, fields in entries if fields)
         if len(jobs) < count:
             held = {*in_hand, *(job.id for job in jobs)}
             jobs.extend(await self.reclaim(consumer, count - len(jobs), in_hand=held))
@@ -302,9 +292,6 @@ class RepairQueue:
         first partitions it reads leaves the others to the next claims, not for ever."""
         self._turn = (self._turn + 1) % self.partitions
         return self.streams[self._turn :] + self.streams[: self._turn]
-
-    def _job(self, stream: bytes, eid: Any, raw: Any, deliveries: int = 1) -> Job:
-        return parse_job(stream, eid, raw, deliveries, self.max_attempts)
 
     async def release(self, job: Job, holder: str | None = None) -> bool:
         """Hand a claimed job back: idle enough for any worker to take at once, its

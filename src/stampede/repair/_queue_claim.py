@@ -1,19 +1,24 @@
-"""Taking over the jobs of dead workers (`RepairQueue.reclaim` calls this)."""
+"""Claiming jobs: new ones (`read_new`, recovering what a claim whose reply was lost
+delivered) and those of dead workers (`reclaim`); `RepairQueue.claim` calls these."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from .._lua import script
+from ..errors import OutcomeUnknownError
 from ._jobs import CONSUMER_GROUP, Job, parse_job
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
 
-__all__ = ["MIN_IDLE", "reclaim"]
+__all__ = ["MIN_IDLE", "read_new", "reclaim"]
 
 _RECLAIM = script("queue_reclaim")
+
+_RECOVER = script("queue_recover")
 
 MIN_IDLE = 0.1
 """The shortest `min_idle` (seconds): a live worker touches its jobs every quarter of
@@ -40,4 +45,42 @@ async def reclaim(
     queue.cursors[stream] = after if isinstance(after, bytes) else str(after).encode()
     return [
         parse_job(stream, eid, fields, int(n), queue.max_attempts) for eid, fields, n in entries
+    ]
+
+
+async def read_new(
+    queue: RepairQueue,
+    stream: bytes,
+    consumer: str,
+    want: int,
+    block_ms: int,
+    in_hand: Collection[str],
+) -> list[Job]:
+    """Up to `want` jobs of `stream` never delivered, now `consumer`'s (XREADGROUP,
+    blocking up to `block_ms` when not 0).
+
+    XREADGROUP is not sent again after a lost reply (a resend delivers other entries):
+    what the lost call delivered is pending in `consumer`'s name, unknown to it, and
+    was taken over only after `min_idle` with a delivery counted as a worker's death.
+    It is recovered at once instead: the entries `consumer` holds that were delivered
+    during the call (idle no longer than it took) and that are not in `in_hand`."""
+    block = ["BLOCK", block_ms] if block_ms else []
+    started = time.monotonic()
+    try:
+        reply = await queue.topology.execute(
+            stream, "XREADGROUP", "GROUP", CONSUMER_GROUP, consumer, "COUNT", want, *block,
+            "STREAMS", stream, ">",
+        )  # fmt: skip
+    except OutcomeUnknownError:
+        within = int((time.monotonic() - started) * 1000) + 100
+        args = [CONSUMER_GROUP, consumer, within, *in_hand]
+        found = await queue.topology.script(_RECOVER, [stream], args)
+        return [
+            parse_job(stream, eid, fields, int(n), queue.max_attempts) for eid, fields, n in found
+        ]
+    return [
+        parse_job(stream, eid, fields, 1, queue.max_attempts)
+        for _, entries in reply or []
+        for eid, fields in entries
+        if fields
     ]
