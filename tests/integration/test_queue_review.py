@@ -459,3 +459,26 @@ async def test_a_claim_whose_reply_was_lost_still_hands_over_its_jobs(
     for job in [held, *jobs]:
         await queue.ack(job)
     assert await queue.stats() == {"length": 0, "pending": 0, "lag": 0, "dead": 0}
+
+
+async def test_an_enqueue_whose_reply_was_lost_is_resent_and_queues_one_job(
+    px: Proxied,  # noqa: F811
+) -> None:
+    """The enqueue ran and its reply was lost: it raised `OutcomeUnknownError`, so a
+    read repaired with `Enqueue` failed although its job was queued. The resend finds
+    the job the first call added (the group's marker) and adds nothing: it is resent,
+    and one job is queued."""
+    st = px.st
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    await queue.enqueue("warm", ["warm:a"], {}, "torn")  # the enqueue script is loaded
+    (warm,) = await queue.claim("w", 1)
+    await queue.ack(warm)
+    enqueue = script("queue_enqueue").sha.encode()
+    rule = px.proxy_for(queue.streams[0].decode()).drop_reply(
+        lambda cmd: cmd[0].upper() == b"EVALSHA" and cmd[1] == enqueue
+    )
+    assert await queue.enqueue("lost", ["lost:a", "lost:b"], {}, "torn") is None  # covered
+    assert rule.hits == 1
+    (job,) = await queue.claim("w", 10)
+    assert job.group == b"lost" and await queue.claim("w", 10) == []

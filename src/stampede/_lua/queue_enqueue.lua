@@ -1,3 +1,4 @@
+--! idempotent
 -- enqueue: KEYS stream, marker hash, delayed set, retries hash; ARGV group, (unused),
 -- marker_ttl_ms, consumer group, entry fields... Times are the server's (`now`), never
 -- a client's: a client whose clock is off would misjudge the age of another's marker.
