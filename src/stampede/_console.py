@@ -25,6 +25,9 @@ def main() -> None:
     except ImportError as exc:
         sys.stderr.write(MISSING.format(missing=exc.name or "click or rich"))
         sys.exit(1)
-    from .cli import main as cli_main
-
+    try:
+        from .cli import main as cli_main
+    except KeyboardInterrupt:  # Ctrl-C while the command line loads
+        sys.stderr.write("stampede: interrupted\n")
+        sys.exit(130)  # as `stampede.cli.EXIT_INTERRUPTED`, which is not loaded yet
     cli_main()

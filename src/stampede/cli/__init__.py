@@ -8,6 +8,8 @@ helpers (key input, display, JSON output) are in `cli/_common.py`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .. import __version__
@@ -17,10 +19,28 @@ from ._queue import queue_command
 from ._repair import worker_command
 from ._scan import scan_command
 
-__all__ = ["main"]
+__all__ = ["EXIT_INTERRUPTED", "main"]
+
+EXIT_INTERRUPTED = 130
+"""Exit status of a command stopped by Ctrl-C (SIGINT): 128 + 2, as shells report it.
+Not 1, which `scan` and `lint` give a finding (torn groups, broken rules)."""
+
+
+class _Commands(click.Group):
+    """The `stampede` group: Ctrl-C in any command ends it with one line and exit
+    status 130, never a traceback nor click's "Aborted!" with status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            name = ctx.invoked_subcommand
+            click.echo(f"stampede{f' {name}' if name else ''}: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
 
 
 @click.group(
+    cls=_Commands,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(__version__, prog_name="stampede")  # the distribution is stampede-redis
