@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 
 from stampede.cli._errors import ADVICE, for_cli
@@ -150,3 +151,28 @@ def test_the_float_options_are_found() -> None:
     """The walk above sees the commands' float options (timeouts, delays, the demo's)."""
     flags = {flag for _, flag in float_options()}
     assert {"--socket-timeout", "--retry-delay", "--duration", "--fault-rate"} <= flags
+
+
+def connecting_commands() -> Iterator[tuple[str, click.Command]]:
+    """Every command of `stampede` that takes --url, by its full name."""
+    from stampede.cli import main
+
+    def walk(prefix: str, command: click.Command) -> Iterator[tuple[str, click.Command]]:
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                yield from walk(f"{prefix} {name}", sub)
+        elif any(param.name == "urls" for param in command.params):
+            yield prefix, command
+
+    yield from walk("stampede", main)
+
+
+@pytest.mark.parametrize(("name", "command"), list(connecting_commands()))
+def test_advice_names_only_flags_the_command_has(name: str, command: click.Command) -> None:
+    """A command's error advice never names a flag it lacks (`stampede slots` said
+    `raise --socket-timeout` without having it, the demo `--no-check-identity`)."""
+    flags = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    with click.Context(command, info_name=name):
+        for python, _ in ADVICE:
+            named = set(re.findall(r"--[a-z][a-z-]*", for_cli(f"x: {python}.")))
+            assert named <= flags, (name, python, named - flags)

@@ -21,7 +21,7 @@ from typing import IO, Any, NoReturn
 
 import click
 
-__all__ = ["ADVICE", "Failure", "fail", "for_cli", "usage", "warn"]
+__all__ = ["ADVICE", "FLAGLESS", "Failure", "fail", "for_cli", "usage", "warn"]
 
 ADVICE: tuple[tuple[str, str], ...] = (
     (
@@ -43,6 +43,10 @@ ADVICE: tuple[tuple[str, str], ...] = (
     (
         "raise ConnectOptions.socket_timeout or connect_timeout if it is just slow",
         "raise --socket-timeout or --connect-timeout if it is just slow",
+    ),
+    (
+        "(raise socket_timeout if it is just slow)",
+        "(raise --socket-timeout if it is just slow)",
     ),
     (
         "Rename its key, or connect with ConnectOptions(check_identity=False)",
@@ -74,11 +78,36 @@ Each left side is text of a library message (tests/unit/test_cli_errors.py check
 that it still is, so a reworded message cannot slip past untranslated)."""
 
 
+FLAGLESS: tuple[tuple[str, str, str], ...] = (
+    (
+        "raise --socket-timeout or --connect-timeout if it is just slow",
+        "socket_timeout",
+        "if it is just slow, try again later",
+    ),
+    (
+        "raise --socket-timeout if it is just slow",
+        "socket_timeout",
+        "if it is just slow, try again later",
+    ),
+    ("Rename its key, or pass --no-check-identity", "check_identity", "Rename its key"),
+    (", or pass --no-check-identity to skip the check", "check_identity", ""),
+)
+"""Advice in flags -> the parameter a command needs for it, and what a command
+without that parameter says instead: advice never names a flag its command lacks."""
+
+
 def for_cli(message: object) -> str:
-    """`message` (an exception or text) with its Python advice worded in flags."""
+    """`message` (an exception or text) with its Python advice worded in flags, the
+    flags of the running command (`click.get_current_context`) only."""
     text = str(message)
     for python, flags in ADVICE:
         text = text.replace(python, flags)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        have = {param.name for param in ctx.command.params}
+        for flags, needs, instead in FLAGLESS:
+            if needs not in have:
+                text = text.replace(flags, instead)
     return text
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import IO
 
 import click
+from click.core import ParameterSource
 from rich.text import Text
 
 from ..errors import ConfigurationError
@@ -30,6 +31,7 @@ from ..keys import (
     keyslot,
     lint,
 )
+from ..options import ConnectOptions
 from ._common import (
     F,
     Spec,
@@ -44,7 +46,11 @@ from ._common import (
     show,
 )
 from ._live import LiveServers, check_live_options, print_live, run_live
+from ._params import FiniteRange
 from ._tables import plural, spans, table
+
+_DEFAULTS = ConnectOptions()
+"""The library's connection defaults, as the other commands' flags take them."""
 
 __all__ = ["keyslot_command", "lint_command", "slots_command"]
 
@@ -255,6 +261,16 @@ _SLOTS_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         1000,
         "With --url: the SCAN COUNT hint (keys per call).",
     ),
+    "--socket-timeout": (
+        FiniteRange(min=0.01),
+        _DEFAULTS.socket_timeout,
+        "With --url: seconds before a silent server counts as down.",
+    ),
+    "--connect-timeout": (
+        FiniteRange(min=0.01),
+        _DEFAULTS.connect_timeout,
+        "With --url: seconds to connect to a server.",
+    ),
 }
 
 
@@ -276,6 +292,8 @@ def slots_command(
     method: str,
     match: str | None,
     scan_count: int,
+    socket_timeout: float,
+    connect_timeout: float,
     sentinels: Sequence[str],
     services: Sequence[str],
     patterns: Sequence[str],
@@ -292,7 +310,8 @@ def slots_command(
     shard's key count over the mean: 1.0 is even, N means one shard has them all.
     """
     policy: HashPolicy | None = policy_from(patterns)
-    servers = LiveServers(urls, cluster, sentinels, services)
+    timeouts = ConnectOptions(socket_timeout=socket_timeout, connect_timeout=connect_timeout)
+    servers = LiveServers(urls, cluster, sentinels, services, timeouts)
     if servers:
         check_live_options(ctx, keys, stream, servers, policy)
         report = run_live(
@@ -309,8 +328,12 @@ def slots_command(
         else:
             print_live(report)
         return
-    if cluster or match is not None or method != "auto":
-        raise click.UsageError("--cluster, --match and --method need --url (live servers)")
+    live_only = ("cluster", "match", "method", "socket_timeout", "connect_timeout")
+    if any(ctx.get_parameter_source(name) is not ParameterSource.DEFAULT for name in live_only):
+        raise click.UsageError(
+            "--cluster, --match, --method, --socket-timeout and --connect-timeout need "
+            "--url (live servers)"
+        )
     try:
         result = analyze(input_keys(keys, stream), shards=shards, policy=policy, top=top)
     except ConfigurationError as exc:  # pragma: no cover - options are validated by click

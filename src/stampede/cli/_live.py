@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO
 
 import click
@@ -42,15 +42,21 @@ class LiveServers:
     cluster: bool = False
     sentinels: Sequence[str] = ()
     services: Sequence[str] = ()
+    timeouts: ConnectOptions = field(default_factory=ConnectOptions)
+    """--socket-timeout and --connect-timeout (the rest of it is not used)."""
 
     def __bool__(self) -> bool:
         return bool(self.urls or self.sentinels or self.services)
 
     def topology(self, policy: HashPolicy | None) -> Topology:
         """The topology to walk; read only, so no shard identity record is written."""
-        quiet_open = ConnectOptions(check_identity=False)
+        quiet_open = ConnectOptions(
+            socket_timeout=self.timeouts.socket_timeout,
+            connect_timeout=self.timeouts.connect_timeout,
+            check_identity=False,
+        )
         if self.cluster:
-            return Cluster(list(self.urls))
+            return Cluster(list(self.urls), options=quiet_open)
         if self.sentinels:
             return SentinelShards(
                 list(self.sentinels), list(self.services), policy=policy, options=quiet_open
