@@ -178,6 +178,7 @@ async def test_scan_cli_modes_counts_and_exit_codes(stampede_primaries: Any) -> 
 
     refused = await asyncio.to_thread(run_cli, *scan, "--mode", "stamp")
     assert refused.returncode == 3 and b"have commit records" in refused.stderr
+    assert b"its own --match and --group-pattern" in refused.stderr  # flags, not Python
     assert refused.stderr.startswith(b"error: ") and b"Try " not in refused.stderr
 
     with socket.socket() as probe:

@@ -68,6 +68,12 @@ ADVICE: tuple[tuple[str, str], ...] = (
         "from Python with the ones the data was written with.",
     ),
     (
+        "Scan in commit mode (or let scan detect the mode); if entity types differ in "
+        "mode, scan each with its own match and pattern",
+        "Scan with --mode commit (or --mode auto, the default); if entity types differ "
+        "in mode, scan each with its own --match and --group-pattern",
+    ),
+    (
         "give either URLs (or cluster=True) or sentinels= and services=, not both",
         "give --sentinel and --service, or --url, not both",
     ),
@@ -90,6 +96,12 @@ FLAGLESS: tuple[tuple[str, str, str], ...] = (
         "if it is just slow, try again later",
     ),
     ("Rename its key, or pass --no-check-identity", "check_identity", "Rename its key"),
+    (
+        "Scan with --mode commit (or --mode auto, the default); if entity types differ "
+        "in mode, scan each with its own --match and --group-pattern",
+        "group_pattern",
+        "Scan in commit mode; if entity types differ in mode, scan each on its own",
+    ),
     (", or pass --no-check-identity to skip the check", "check_identity", ""),
 )
 """Advice in flags -> the parameter a command needs for it, and what a command
