@@ -93,12 +93,12 @@ class SetupError(ConfigurationError):
     """`open()` refused the servers it was given, before anything was written.
 
     `url` names the server (its password hidden) and `problem` says what is wrong
-    as a short code: `"unreachable"`, `"timeout"`, `"auth"`, `"permission"`,
-    `"tls"`, `"cluster-node"` (a cluster node listed without `cluster=True`),
-    `"not-cluster"` (`cluster=True` against a plain server), `"replica"` (a replica
-    where a primary is needed), `"same-server"` (two URLs reach one server),
-    `"order"`, `"count"` or `"layout"` (the URLs disagree with the shard identity
-    records; see docs/wire-formats.md). The message says how to fix it.
+    as a short code: `"unreachable"`, `"timeout"`, `"auth"`, `"permission"`, `"tls"`,
+    `"database"` (no such database), `"cluster-node"` (a cluster node listed without
+    `cluster=True`), `"not-cluster"` (`cluster=True` against a plain server),
+    `"replica"` (a replica where a primary is needed), `"same-server"` (two URLs
+    reach one server), `"order"`, `"count"` or `"layout"` (the URLs disagree with the
+    shard identity records; see docs/wire-formats.md). The message gives the fix.
     """
 
     def __init__(self, message: str, *, url: str, problem: str) -> None:

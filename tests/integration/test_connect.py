@@ -24,7 +24,7 @@ from stampede.testing import LocalCluster, LocalPrimaries, RedisNode
 from stampede.testing.faults import DelegatingTopology
 from stampede.topology._checks import IDENTITY_KEY
 
-from ..support import FAST, eventually, open_stampede, spread_keys
+from ..support import FAST, eventually, open_stampede, run_cli, spread_keys
 
 
 @pytest.fixture
@@ -117,6 +117,24 @@ async def test_two_urls_that_reach_one_server_are_refused(primaries: LocalPrimar
     err = await refused(twice)
     assert err.problem == "same-server" and err.url == twice[2]
     assert twice[0] in str(err) and "list each primary once" in str(err)
+
+
+async def test_a_database_the_server_lacks_is_refused_as_such(primaries: LocalPrimaries) -> None:
+    """`/99` on a server with 16 databases is a URL mistake (`problem="database"`), not
+    an unreachable server: the CLI exits 1 at once instead of 3 ("cannot be reached"),
+    and the worker does not retry it as a server that is down."""
+    url = f"redis://{primaries.nodes[0].address}/99"
+    err = await refused(url)
+    assert err.problem == "database" and err.url == url
+    assert "no database 99" in str(err) and "/0 to /15" in str(err)
+    for args in (
+        ["queue", "stats"],
+        ["worker", "--strategy", "newest-wins", "--burst", "--connect-attempts", "2"],
+    ):
+        cli = await asyncio.to_thread(run_cli, *args, "--url", url)
+        text = cli.stderr.decode()
+        assert cli.returncode == 1, text
+        assert "no database 99" in text and "no server answered" not in text, text
 
 
 async def test_rediss_to_a_plain_port_is_refused(primaries: LocalPrimaries) -> None:

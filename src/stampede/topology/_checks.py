@@ -34,6 +34,7 @@ from ._resp import (
     ConnectTimeout,
     NoPermissionError,
     RedisError,
+    ReplyError,
     ReplyTimeout,
 )
 
@@ -168,6 +169,14 @@ def refusal(exc: BaseException, url: str, *, waited: float | None = None) -> Set
             "the host and port right?",
             url=shown,
             problem="unreachable",
+        )
+    if isinstance(exc, ReplyError) and "DB index is out of range" in str(exc):
+        database = urlsplit(url).path.strip("/")
+        return SetupError(
+            f"the server has no database {database} ({exc}); give a number below its "
+            "`databases` setting (16 by default: /0 to /15) at the end of the URL",
+            url=shown,
+            problem="database",
         )
     return SetupError(
         f"the server refused stampede's checks ({type(exc).__name__}: {exc})",
