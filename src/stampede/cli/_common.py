@@ -20,7 +20,7 @@ from ..errors import ConfigurationError, StampedeError
 from ..keys import HashPolicy
 from ..options import ConnectOptions
 from ._errors import usage
-from ._params import FiniteRange
+from ._params import FiniteRange, not_empty
 
 __all__ = [
     "SENTINEL_OPTIONS",
@@ -235,6 +235,7 @@ _CONNECTION = [
     click.option(
         "--stream",
         default="stampede:repairs",
+        callback=not_empty,
         show_default=True,
         envvar="STAMPEDE_STREAM",
         show_envvar=True,
@@ -271,9 +272,8 @@ class Where:
 
 
 def with_connection(fn: Callable[..., T]) -> Callable[..., T]:
-    """Add --url, --cluster, --sentinel, --service, --socket-timeout, --connect-timeout,
-    --check-identity, --partitions and --stream to a command, which gets them as one
-    `Where` (its first argument)."""
+    """Add the connection options (`_CONNECTION`, --url to --stream) to a command,
+    which gets them as one `Where` (its first argument)."""
 
     @functools.wraps(fn)
     def command(

@@ -46,7 +46,7 @@ from ._common import (
     show,
 )
 from ._live import LiveServers, check_live_options, print_live, run_live
-from ._params import FiniteRange
+from ._params import FiniteRange, not_empty
 from ._tables import plural, spans, table
 
 _DEFAULTS = ConnectOptions()
@@ -254,7 +254,7 @@ _SLOTS_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         None,
         None,
         "With --url: only keys matching this SCAN MATCH pattern.",
-        {"metavar": "GLOB", "show_default": False},
+        {"metavar": "GLOB", "show_default": False, "callback": not_empty},
     ),
     ("--count", "scan_count"): (
         click.IntRange(1),

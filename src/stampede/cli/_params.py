@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-__all__ = ["FiniteRange"]
+__all__ = ["FiniteRange", "not_empty"]
 
 
 class FiniteRange(click.FloatRange):
@@ -22,3 +22,12 @@ class FiniteRange(click.FloatRange):
             problem = "nan and inf mean nothing here; give a plain number"
             self.fail(f"{value!r} is not a finite number ({problem})", param, ctx)
         return number
+
+
+def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse an empty value (`--stream ''`, `--match ''`): a quoting mistake that
+    would otherwise fail after the work (an empty stream name) or quietly match
+    nothing (a SCAN MATCH of '' walks every key and reports none)."""
+    if value == "":
+        raise click.BadParameter("is empty (a quoting mistake?); give a value or leave it out")
+    return value

@@ -20,6 +20,7 @@ from ..verdict import Mode
 from ._common import Where, console, setting, show, with_connection
 from ._errors import fail, usage, warn
 from ._logs import log_options, setup_logging
+from ._params import not_empty
 
 __all__ = ["EXIT_ERROR", "EXIT_TORN", "scan_command"]
 
@@ -52,7 +53,7 @@ EXIT_ERROR = 3
     help="How groups are judged. auto: commit mode when the groups have commit records, "
     "else stamp. stamp refuses groups that have records.",
 )
-@setting("--match", default="*", help="SCAN MATCH glob to narrow the walk.")
+@setting("--match", default="*", callback=not_empty, help="SCAN MATCH glob to narrow the walk.")
 @setting(
     "--count",
     type=click.IntRange(1, 100_000),
