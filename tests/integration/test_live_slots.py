@@ -298,6 +298,10 @@ def test_cli_does_not_count_the_shard_identity_record(stampede_primaries: LocalP
     data = json.loads(result.stdout)
     assert data["total"] == 1
     assert not any(s.get("misplaced") for s in data["shards"])
+    text = CliRunner().invoke(main, ["slots", *urls, "--method", "scan"], terminal_width=200)
+    assert text.exit_code == 0, text.output
+    first = text.stdout.splitlines()[0]  # it said "on 3 primaries of a shards"
+    assert first.startswith("1 key on 3 primaries sharded by the client (counted with"), first
 
 
 def test_cli_match_takes_the_bytes_the_shell_passed(stampede_primaries: LocalPrimaries) -> None:

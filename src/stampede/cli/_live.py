@@ -162,9 +162,10 @@ def print_live(report: LiveSlots) -> None:
         if report.method == "slot-stats"
         else f"SCAN ({report.scanned:,} keys returned)"
     )
+    primaries = "primary" if dist.shards == 1 else "primaries"
+    where = "of a cluster" if report.kind == "cluster" else "sharded by the client"
     out.print(
-        f"{plural(total, 'key')} on {dist.shards} {'primary' if dist.shards == 1 else 'primaries'}"
-        f" of a {report.kind} (counted with {how}), "
+        f"{plural(total, 'key')} on {dist.shards} {primaries} {where} (counted with {how}), "
         f"{dist.occupied_slots:,} of {SLOTS} slots used",
         soft_wrap=True,
     )
