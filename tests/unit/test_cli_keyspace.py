@@ -36,11 +36,14 @@ def key_file(tmp_path: Path) -> Path:
 
 
 def test_group_lists_the_commands_and_version() -> None:
-    """`stampede --help` lists keyslot, lint and slots; --version prints the version."""
+    """`stampede --help` lists every command README.md names (keyslot, lint, slots,
+    scan, worker, queue, demo); --version prints the version."""
     result = run("--help")
     assert result.exit_code == 0
-    for name in ("keyslot", "lint", "slots"):
-        assert name in result.output
+    listed = {
+        line.split()[0] for line in result.output.split("Commands:")[1].splitlines() if line.strip()
+    }
+    assert listed == {"keyslot", "lint", "slots", "scan", "worker", "queue", "demo"}, listed
     version = run("--version")
     assert version.exit_code == 0 and version.output.startswith("stampede, version ")
 
