@@ -41,7 +41,7 @@ from .errors import (
 )
 from .keys import to_bytes
 from .options import check_count, check_seconds
-from .topology._encode import check_arg
+from .topology._encode import check_arg, pack
 from .topology._node_ops import Read, Script
 from .topology._retries import read_only
 from .typing import HasTopology, Topology
@@ -147,6 +147,7 @@ async def multi(
     topology = topology_of(target)
     named = _keys_for(cmds, key_list(keys, "multi()"), "multi()")
     common_slot(topology, named, "multi()")
+    pack(cmds)  # an argument Redis cannot take: InvalidValueError before any I/O
     return await topology.transaction(_unique(named), cmds)
 
 

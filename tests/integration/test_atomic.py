@@ -67,6 +67,14 @@ async def test_cross_slot_is_refused_without_any_connection() -> None:
         await atomic.watch(dead, APART, lambda tx: None)
     with pytest.raises(CrossSlotError):
         await script(dead, keys=APART)
+    # So do the checks of the input itself (docs/patterns.md): an argument Redis
+    # cannot take was found only once a connection was made (ShardUnavailable here).
+    bad: list[object] = [None, {}]
+    for arg in bad:
+        with pytest.raises(InvalidValueError, match=r"argument 2 of SET must be bytes"):
+            await atomic.multi(dead, [("SET", PAIR[0], arg)])
+    with pytest.raises(InvalidValueError, match=r"args\[0\] of Lua noop must be bytes"):
+        await script(dead, keys=PAIR[:1], args=[None])
     await dead.aclose()
 
 
