@@ -1,6 +1,7 @@
 """Promises of docs/operations.md that no other test pinned: the fields of
-`stampede scan --json`, what its text summary prints, and the metric families the
-worker's `/metrics` serves (the table "Logs, metrics and health")."""
+`stampede scan --json`, what its text summary prints, the metric families the
+worker's `/metrics` serves and the fields of its JSON log lines ("Logs, metrics
+and health")."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from stampede.repair._worker import Worker, serve_metrics
 from stampede.testing import LocalPrimaries
 
 from ..support import open_stampede, run_cli, write_newer
-from .test_worker import get
+from .test_worker import get, plant
 
 PATTERN = r"(?P<group>promise:\d+):(?:a|b)"
 
@@ -98,3 +99,35 @@ async def test_worker_metrics_serve_every_documented_family(
             server.close()
     for name, kind in METRICS:
         assert f"# TYPE {name} {kind}" in body, name
+
+
+async def test_worker_json_log_lines_carry_the_documented_fields(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """`--log-format json` (the default): one JSON object per stderr line; `worker.start`
+    with consumer, strategy, concurrency, partitions and burst; `job.failed` with
+    error, attempts and `retry_in`; `job.dead_lettered`; `worker.stop` with counts."""
+    async with open_stampede(stampede_primaries, "shards") as st:
+        queue = RepairQueue(st.topology)
+        await queue.clear()
+        await plant(st, queue, 1)
+        urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+        result = await asyncio.to_thread(
+            run_cli, "worker", *urls, "--strategy", "tests.worker_strategies:broken",
+            "--burst", "--max-attempts", "2", "--retry-delay", "0",
+        )  # fmt: skip
+        await queue.clear()
+    err = result.stderr.decode()
+    assert result.returncode == 0, err[-2000:]
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]
+    by_event = {line["event"]: line for line in lines}
+    assert all({"time", "level", "logger"} <= line.keys() for line in lines)
+    start = by_event["worker.start"]
+    assert {"consumer", "strategy", "concurrency", "partitions", "burst"} <= start.keys()
+    assert start["burst"] is True and start["partitions"] == 1
+    failed = by_event["job.failed"]
+    assert failed["level"] == "warning" and failed["logger"] == "stampede.worker"
+    assert failed["group"] == "w:0" and failed["attempts"] == 1
+    assert "the database is unreachable" in failed["error"] and failed["retry_in"] == 0
+    assert by_event["job.dead_lettered"]["attempts"] == 2
+    assert by_event["worker.stop"]["dead_lettered"] == 1
