@@ -115,6 +115,7 @@ def test_a_cluster_node_without_cluster_names_the_flag(
         (["queue", "stats", *node], 1),
         (["worker", *node, "--strategy", "newest-wins", "--burst"], 1),
         (["scan", *node, "--group-pattern", "(?P<group>x)"], 3),
+        (["demo", *node, "--duration", "0"], 1),  # docs/troubleshooting.md lists it too
     ]:
         err = runtime_failure(cli(*args), code)
         assert "is a Redis Cluster node; pass --cluster" in err, err
