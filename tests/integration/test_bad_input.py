@@ -33,7 +33,7 @@ from stampede.repair import NewestWins, Refetch, RepairQueue, Worker
 from stampede.testing import RedisNode
 from stampede.testing.memory import MemoryTopology
 
-from ..support import FAST, write_newer
+from ..support import FAST, run_cli, write_newer
 
 
 def _raises(kind: type[StampedeError], match: str) -> Any:
@@ -583,6 +583,34 @@ async def test_rediss_to_a_plain_port(secured: RedisNode) -> None:
     with _raises(stampede.SetupError, r"does not seem to speak TLS: use redis:// for a plain"):
         async with stampede.connect(url, connection=quick):
             pass
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("ssl_ca_certs=/nonexistent/ca.pem", r"cannot load the CA file ssl_ca_certs='/nonexist"),
+        ("ssl_ca_certs={here}", r"cannot load the CA file .*give a readable PEM file"),
+        ("ssl_certfile={here}", r"cannot load the client certificate ssl_certfile="),
+        ("client_name=bad%20name", r"client_name 'bad name' may hold only printable ASCII"),
+    ],
+    ids=["ca-missing", "ca-not-pem", "cert-not-pem", "client-name-space"],
+)
+async def test_url_options_that_cannot_work_are_refused_up_front(
+    stampede_primaries: Any, query: str, message: str
+) -> None:
+    """A TLS file that is missing or not PEM was a FileNotFoundError / ssl.SSLError
+    (a traceback on the command line); a client name Redis refuses passed as a server
+    that "refused stampede's checks", problem "unreachable" (CLI exit 3). Both are
+    `ConfigurationError`s naming the option before anything is sent; the CLI's usage
+    error (exit 2)."""
+    scheme = "redis" if query.startswith("client_name") else "rediss"
+    url = f"{scheme}://{stampede_primaries.nodes[0].address}?{query.format(here=__file__)}"
+    with _raises(ConfigurationError, message):
+        async with stampede.connect(url):
+            pass
+    cli = run_cli("queue", "stats", "--url", url, "--no-check-identity", timeout=60)
+    err = cli.stderr.decode()
+    assert cli.returncode == 2 and "bad Redis URL" in err and "Traceback" not in err, err
 
 
 # -- the command line without its extra ----------------------------------------------------

@@ -83,6 +83,12 @@ def parse_url(url: str, options: ConnectOptions | None = None) -> Endpoint:
             f"bad Redis URL: unknown option(s) {', '.join(unknown)}; known: "
             f"{', '.join(sorted(_OPTIONS))}"
         )
+    name = query.get("client_name")
+    if name is not None and any(not "!" <= c <= "~" for c in name):
+        raise ConfigurationError(
+            f"bad Redis URL: client_name {name!r} may hold only printable ASCII, without "
+            "spaces (Redis refuses any other name)"
+        )
     db = _db(parts.path if parts.scheme != "unix" else "", query.get("db"))
     username = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password is not None else None
@@ -90,7 +96,7 @@ def parse_url(url: str, options: ConnectOptions | None = None) -> Endpoint:
         "username": username,
         "password": password,
         "db": db,
-        "client_name": query.get("client_name"),
+        "client_name": name,
         "connect_timeout": opts.connect_timeout,
         "socket_timeout": opts.socket_timeout,
     }
@@ -131,10 +137,25 @@ def _tls(query: dict[str, str]) -> ssl.SSLContext:
         raise ConfigurationError(
             f"bad Redis URL: ssl_cert_reqs must be required, optional or none, got {reqs!r}"
         )
-    context = ssl.create_default_context(cafile=query.get("ssl_ca_certs"))
+    try:
+        context = ssl.create_default_context(cafile=query.get("ssl_ca_certs"))
+    except OSError as exc:  # ssl.SSLError too: a missing file, or not a certificate
+        raise _unloadable("the CA file", f"ssl_ca_certs={query['ssl_ca_certs']!r}", exc) from None
     check = query.get("ssl_check_hostname", "true" if reqs == "required" else "false")
     context.check_hostname = check.lower() in ("1", "true", "yes")
     context.verify_mode = _CERT_REQS[reqs]
     if "ssl_certfile" in query:
-        context.load_cert_chain(query["ssl_certfile"], query.get("ssl_keyfile"))
+        try:
+            context.load_cert_chain(query["ssl_certfile"], query.get("ssl_keyfile"))
+        except OSError as exc:
+            named = [name for name in ("ssl_certfile", "ssl_keyfile") if name in query]
+            files = ", ".join(f"{name}={query[name]!r}" for name in named)
+            raise _unloadable("the client certificate", files, exc) from None
     return context
+
+
+def _unloadable(what: str, where: str, exc: OSError) -> ConfigurationError:
+    why = exc.strerror or str(exc)
+    return ConfigurationError(
+        f"bad Redis URL: cannot load {what} {where} ({why}); give a readable PEM file"
+    )
