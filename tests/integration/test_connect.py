@@ -137,6 +137,17 @@ async def test_a_database_the_server_lacks_is_refused_as_such(primaries: LocalPr
         assert "no database 99" in text and "no server answered" not in text, text
 
 
+async def test_a_password_for_a_server_without_one_says_to_drop_it(
+    primaries: LocalPrimaries,
+) -> None:
+    """`redis://:pw@host` against a server with no password: the advice was to put
+    user:password in the URL, which is what was done; it now says to drop it."""
+    url = f"redis://:pw@{primaries.nodes[0].address}"
+    err = await refused(url)
+    assert err.problem == "auth" and "the server has none" in str(err), err
+    assert "drop it (redis://host:port)" in str(err) and "pw@" not in str(err)
+
+
 async def test_rediss_to_a_plain_port_is_refused(primaries: LocalPrimaries) -> None:
     """TLS against a plain port: use redis://, or the server's tls-port."""
     url = f"rediss://{primaries.nodes[0].address}"

@@ -124,17 +124,18 @@ def refusal(exc: BaseException, url: str, *, waited: float | None = None) -> Set
         return exc
     if isinstance(exc, AuthError):
         text = str(exc)
-        if "WRONGPASS" in text or "invalid" in text.lower():
+        fix = (
+            "put user:password in the URL (redis://user:password@host:port, or "
+            "redis://:password@host:port for the default user)"
+        )
+        if "without any password configured" in text:
+            why = "the URL gives a password, but the server has none"
+            fix = "drop it (redis://host:port), or set the server's requirepass"
+        elif "WRONGPASS" in text or "invalid" in text.lower():
             why = "the user or password in the URL was refused"
         else:
             why = "authentication required"
-        return SetupError(
-            f"{why} ({text}); put user:password in the URL "
-            "(redis://user:password@host:port, or redis://:password@host:port for the "
-            "default user)",
-            url=shown,
-            problem="auth",
-        )
+        return SetupError(f"{why} ({text}); {fix}", url=shown, problem="auth")
     if isinstance(exc, NoPermissionError):
         return SetupError(
             f"the ACL user may not run what stampede needs ({exc}); grant it, e.g. "
