@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -503,3 +504,28 @@ async def test_processes_metrics_ports_past_65535_are_a_usage_error() -> None:
     assert result.returncode == 2, stderr[-2000:]
     assert "--metrics-port" in stderr and "65535" in stderr
     assert "Traceback" not in stderr and "supervisor.started" not in stderr
+
+
+async def test_ctrl_c_while_the_children_start_stops_the_supervisor_cleanly() -> None:
+    """SIGINT to `--processes 2` while both children are still connecting (no server
+    answers yet): each child stops (exit 130, interrupted), and the supervisor exits 0,
+    "stopped cleanly (a signal)"; it exited 1 as if a child had failed."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = await spawn(
+        "worker", "--url", f"redis://127.0.0.1:{port}", "--strategy", "newest-wins",
+        "--processes", "2", "--connect-attempts", "1000",
+    )  # fmt: skip
+    assert proc.stderr is not None
+    connecting = 0
+    while connecting < 2:  # both children have tried once, and are waiting to retry
+        line = await asyncio.wait_for(proc.stderr.readline(), timeout=60)
+        assert line, "the supervisor ended before its children tried to connect"
+        connecting += b'"worker.connect_failed"' in line and b'"attempt": 1,' in line
+    proc.send_signal(signal.SIGINT)
+    rest = await finish(proc)
+    assert proc.returncode == 0, rest.decode()[-2000:]
+    stopped = [json.loads(x) for x in rest.splitlines() if b"supervisor.stopped" in x]
+    assert stopped and stopped[0]["exit_code"] == 0, stopped
+    assert b"Traceback" not in rest

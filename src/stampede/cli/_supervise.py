@@ -108,8 +108,8 @@ class Supervisor:
             code = await proc.wait()
             level = logging.INFO if code == 0 else logging.WARNING
             event("supervisor.child_exited", level, child=index, pid=proc.pid, exit_code=code)
-            if self.stopping.is_set() and code == -self.signal:
-                return 0  # killed by the signal forwarded while it started: held nothing
+            if self.stopping.is_set() and code in (-self.signal, 128 + self.signal):
+                return 0  # stopped by the signal forwarded while it started: held nothing
             if self.stopping.is_set() or code == 0:
                 return code
             if code in FATAL:
