@@ -204,3 +204,32 @@ async def test_a_repair_delete_from_a_clock_behind_still_lands_its_tombstones(
     assert result.repair.stamp is not None
     tombstone = b"%d:%s" % (result.repair.stamp[0], result.repair.stamp[1].encode())
     assert [await raw_value(st, k) for k in keys] == [tombstone, tombstone]
+
+
+async def test_a_refetch_over_a_delete_from_a_clock_behind_restores_live_data(
+    topology_env: tuple[str, Any], behind: Any
+) -> None:
+    """A `Refetch` over a delete (the source says the entity exists) writes new data,
+    which lives the options' ttl: counted from the server's clock, as a repair's
+    tombstones' grace is. From a worker clock behind by more than the ttl it used to
+    land already expired (the compare-and-set's past PXAT deletes the key): the keys,
+    tombstones and all, simply went, and the repair still said `rewritten`."""
+    kind, env = topology_env
+    async with open_stampede(env, kind, ttl=3600) as st:
+        keys = spread_keys(st, "rback", 2)
+        await st.write("rback", dict.fromkeys(keys, b"x"))
+        await st.delete("rback", keys[:1], grace=30)  # torn: the delete reached one key
+
+        async def load(group: bytes, names: Sequence[bytes]) -> dict[bytes, bytes]:
+            return dict.fromkeys(names, b"from-db")
+
+        behind()
+        quick = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
+        result = await st.read("rback", keys, retry=quick, repair=Refetch(load))
+        assert result.repair is not None and result.repair.action is RepairAction.REWRITTEN
+        assert result.repair.stamp is not None
+        stamp = b"%d:%s:" % (result.repair.stamp[0], result.repair.stamp[1].encode())
+        assert [await raw_value(st, k) for k in keys] == [stamp + b"from-db"] * 2
+        for key in keys:
+            left = int(await st.topology.execute(key.encode(), "PTTL", key))
+            assert left > 3_000_000, key  # the ttl (an hour), by the server's clock
