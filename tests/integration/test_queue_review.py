@@ -482,3 +482,27 @@ async def test_an_enqueue_whose_reply_was_lost_is_resent_and_queues_one_job(
     assert rule.hits == 1
     (job,) = await queue.claim("w", 10)
     assert job.group == b"lost" and await queue.claim("w", 10) == []
+
+
+async def test_a_requeue_takes_the_parked_copy_of_a_dead_letter_with_it(st: Stampede) -> None:
+    """A worker that died after publishing a dead letter, before deleting its parked
+    copy, leaves that copy for the next claim to publish (a no-op while the dead letter
+    is there). A requeue of that dead letter used to leave the copy parked, and the
+    requeue's trim took its source: the next claim published it again, so the job was
+    both queued anew and a dead letter (a second requeue, a second repair)."""
+    queue = RepairQueue(st.topology, partitions=1, max_attempts=1, min_idle=0.1)
+    await queue.clear()
+    await queue.enqueue("parked", ["parked:a"], {}, "torn")
+    (job,) = await queue.claim("a", 1)
+    dying = DiesAfter(st.topology, {"queue_bury"})
+    with pytest.raises(InjectedCrash):
+        await RepairQueue(dying, partitions=1, max_attempts=1).dead_letter(job, "boom", 1)
+    (letter,) = await queue.dead_letters()
+    assert letter["source_id"] == job.id
+    (requeued,) = await queue.requeue_dead()
+    assert requeued["outcome"] == "queued"
+    await asyncio.sleep(queue.min_idle_ms / 1000 + 0.05)  # a parked copy is now claimable
+    await queue.promote()
+    assert await queue.dead_letters() == []
+    stats = await queue.stats(detailed=True)
+    assert stats == {"length": 1, "pending": 0, "lag": 1, "dead": 0, "delayed": 0}, stats

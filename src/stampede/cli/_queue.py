@@ -20,7 +20,7 @@ from rich.table import Table
 from .._client import Stampede
 from ..errors import ConfigurationError, ShardResponseError, StampedeError
 from ..repair._queue import RepairQueue
-from ..repair._queue_admin import check_entry_id
+from ..repair._queue_requeue import check_entry_id
 from ._common import Where, console, setting, unreachable, with_connection
 from ._errors import fail
 

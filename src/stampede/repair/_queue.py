@@ -51,6 +51,7 @@ from ..typing import Topology
 from . import _queue_admin as _admin
 from . import _queue_claim as _claim
 from . import _queue_fail as _fail
+from . import _queue_requeue as _requeue
 from ._jobs import (
     BASE,
     CONSUMER_GROUP,
@@ -365,7 +366,7 @@ class RepairQueue:
         `pending` (the group already has a job, which covers it), `malformed` (no
         keys to repair: kept) or `missing` (no dead letter with that id).
         """
-        return await _admin.requeue_dead(self, ids, count=count)
+        return await _requeue.requeue_dead(self, ids, count=count)
 
     async def delayed(self, count: int = 100) -> list[dict[str, Any]]:
         """Retries waiting for their delay, soonest first: their fields as text, plus

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._lua import script
 from ..errors import (
-    ConfigurationError,
     InvalidKeyError,
     ShardError,
     ShardResponseError,
@@ -25,7 +23,6 @@ if TYPE_CHECKING:
     from ._queue import RepairQueue
 
 __all__ = [
-    "check_entry_id",
     "dead_letter",
     "dead_letters",
     "delayed",
@@ -33,7 +30,7 @@ __all__ = [
     "held_by",
     "keep_held",
     "publish",
-    "requeue_dead",
+    "run_checked",
     "stats",
     "touch",
     "wrong_kind",
@@ -74,7 +71,7 @@ async def wrong_kind_among(
     return wrong_kind(exc, stream)
 
 
-async def _run(queue: RepairQueue, key: bytes, *args: Any) -> Any:
+async def run_checked(queue: RepairQueue, key: bytes, *args: Any) -> Any:
     """`key`'s command on its shard, a WRONGTYPE reply as `wrong_kind` says."""
     try:
         return await queue.topology.execute(key, *args)
@@ -85,8 +82,6 @@ async def _run(queue: RepairQueue, key: bytes, *args: Any) -> Any:
 _DEAD = script("queue_dead")
 
 _BURY = script("queue_bury")
-
-_SOURCES = script("queue_sources")
 
 _FORGET = script("queue_forget")
 
@@ -196,7 +191,7 @@ async def held_by(queue: RepairQueue, consumer: str) -> int:
 
 async def dead_letters(queue: RepairQueue, count: int = 100) -> list[dict[str, str]]:
     """The newest dead-lettered jobs, fields as text."""
-    reply = await _run(queue, queue.dead, "XREVRANGE", queue.dead, "+", "-", "COUNT", count)
+    reply = await run_checked(queue, queue.dead, "XREVRANGE", queue.dead, "+", "-", "COUNT", count)
     out = []
     for eid, raw in reply:
         fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
@@ -206,132 +201,15 @@ async def dead_letters(queue: RepairQueue, count: int = 100) -> list[dict[str, s
     return out
 
 
-_ENTRY_ID = re.compile(r"(\d{1,20})(?:-(\d{1,20}))?")
-
-
-def check_entry_id(eid: str) -> str:
-    """`eid` if it is a stream entry id (`<ms>-<seq>` or `<ms>`), else ConfigurationError
-    naming it: the server's refusal named neither the id nor what to give instead."""
-    found = _ENTRY_ID.fullmatch(eid)
-    if found is None or any(int(part or 0) >= 2**64 for part in found.groups()):
-        raise ConfigurationError(
-            f"{eid!r} is not a dead letter id: give one as `stampede queue dead` lists "
-            "them (<ms>-<seq>, e.g. 1700000000000-0)"
-        )
-    return eid
-
-
-async def requeue_dead(
-    queue: RepairQueue, ids: Sequence[str] | None = None, *, count: int = 1000
-) -> list[dict[str, str]]:
-    """Put dead letters back on the queue as new jobs (attempts 0) and delete them.
-
-    `ids` picks dead letters by id; None takes the oldest `count` that can be requeued
-    (the malformed ones on the way are reported and kept). Each result
-    has `id`, `group` and `outcome`: `queued` (with the new `job` id),
-    `pending` (the group already has a job, which covers it), `malformed` (no
-    keys to repair: kept) or `missing` (no dead letter with that id).
-    """
-    if ids is None:
-        return await _requeue_oldest(queue, count)
-    for eid in ids:  # every id checked before anything is requeued
-        check_entry_id(eid)
-    out: list[dict[str, str]] = []
-    for eid in ids:
-        found = await _run(queue, queue.dead, "XRANGE", queue.dead, eid, eid)
-        for entry_id, raw in found or [(eid.encode(), None)]:
-            out.append(await _requeue_one(queue, entry_id, raw))
-    await _forget_sources(queue, out)
-    return out
-
-
-async def _requeue_oldest(queue: RepairQueue, count: int) -> list[dict[str, str]]:
-    """Requeue the oldest `count` dead letters that can be, reporting the malformed ones
-    on the way (kept): `count` of them no longer stop it from reaching the rest."""
-    out: list[dict[str, str]] = []
-    start, requeued = "-", 0
-    while requeued < count:
-        page = await _run(
-            queue,
-            queue.dead,
-            "XRANGE",
-            queue.dead,
-            start,
-            "+",
-            "COUNT",
-            min(count - requeued, 1000),
-        )
-        if not page:
-            break
-        for eid, raw in page:
-            item = await _requeue_one(queue, eid, raw)
-            out.append(item)
-            requeued += item["outcome"] != "malformed"
-        start = "(" + as_text(page[-1][0])
-    await _forget_sources(queue, out)
-    return out
-
-
-async def _forget_sources(queue: RepairQueue, results: Sequence[dict[str, str]]) -> None:
-    """After requeueing: the sources of dead letters no longer there go with them."""
-    if any(item["outcome"] in ("queued", "pending") for item in results):
-        keys = [queue.dead, queue.dead_sources]
-        await queue.topology.script(_SOURCES, keys, [queue.dead_max_len])
-
-
-async def _requeue_one(queue: RepairQueue, eid: Any, raw: Any) -> dict[str, str]:
-    """Requeue one dead letter (`raw`: its fields, None when there is none) and delete it;
-    its result as `requeue_dead` gives it."""
-    if raw is None:
-        return {"id": as_text(eid), "group": "", "outcome": "missing"}
-    fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
-    group = fields.get(b"group", b"")
-    item = {"id": as_text(eid), "group": group.decode("utf-8", "backslashreplace")}
-    keys, seen = _requeueable(fields)
-    if not group or not keys or seen is None:
-        return {**item, "outcome": "malformed"}
-    mode = as_text(fields[b"mode"]) if b"mode" in fields else None
-    job = await queue.enqueue(
-        group,
-        [k.encode("utf-8", "surrogateescape") for k in keys],
-        seen,
-        as_text(fields.get(b"reason", b"torn")),
-        mode=mode,
-    )
-    await _run(queue, queue.dead, "XDEL", queue.dead, eid)
-    if job is None:
-        return {**item, "outcome": "pending"}
-    return {**item, "outcome": "queued", "job": job}
-
-
-def _requeueable(
-    fields: dict[bytes, bytes],
-) -> tuple[list[str] | None, dict[str, str | None] | None]:
-    """A dead letter's keys (a non-empty JSON list of strings) and seen (a JSON object
-    of strings or nulls), or None for either when malformed (another program wrote it)."""
-    try:
-        keys = json.loads(fields[b"keys"])
-        seen = json.loads(fields.get(b"seen", b"{}"))
-    except (KeyError, ValueError, TypeError, RecursionError):
-        return None, None
-    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
-        return None, None
-    if not isinstance(seen, dict) or not all(
-        v is None or isinstance(v, str) for v in seen.values()
-    ):
-        return keys, None
-    return keys, seen
-
-
 async def delayed(queue: RepairQueue, count: int = 100) -> list[dict[str, Any]]:
     """Retries waiting for their delay, soonest first: their fields as text, plus
     `stream` and `due_at` (epoch seconds)."""
     out: list[dict[str, Any]] = []
     for stream in queue.streams:
         zkey, hkey = queue.delayed_key(stream), queue.retries_key(stream)
-        due = await _run(queue, zkey, "ZRANGE", zkey, 0, count - 1, "WITHSCORES")
+        due = await run_checked(queue, zkey, "ZRANGE", zkey, 0, count - 1, "WITHSCORES")
         for group, score in zip(due[::2], due[1::2], strict=True):
-            raw = await _run(queue, hkey, "HGET", hkey, group)
+            raw = await run_checked(queue, hkey, "HGET", hkey, group)
             item: dict[str, Any] = _retry_fields(raw)
             item.setdefault("group", as_text(group))
             item["stream"] = as_text(stream)
@@ -363,10 +241,10 @@ async def stats(queue: RepairQueue, *, detailed: bool = False) -> dict[str, int]
     length = pending = lag = delayed = 0
     for stream in queue.streams:
         zkey = queue.delayed_key(stream)
-        delayed += int(await _run(queue, zkey, "ZCARD", zkey))
+        delayed += int(await run_checked(queue, zkey, "ZCARD", zkey))
         try:
-            entries = int(await _run(queue, stream, "XLEN", stream))
-            groups = await _run(queue, stream, "XINFO", "GROUPS", stream)
+            entries = int(await run_checked(queue, stream, "XLEN", stream))
+            groups = await run_checked(queue, stream, "XINFO", "GROUPS", stream)
         except ShardResponseError:
             continue  # no stream yet
         length += entries
@@ -382,10 +260,10 @@ async def stats(queue: RepairQueue, *, detailed: bool = False) -> dict[str, int]
                 # is deleted, the entries not pending are the undelivered ones.
                 raw = fields.get(b"lag")
                 lag += int(raw) if raw is not None else max(0, entries - held)
-    dead = int(await _run(queue, queue.dead, "XLEN", queue.dead))
+    dead = int(await run_checked(queue, queue.dead, "XLEN", queue.dead))
     for stream in queue.streams:  # decided, not yet published
         dying = queue.dying_key(stream)
-        dead += int(await _run(queue, dying, "HLEN", dying))
+        dead += int(await run_checked(queue, dying, "HLEN", dying))
     out = {"length": length + delayed, "pending": pending, "lag": lag, "dead": dead}
     if detailed:
         out["delayed"] = delayed
