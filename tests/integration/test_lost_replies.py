@@ -9,22 +9,32 @@ or resent it blindly, before the retry policy of `stampede.topology._retries`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 
 import stampede
-from stampede import Envelope, OutcomeUnknownError, RetryPolicy, Stampede, atomic, eventlog
+from stampede import (
+    ClockSkewError,
+    Envelope,
+    OutcomeUnknownError,
+    PartialWriteError,
+    RetryPolicy,
+    Stampede,
+    atomic,
+    eventlog,
+)
 from stampede._txn.scripts import COMMIT, PREPARE
 from stampede._txn.write import run_units
-from stampede.options import ConnectOptions, load_options
+from stampede.options import ConnectOptions, Durability, load_options
 from stampede.repair import NewestWins, Refetch
 from stampede.results import RepairAction
 from stampede.testing import RedisProxy
 from stampede.topology import Cluster
 from stampede.topology._guard import GUARD
-from stampede.wire import commit_key, new_token
+from stampede.wire import _record, commit_key, new_token
 from stampede.wire._txn import encode_meta, side_key
 
 from ..support import FAST, spread_keys, write_newer
@@ -279,6 +289,37 @@ async def test_reads_and_guarded_writes_are_resent(px: Proxied) -> None:
     result = await px.st.read(GROUP, [BALANCE])
     assert write.hits == 1 and read.hits == 1
     assert result.values == {BALANCE: b"5"}
+
+
+class _Behind:
+    """`time` as a writer whose clock is an hour behind sees it."""
+
+    def time_ns(self) -> int:
+        return time.time_ns() - 3600 * 10**9
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_a_resent_write_refused_as_expired_is_not_said_never_written(
+    px: Proxied, monkeypatch: pytest.MonkeyPatch, durable: bool
+) -> None:
+    """A stamped write with a ttl whose reply was lost is sent again; by then its
+    expiry instant may have passed (here it had from the start: a clock behind), and
+    the resend is refused as expired. The send whose reply was lost may have landed,
+    replaced the older value and expired since, which the client cannot tell from a
+    send that never landed: the write used to raise `ClockSkewError` ("nothing was
+    written there"); it now says its outcome is unknown (`PartialWriteError`)."""
+    proxy = px.proxy_for(BALANCE)
+    await px.st.write(GROUP, {BALANCE: b"4"})  # the scripts loaded: the dropped call runs
+    drop = proxy.drop_reply(named(b"EVALSHA", b"EVAL"))
+    monkeypatch.setattr(_record, "time", _Behind())
+    durability = Durability(replicas=0) if durable else None
+    with pytest.raises(PartialWriteError) as caught:
+        await px.st.write(GROUP, {BALANCE: b"5"}, ttl=60, durability=durability)
+    monkeypatch.undo()
+    assert drop.hits == 1
+    assert not isinstance(caught.value, ClockSkewError)
+    assert caught.value.failed == [BALANCE.encode()]
+    assert "may have landed" in str(caught.value)
 
 
 async def test_a_lost_guard_reply_still_raises_the_floor_of_a_key_with_empty_braces(

@@ -35,12 +35,12 @@ from ._durable import (
 )
 from ._endpoint import node_url, parse_url
 from ._floor import needs_floors, raise_floors
-from ._guard import GUARD, WriteRequest, split_codes
+from ._guard import EXPIRED, GUARD, WriteRequest, split_codes, unknown_if_resent
 from ._lane import Sent
 from ._node_ops import Body, Command, eval_fallback, marker_id, optimistic_once, transaction
 from ._plan import fetch_parts, requests_of, write_parts
 from ._resp import AskError, MovedError, TryAgainError
-from ._retries import Markers
+from ._retries import Markers, watch_losses
 from ._rounds import script_round
 from ._router import ERRORS, TRANSIENT, Router
 from ._scans import ScanCursors, is_scan, scan_page
@@ -203,6 +203,7 @@ class Cluster:
         write again the usual way (following MOVED and ASK), and no acknowledgement."""
         outcome = WriteOutcome()
         again: list[int] = []
+        resent: list[int] = []  # of those, the ones whose pipeline lost a reply
 
         async def one(node: str, positions: list[int]) -> None:
             by_slot: dict[int, list[int]] = {}
@@ -216,20 +217,20 @@ class Cluster:
             ]
             lane = self._router.lane_at(node)
             try:
-                replies = await sent_with_wait(
-                    lambda c: lane.pipeline(c, resend=True), commands, wait_commands(stamp)
-                )
+                with watch_losses() as lost:  # (a resend refused as expired: unknown)
+                    replies = await sent_with_wait(
+                        lambda c: lane.pipeline(c, resend=True), commands, wait_commands(stamp)
+                    )
+                failed = any(isinstance(r, BaseException) for r in replies[: len(requests)])
             except ERRORS:
+                failed = True
+            if failed:
                 again.extend(positions)
+                resent.extend(positions if lost.count else ())
                 return
-            if any(isinstance(r, BaseException) for r in replies[: len(requests)]):
-                again.extend(positions)
-                return
-            for request, codes in zip(
-                requests,
-                split_codes(requests, [c for r in replies[: len(requests)] for c in r], node),
-                strict=True,
-            ):
+            split = split_codes(requests, [c for r in replies[: len(requests)] for c in r], node)
+            unsure = unknown_if_resent(split, node, lost.count)
+            for request, codes in zip(requests, unsure, strict=True):
                 if isinstance(codes, ShardError):
                     outcome.failed.update(dict.fromkeys(request.keys, codes))
                 else:
@@ -244,6 +245,9 @@ class Cluster:
             )
             outcome.results.update(retried.results)
             outcome.failed.update(retried.failed)
+            for key in {keys[p] for p in resent if retried.results.get(keys[p]) == EXPIRED}:
+                del outcome.results[key]  # sent again after a lost reply: unknown
+                (outcome.failed[key],) = unknown_if_resent([[EXPIRED]], "cluster", 1)
             for node in {self._router.safe_shard(keys[p]) for p in again}:
                 outcome.acks[node] = 0
         if needs_floors(outcome.results.values()):

@@ -27,10 +27,12 @@ from ._guard import (
     argv_at,
     joined,
     split_codes,
+    unknown_if_resent,
 )
 from ._lane import Sent
 from ._node_ops import eval_fallback
 from ._resp import ReplyError
+from ._retries import watch_losses
 from ._router import Router, failing, redirected
 
 __all__ = ["NodeIO", "NodeReads", "NodeWrites"]
@@ -289,4 +291,6 @@ class NodeWrites:
         return await self.run(requests, answer)
 
     async def run(self, requests: list[WriteRequest], first: Sent | None = None) -> list[Any]:
-        return await self._io.write_batch(self._node, requests, first)
+        with watch_losses() as lost:  # (a resend refused as expired: unknown)
+            results: list[Any] = await self._io.write_batch(self._node, requests, first)
+        return unknown_if_resent(results, self._node, lost.count)

@@ -19,8 +19,9 @@ from .._lua import Script, as_eval
 from ..errors import ShardError
 from ._base import WriteOutcome, carried, translated
 from ._floor import needs_floors, raise_floors
-from ._guard import GUARD, WriteRequest, split_codes
+from ._guard import GUARD, WriteRequest, split_codes, unknown_if_resent
 from ._reply_errors import NoScriptError
+from ._retries import watch_losses
 
 if TYPE_CHECKING:
     from ..typing import GuardStamp, Topology
@@ -145,7 +146,10 @@ async def _durable_write(
         guard = ("EVALSHA", GUARD.sha, len(request.keys), *request.keys, *request.argv)
         name = names[shard]
         try:
-            replies = await sent_with_wait(lambda c: send(shard, c), [guard], wait_commands(stamp))
+            with watch_losses() as lost:  # (a resend refused as expired: unknown)
+                replies = await sent_with_wait(
+                    lambda c: send(shard, c), [guard], wait_commands(stamp)
+                )
         except ShardError as exc:
             outcome.failed.update(dict.fromkeys(request.keys, exc))
             return
@@ -153,7 +157,7 @@ async def _durable_write(
         if isinstance(codes, ShardError):
             outcome.failed.update(dict.fromkeys(request.keys, codes))
             return
-        (mine,) = split_codes([request], codes, name)
+        (mine,) = unknown_if_resent(split_codes([request], codes, name), name, lost.count)
         if isinstance(mine, ShardError):
             outcome.failed.update(dict.fromkeys(request.keys, mine))
             return

@@ -64,7 +64,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 from .._lua import script
-from ..errors import ShardResponseError
+from ..errors import ShardResponseError, ShardUnavailable
 from ..results import GuardCode
 
 if TYPE_CHECKING:
@@ -96,6 +96,7 @@ __all__ = [
     "joined",
     "requests_for",
     "split_codes",
+    "unknown_if_resent",
     "without_keeping",
 ]
 
@@ -357,6 +358,28 @@ def split_codes(requests: Sequence[WriteRequest], codes: list[Any], shard: str) 
 
 _INT = {int}
 """The type of every code of a plain answer (`split_codes`)."""
+
+
+def unknown_if_resent(results: list[Any], shard: str, lost: int) -> list[Any]:
+    """`results` (`split_codes`'s) of a guard call resent after `lost` lost replies: a
+    write refused there as `EXPIRED` becomes `ShardUnavailable` (its outcome unknown).
+    The send whose reply was lost may have landed, replacing the older values, and its
+    instant passed before the resend: the refusal says nothing of that send, so the
+    write is not reported as never written (`ClockSkewError`)."""
+    if not lost:
+        return results
+    return [
+        ShardUnavailable(
+            "the reply of a guarded write with an expiry was lost, and by the time it was "
+            "sent again its expiry instant had passed (refused as expired): the first send "
+            "may have landed, replaced the older values and expired since, or not have "
+            "landed at all; read the group to find out",
+            shard=shard,
+        )
+        if not isinstance(codes, BaseException) and EXPIRED in codes
+        else codes
+        for codes in results
+    ]
 
 
 CAS = script("cas")

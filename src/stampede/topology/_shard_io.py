@@ -19,10 +19,11 @@ from typing import Any, TypeVar
 
 from ._base import TRANSPORT_ERRORS, guarded, translate
 from ._encode import Packed
-from ._guard import GUARD, WriteRequest, joined, split_codes
+from ._guard import GUARD, WriteRequest, joined, split_codes, unknown_if_resent
 from ._lane import Lane, Sent
 from ._node_ops import evalsha
 from ._reply_errors import ReadOnlyError
+from ._retries import watch_losses
 
 __all__ = ["Call", "ShardReads", "ShardWrites", "guard_call", "primary_call"]
 
@@ -196,4 +197,6 @@ class ShardWrites:
                 raise codes
             return codes
 
-        return split_codes(requests, await self._call(call), self._name)
+        with watch_losses() as lost:  # (a resend refused as expired: unknown)
+            codes = await self._call(call)
+        return unknown_if_resent(split_codes(requests, codes, self._name), self._name, lost.count)
