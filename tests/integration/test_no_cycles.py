@@ -5,7 +5,7 @@ reference cycle: then only the cyclic garbage collector frees it, and each
 collection walks every young object (and, every so often, every object). A cycle
 made per call is therefore a cost per call that no profile of the call shows: the
 transaction's `Sent` -> callback -> `Fanin` -> answers -> `Sent` cycle made the
-collector 44% of a transaction's client CPU at 64 in flight (docs/performance.md).
+collector a fifth of a transaction's client CPU at 64 in flight (docs/performance.md).
 
 Each operation below runs on both topologies with the collector saving what it
 finds (`DEBUG_SAVEALL`), and no object of stampede's (its classes, its functions
