@@ -8,9 +8,12 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+import redis
 
 import stampede
 from stampede import ConnectOptions, Envelope, Stampede
@@ -202,3 +205,34 @@ class Holding(NewestWins):
         self.entered.set()
         await self.release.wait()
         return await super().repair(ctx, obs, verdict)
+
+
+def caught_up(node: Any, replicas: int = 1, *, within: float = 60.0) -> None:
+    """Block until `replicas` replicas of `node` hold every write it took so far: each
+    replica, asked itself, has its link to `node` up and has applied `node`'s
+    replication offset. Neither WAIT nor the primary's own view tells that alone: a
+    WAIT that timed out (a replica still in its first sync on a loaded machine) says
+    so only by its count, and Valkey 9 counts, and lists as online, a replica still
+    loading its first sync, whose keyspace is empty until it is done."""
+    deadline = time.monotonic() + within
+    client = node.client()
+    while True:
+        client.wait(replicas, 200)
+        info = client.info("replication")
+        offset = int(info.get("master_repl_offset", 0))
+        ready = 0
+        for name, value in info.items():
+            if not (name.startswith("slave") and isinstance(value, dict)):
+                continue
+            with redis.Redis(host=str(value["ip"]), port=int(value["port"])) as replica:
+                seen = replica.info("replication")
+            if (
+                seen.get("master_link_status") == "up"
+                and int(seen.get("slave_repl_offset", -1)) >= offset
+            ):
+                ready += 1
+        if ready >= replicas:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{ready} of {replicas} replicas of {node} caught up in {within}s")
+        time.sleep(0.05)

@@ -19,6 +19,8 @@ from stampede.keys import keyslot
 from stampede.options import ConnectOptions
 from stampede.testing import LocalCluster, RedisNode
 
+from ..support import caught_up
+
 pytestmark = pytest.mark.timeout(240)  # real elections, on a machine that may be busy
 
 SHORT = FailoverTiming(groups=8, warm=20, tail=30)
@@ -201,7 +203,7 @@ async def test_a_durability_shortfall_longer_than_the_socket_timeout_is_reported
     replica = RedisNode(extra_args=["--replicaof", primary.host, str(primary.port)])
     replica.start()
     try:
-        primary.client().wait(1, 5000)
+        caught_up(primary)
         options = ConnectOptions(socket_timeout=0.5, connect_timeout=0.5, connection_retries=1)
         async with stampede.connect([primary.url], connection=options) as st:
             replica.pause()

@@ -29,7 +29,7 @@ from stampede.options import ConnectOptions
 from stampede.testing import LocalCluster, RedisNode, RedisProxy
 from stampede.testing._admin import command
 
-from ..support import eventually
+from ..support import caught_up, eventually
 
 pytestmark = pytest.mark.timeout(180)  # real elections, on a machine that may be busy
 
@@ -69,7 +69,7 @@ async def test_a_client_open_before_a_master_dies_writes_after_the_promotion(
     keys = [f"{group}:a", f"{group}:b"]
     await st.write(group, dict.fromkeys(keys, b"before"))
     victim = replicated.master_for_slot(keyslot(keys[0]))
-    victim.client().wait(1, 5000)  # the replica has the write
+    caught_up(victim)  # the replica has the write
     before = st.topology.shard_of(keys[0].encode())
     victim.kill()
     receipt = await st.write(group, dict.fromkeys(keys, b"after"))
@@ -90,7 +90,7 @@ async def test_multi_after_a_failover_goes_to_the_promoted_replica(
         key = "fm:{1}:n"
         assert await multi(st, [("INCR", key)]) == [1]
         victim = replicated.master_for_slot(keyslot(key))
-        victim.client().wait(1, 5000)  # the replica has the count
+        caught_up(victim)  # the replica has the count
         victim.kill()
 
         async def promoted() -> bool:
@@ -175,7 +175,7 @@ async def test_reads_wait_through_the_election_too(replicated: LocalCluster, st:
     keys = [f"{group}:a"]
     await st.write(group, {keys[0]: b"v"})
     node = replicated.master_for_slot(keyslot(keys[0]))
-    node.client().wait(1, 5000)  # the replica has it
+    caught_up(node)  # the replica has it
     node.kill()
     got = await st.read(group, keys, retry=RetryPolicy(deadline=60.0))
     assert got.consistent and got.values == {keys[0]: b"v"}
@@ -386,7 +386,7 @@ async def test_a_primary_that_moves_by_dns_is_followed_past_readonly(
         options = ConnectOptions(socket_timeout=1.0, connect_timeout=0.5)
         async with stampede.connect([proxy.url], connection=options) as st:
             await st.write("dn:{1}", {"dn:{1}:a": b"1"})
-            primary.client().wait(1, 5000)
+            caught_up(primary)
             command(replica, "REPLICAOF", "NO", "ONE")
             command(primary, "REPLICAOF", replica.host, str(replica.port))
             proxy.target = (replica.host, replica.port)  # the name resolves anew
@@ -406,7 +406,7 @@ async def test_a_call_behind_a_long_wait_is_not_cut_short(
     down with it); the durable one reports its shortfall (found by the failover chaos
     scenarios)."""
     primary, replica = primary_and_replica
-    primary.client().wait(1, 5000)
+    caught_up(primary)
     options = ConnectOptions(socket_timeout=0.5, connect_timeout=0.5, connection_retries=1)
     async with stampede.connect([primary.url], connection=options) as st:
         await st.write("hb:{1}", {"hb:{1}:a": b"0"})
@@ -490,7 +490,7 @@ async def test_a_scan_across_a_dns_move_is_refused_not_cut_short(
     a cursor that means nothing on that server."""
     primary, replica = primary_and_replica
     primary.client().mset({f"dm:{i}": b"x" for i in range(2000)})
-    primary.client().wait(1, 5000)
+    caught_up(primary)
     async with RedisProxy(primary.address) as proxy:
         async with stampede.connect([proxy.url], connection=SCANNED) as st:
             shard = st.topology.shard_names[0]

@@ -18,7 +18,7 @@ from stampede.testing import LocalSentinels, RedisNode
 from stampede.testing._admin import command
 from stampede.topology import SentinelShards
 
-from ..support import eventually, run_cli
+from ..support import caught_up, eventually, run_cli
 
 pytestmark = pytest.mark.timeout(180)  # real elections, on a machine that may be busy
 
@@ -73,7 +73,7 @@ async def test_a_client_open_before_a_primary_dies_writes_after_the_promotion(
     keys = [f"{group}:a", f"{group}:b"]
     await st.write(group, dict.fromkeys(keys, b"before"))
     old = watched.node_at(watched.primary_of(name))
-    old.client().wait(1, 5000)
+    caught_up(old)
     old.kill()
     await st.write(group, dict.fromkeys(keys, b"after"))
     got = await st.read(group, keys, retry=RetryPolicy(deadline=30.0))
@@ -98,7 +98,7 @@ async def test_a_write_that_timed_out_at_a_paused_primary_waits_for_the_promotio
     key = f"{group}:a"
     await st.write(group, {key: b"before"})
     old = watched.node_at(watched.primary_of(name))
-    old.client().wait(1, 5000)
+    caught_up(old)
     old.pause()
     try:
         receipt = await st.write(group, {key: b"after"})
@@ -150,7 +150,7 @@ async def test_a_killed_primary_restarted_at_its_old_address_gets_no_writes(
     group = _group_on(st, name)
     await st.write(group, {f"{group}:a": b"before"})
     old = watched.node_at(watched.primary_of(name))
-    old.client().wait(1, 5000)
+    caught_up(old)
     if silent:
         watched.sentinels[0].pause()
     old.kill()
@@ -215,7 +215,7 @@ async def test_a_scan_across_a_failover_is_refused_not_cut_short(
     primary = watched.node_at(watched.primary_of(name))
     admin = primary.client()
     admin.mset({f"sc:{i}": b"x" for i in range(2000)})
-    admin.wait(1, 5000)
+    caught_up(primary)
     cursor, _ = await st.topology.execute_on(name, "SCAN", 0, "COUNT", 100)
     assert int(cursor) != 0
     assert isinstance(st.topology, SentinelShards)
@@ -263,7 +263,7 @@ async def test_open_during_a_failover_waits_for_the_promoted_replica(
     old = watched.node_at(watched.primary_of(name))
     replica = watched.replicas[watched.primaries.index(old)]
     old.client().set("before", b"1")
-    old.client().wait(1, 5000)
+    caught_up(old)
     replica.pause()
     old.kill()
     options = FOLLOW.model_copy(update={"failover_timeout": 90.0})

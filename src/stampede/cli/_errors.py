@@ -103,9 +103,15 @@ FLAGLESS: tuple[tuple[str, str, str], ...] = (
         "Scan in commit mode; if entity types differ in mode, scan each on its own",
     ),
     (", or pass --no-check-identity to skip the check", "check_identity", ""),
+    (
+        "give the queue another name (--stream)",
+        "--stream",  # (a flag: some commands' input-file argument is named `stream`)
+        "give the queue another name",
+    ),
 )
-"""Advice in flags -> the parameter a command needs for it, and what a command
-without that parameter says instead: advice never names a flag its command lacks."""
+"""Advice in flags -> the parameter (its name, or its flag) a command needs for it,
+and what a command without it says instead: advice never names a flag its command
+lacks."""
 
 
 def for_cli(message: object) -> str:
@@ -116,7 +122,8 @@ def for_cli(message: object) -> str:
         text = text.replace(python, flags)
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
-        have = {param.name for param in ctx.command.params}
+        params = ctx.command.params
+        have = {p.name for p in params} | {o for p in params for o in (*p.opts, *p.secondary_opts)}
         for flags, needs, instead in FLAGLESS:
             if needs not in have:
                 text = text.replace(flags, instead)
