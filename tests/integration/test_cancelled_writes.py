@@ -48,13 +48,11 @@ async def _floor_is_the_delete(st: Stampede, side: bytes) -> None:
     assert await st.topology.execute(side, "HGET", side, "g") == tombstone
 
 
-async def test_a_delete_cancelled_before_its_guard_answers_still_raises_the_floor(
-    st: Stampede, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The caller is cancelled while the guard's reply (10: floor left to the client)
-    is on its way: the reply is held until the cancellation is in, then let through;
-    the floor is raised before the cancelled delete raises `CancelledError`."""
-    side = await _pending_floor(st)
+def _hold_floor_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[list[Callable[[], None]], asyncio.Event]:
+    """Hold every guard answer that leaves a floor to the client (10) on its way to
+    its caller: (the releases of the held answers, set once one is held)."""
     held: list[Callable[[], None]] = []
     arrived = asyncio.Event()
     deliver = Fanin.deliver
@@ -67,6 +65,17 @@ async def test_a_delete_cancelled_before_its_guard_answers_still_raises_the_floo
         deliver(self, index, result)
 
     monkeypatch.setattr(Fanin, "deliver", holding)
+    return held, arrived
+
+
+async def test_a_delete_cancelled_before_its_guard_answers_still_raises_the_floor(
+    st: Stampede, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller is cancelled while the guard's reply (10: floor left to the client)
+    is on its way: the reply is held until the cancellation is in, then let through;
+    the floor is raised before the cancelled delete raises `CancelledError`."""
+    side = await _pending_floor(st)
+    held, arrived = _hold_floor_answers(monkeypatch)
     task = asyncio.ensure_future(st.delete(GROUP, [KEY]))
     await arrived.wait()  # the guard landed; its answer is held
     task.cancel()
@@ -114,18 +123,7 @@ async def test_closing_the_client_waits_for_a_cancelled_deletes_floor(
     st = open_stampede(env, kind)
     await st.open()
     side = await _pending_floor(st)
-    held: list[Callable[[], None]] = []
-    arrived = asyncio.Event()
-    deliver = Fanin.deliver
-
-    def holding(self: Fanin, index: int, result: Any) -> None:
-        if isinstance(result, list) and _floor.FLOOR_ELSEWHERE in result:
-            held.append(lambda: deliver(self, index, result))
-            arrived.set()
-            return
-        deliver(self, index, result)
-
-    monkeypatch.setattr(Fanin, "deliver", holding)
+    held, arrived = _hold_floor_answers(monkeypatch)
     task = asyncio.ensure_future(st.delete(GROUP, [KEY]))
     await arrived.wait()
     task.cancel()

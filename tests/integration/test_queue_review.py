@@ -18,8 +18,10 @@ from stampede.errors import ConfigurationError, InvalidKeyError
 from stampede.repair import CONSUMER_GROUP, NewestWins, RepairQueue, RetryBackoff, _worker_record
 from stampede.repair._queue import Job
 from stampede.repair._worker import Worker
+from stampede.repair._worker_stats import WorkerStats
 from stampede.testing import LocalPrimaries
 from stampede.testing.faults import DelegatingTopology, InjectedCrash
+from stampede.testing.proxy import ProxyRule
 from stampede.wire import new_token
 from stampede.wire._txn import encode_meta, side_key
 
@@ -342,6 +344,24 @@ async def test_waiting_on_undecided_transactions_is_bounded(
     assert float(letter["waited"]) >= 1.0 and "still committing" in letter["last_error"]
 
 
+def _drop_script_reply(proxied: Proxied, stream: bytes, name: str) -> ProxyRule:
+    """Lose the reply of the next call of stampede's script `name` on `stream`'s shard
+    (the proxy forwards the call, then drops the connection)."""
+    sha = script(name).sha.encode()
+    return proxied.proxy_for(stream.decode()).drop_reply(
+        lambda cmd: cmd[0].upper() == b"EVALSHA" and cmd[1] == sha
+    )
+
+
+async def _burst(st: Stampede, queue: RepairQueue) -> WorkerStats:
+    """A burst `Worker` (NewestWins) run over `queue` until it is drained; its stats."""
+    worker = Worker(
+        st.topology, queue, NewestWins(), poll_interval=0.01, block_ms=0, sweep_interval=0,
+        burst=True,
+    )  # fmt: skip
+    return await asyncio.wait_for(worker.run(), 60)
+
+
 async def test_a_job_whose_ack_reply_was_lost_is_counted_done(px: Proxied) -> None:  # noqa: F811
     """The ack of a repaired job ran and its reply was lost: the ack was not resent,
     and the worker recorded a failure for a job that was done (a retry counted and
@@ -354,15 +374,8 @@ async def test_a_job_whose_ack_reply_was_lost_is_counted_done(px: Proxied) -> No
     (warm,) = await queue.claim("w", 1)
     await queue.ack(warm)
     await plant(st, queue, 1)
-    ack = script("queue_ack").sha.encode()
-    rule = px.proxy_for(queue.streams[0].decode()).drop_reply(
-        lambda cmd: cmd[0].upper() == b"EVALSHA" and cmd[1] == ack
-    )
-    worker = Worker(
-        st.topology, queue, NewestWins(), poll_interval=0.01, block_ms=0, sweep_interval=0,
-        burst=True,
-    )  # fmt: skip
-    stats = await asyncio.wait_for(worker.run(), 60)
+    rule = _drop_script_reply(px, queue.streams[0], "queue_ack")
+    stats = await _burst(st, queue)
     assert rule.hits == 1
     assert stats.done == 1 and stats.repaired == 1, stats.counts()
     assert stats.failed == 0 and not stats.errors, stats.as_dict()
@@ -421,15 +434,8 @@ async def test_a_dead_letter_whose_reply_was_lost_is_counted_once(
     await queue.ack(warm)
     (stream,) = queue.streams
     await st.topology.execute(stream, "XADD", stream, "*", "group", "m", "keys", "{}")
-    dead = script("queue_dead").sha.encode()
-    rule = px.proxy_for(stream.decode()).drop_reply(
-        lambda cmd: cmd[0].upper() == b"EVALSHA" and cmd[1] == dead
-    )
-    worker = Worker(
-        st.topology, queue, NewestWins(), poll_interval=0.01, block_ms=0, sweep_interval=0,
-        burst=True,
-    )  # fmt: skip
-    stats = await asyncio.wait_for(worker.run(), 60)
+    rule = _drop_script_reply(px, stream, "queue_dead")
+    stats = await _burst(st, queue)
     assert rule.hits == 1
     assert stats.dead_lettered == 1 and not stats.errors, stats.as_dict()
     assert len(await queue.dead_letters()) == 1
@@ -474,10 +480,7 @@ async def test_an_enqueue_whose_reply_was_lost_is_resent_and_queues_one_job(
     await queue.enqueue("warm", ["warm:a"], {}, "torn")  # the enqueue script is loaded
     (warm,) = await queue.claim("w", 1)
     await queue.ack(warm)
-    enqueue = script("queue_enqueue").sha.encode()
-    rule = px.proxy_for(queue.streams[0].decode()).drop_reply(
-        lambda cmd: cmd[0].upper() == b"EVALSHA" and cmd[1] == enqueue
-    )
+    rule = _drop_script_reply(px, queue.streams[0], "queue_enqueue")
     assert await queue.enqueue("lost", ["lost:a", "lost:b"], {}, "torn") is None  # covered
     assert rule.hits == 1
     (job,) = await queue.claim("w", 10)
