@@ -60,12 +60,17 @@ from redis.asyncio import Redis
 import stampede
 from benchmarks import server_cost
 from stampede.testing import LocalPrimaries
+from stampede.topology._guard import GUARD_SCRIPT, GUARD_SHA, KEEP_MS
+from stampede.wire import new_token
 
 Op = Callable[[int], Awaitable[Any]]
 Cost = dict[str, tuple[float, float]]
 TXN = "stampede transaction"
 TXN_WRITE = "stampede write (txn keys)"
 """The group write of the transaction's keys: the transaction row's yardstick."""
+BARE_GUARD = "ceiling guarded write"
+"""The ceiling client running stampede's guard script (`Ceiling.guarded`): what the
+server's script alone leaves of the ceiling, the floor under stampede's write row."""
 GROUPS = 256
 KEYS_PER_GROUP = 4
 IN_FLIGHT = 64
@@ -80,6 +85,11 @@ def txn_keys(g: int) -> list[str]:
     """The keys the transaction row and the group write it is compared with both write
     (the same 4-key spread groups as `group_keys`, other names: reads stay on theirs)."""
     return [f"bench:tx:{g}:{part}" for part in "abcd"]
+
+
+def bare_keys(g: int) -> list[str]:
+    """What the bare guarded writer writes (the same spread, other names)."""
+    return [f"bench:bare:{g}:{part}" for part in "abcd"]
 
 
 def plain_keys(g: int) -> list[str]:
@@ -149,28 +159,71 @@ class _Merger:
         self.flush()
 
 
+class _GuardMerger:
+    """Every guarded write pending on one server goes out as one `EVALSHA` of stampede's
+    guard script, laid out as stampede's coalescer lays out a batch (a lone write: its
+    stamp, then its values; more: per write its key count, its stamp, its values)."""
+
+    def __init__(self, conn: _Conn) -> None:
+        self.conn = conn
+        self.pending: list[tuple[list[bytes], list[Any], Callable[[list[Any]], None]]] = []
+        self.busy = False
+
+    def submit(self, keys: list[bytes], argv: list[Any], done: Callable[[Any], None]) -> None:
+        self.pending.append((keys, argv, done))
+        if not self.busy:
+            self.busy = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        batch, self.pending = self.pending, []
+        if not batch:
+            self.busy = False
+            return
+        keys = [k for ks, _, _ in batch for k in ks]
+        if len(batch) == 1:
+            argv = batch[0][1]
+        else:
+            argv = [a for ks, stamped, _ in batch for a in (len(ks), *stamped)]
+        command = ("EVALSHA", GUARD_SHA, len(keys), *keys, *argv)
+        self.conn.send(command).add_done_callback(lambda f: self.answered(batch, f.result()))
+
+    def answered(self, batch: list[Any], reply: Any) -> None:
+        if isinstance(reply, Exception) or min(reply) < 1:  # a layout the guard refuses
+            raise RuntimeError(f"the guard did not write every key of the batch: {reply!r}")
+        for _, _, done in batch:
+            done(reply)
+        self.flush()
+
+
 class Ceiling:
-    """The merging client: one connection and one merger per server and direction."""
+    """The merging client: one connection and one merger per server and direction (and
+    one more for the bare guarded write)."""
 
     def __init__(self, addresses: list[tuple[str, int]], shard_of: Callable[[bytes], int]):
         self.addresses = addresses
         self.shard_of = shard_of
         self.readers: list[_Merger] = []
         self.writers: list[_Merger] = []
+        self.guards: list[_GuardMerger] = []
+        self.version = 0
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
         for host, port in self.addresses:
-            conns = [_Conn(), _Conn()]
+            conns = [_Conn(), _Conn(), _Conn()]
             for conn in conns:
                 await loop.create_connection(lambda c=conn: c, host, port)  # type: ignore[misc]
             self.readers.append(_Merger(conns[0], write=False))
             self.writers.append(_Merger(conns[1], write=True))
+            await conns[2].send(("SCRIPT", "LOAD", GUARD_SCRIPT))
+            self.guards.append(_GuardMerger(conns[2]))
 
     def close(self) -> None:
-        for merger in [*self.readers, *self.writers]:
-            if merger.conn.transport is not None:
-                merger.conn.transport.close()
+        conns = [m.conn for m in self.readers + self.writers] + [m.conn for m in self.guards]
+        for conn in conns:
+            if conn.transport is not None:
+                conn.transport.close()
 
     def run(self, keys: list[bytes], write: bool) -> asyncio.Future[None]:
         by_shard: dict[int, list[bytes]] = {}
@@ -187,6 +240,30 @@ class Ceiling:
         mergers = self.writers if write else self.readers
         for shard, part in by_shard.items():
             mergers[shard].submit(part, done)
+        return future
+
+    def guarded(self, keys: list[bytes]) -> asyncio.Future[None]:
+        """`keys` written as stampede's group write writes them, by its guard script with
+        a fresh clock version and token, each value an envelope (so each write keeps
+        what it replaces, as stampede's does), and nothing else: no clock, no checks, no
+        answer judged. What the guard costs a write without stampede's client around it."""
+        self.version = max(time.time_ns(), self.version + 1)
+        token = new_token()
+        value = b"%d:%s:%s" % (self.version, token.encode(), VALUE)
+        stamp = [self.version, token, 0, self.version + 10**10, KEEP_MS]
+        by_shard: dict[int, list[bytes]] = {}
+        for key in keys:
+            by_shard.setdefault(self.shard_of(key), []).append(key)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        left = [len(by_shard)]
+
+        def done(_: Any) -> None:
+            left[0] -= 1
+            if not left[0]:
+                future.set_result(None)
+
+        for shard, part in by_shard.items():
+            self.guards[shard].submit(part, [*stamp, *[value] * len(part)], done)
         return future
 
 
@@ -316,6 +393,7 @@ async def contenders(
     stack.callback(ceiling.close)
     encoded = {g: [k.encode() for k in group_keys(g)] for g in range(GROUPS)}
     encoded_plain = {g: [k.encode() for k in plain_keys(g)] for g in range(GROUPS)}
+    encoded_bare = {g: [k.encode() for k in bare_keys(g)] for g in range(GROUPS)}
     raw = [Redis(host=h, port=p) for h, p in addresses]
     stack.push_async_callback(lambda: asyncio.gather(*(c.aclose() for c in raw)))
 
@@ -341,6 +419,7 @@ async def contenders(
     rows: dict[str, Op] = {
         "ceiling read": lambda g: ceiling.run(encoded[g], write=False),
         "ceiling write": lambda g: ceiling.run(encoded_plain[g], write=True),
+        BARE_GUARD: lambda g: ceiling.guarded(encoded_bare[g]),
         "stampede read": lambda g: st.read(f"bench:{g}", group_keys(g)),
         "stampede write": lambda g: st.write(
             f"bench:{g}", dict(zip(group_keys(g), values.values(), strict=True))
@@ -354,6 +433,10 @@ async def contenders(
     for g in range(GROUPS):
         await st.write(f"bench:{g}", dict(zip(group_keys(g), values.values(), strict=True)))
         await st.write(f"bench:tx:{g}", dict.fromkeys(txn_keys(g), VALUE))
+    # the transaction's scripts loaded before its row (as the writes' guard is, above):
+    # else its first slice opens with 64 EVALSHAs answered NOSCRIPT at once, each then
+    # an EVAL of the whole script on a connection opened for it
+    await transaction(0)
     return rows, st
 
 
@@ -431,6 +514,39 @@ def targets(results: dict[str, dict[str, float]], cost: Cost | None) -> list[dic
     return [target.verdict(results, cost) for target in TARGETS]
 
 
+GAPS = (
+    ("the guard script alone: bare guarded write @64, share of the ceiling",
+     BARE_GUARD, "ceiling write", "keys_per_s", True),
+    ("stampede write @64, share of the bare guarded write",
+     "stampede write", BARE_GUARD, "keys_per_s", True),
+    ("the guard script alone: bare guarded write at c=1, vs the ceiling",
+     BARE_GUARD, "ceiling write", "c1_us", False),
+    ("stampede write at c=1, vs the bare guarded write",
+     "stampede write", BARE_GUARD, "c1_us", False),
+)  # fmt: skip
+"""Where the write targets' gap lies: the part the guard script costs the servers
+(the ceiling client running it) and the part stampede's client adds on top."""
+
+
+def gaps(results: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """Each of `GAPS` in this run (None: its rows were not run)."""
+    out = []
+    for what, row, base, measure, share in GAPS:
+        value = None
+        if row in results and base in results and results[base][measure]:
+            value = results[row][measure] / results[base][measure]
+        out.append({"what": what, "figure": value, "share": share})
+    return out
+
+
+def report_gaps(results: dict[str, dict[str, float]]) -> None:
+    print("\nwhere the write's gap lies (this run):")
+    for gap in gaps(results):
+        value = gap["figure"]
+        shown = "-" if value is None else f"{value:.1%}" if gap["share"] else f"{value:.2f}x"
+        print(f"  {gap['what']:68}{shown:>10}")
+
+
 def report_targets(results: dict[str, dict[str, float]], cost: Cost | None) -> None:
     """The targets table: target, this run's figure, the bound, met or not."""
     print(f"\ntargets (this run):\n  {'target':52}{'this run':>10}{'bound':>10}  verdict")
@@ -485,6 +601,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         print()
         server_cost.report(cost, args.cost_groups, args.cost_rounds)
     report_targets(results, cost)
+    report_gaps(results)
     return {
         "versions": versions(),
         "seconds": args.seconds,
@@ -495,6 +612,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             for name, (top, cpu) in (cost or {}).items()
         },
         "targets": targets(results, cost),
+        "write_gap": gaps(results),
     }
 
 

@@ -69,7 +69,7 @@ def test_the_ceiling_run_measures_every_target(tmp_path: Path) -> None:
     """`benchmarks.ceiling --only stampede` with its transaction rows and its server-cost
     phase: the targets table names every target with a figure, a bound and a verdict,
     and --json holds them. Whether a target is met is not asserted (timing)."""
-    from benchmarks.ceiling import TARGETS
+    from benchmarks.ceiling import GAPS, TARGETS
 
     out_json = tmp_path / "ceiling.json"
     args = ["--seconds", "0.05", "--slices", "1", "--only", "stampede"]
@@ -93,6 +93,10 @@ def test_the_ceiling_run_measures_every_target(tmp_path: Path) -> None:
         "stampede transaction",
     }
     assert {"stampede transaction", "stampede write (txn keys)"} <= set(data["rows"])
+    # the ceiling client running the guard script: every key written (else it raises)
+    assert "ceiling guarded write" in data["rows"], out[-3000:]
+    assert [gap["what"] for gap in data["write_gap"]] == [what for what, *_ in GAPS]
+    assert all(isinstance(gap["figure"], float) for gap in data["write_gap"]), data["write_gap"]
 
 
 def test_the_ceiling_runs_on_uvloop() -> None:
