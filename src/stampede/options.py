@@ -115,7 +115,8 @@ class ConnectOptions(_Frozen):
         default=1024,
         ge=1,
         description="most connections open to each shard (each cluster node) at once; "
-        "callers beyond wait for a free one",
+        "callers beyond wait for a free one (pipelines share at most 8 of them; the rest "
+        "serve sessions: WATCH/MULTI, WAIT)",
     )
     coalesce: bool = Field(
         default=True,

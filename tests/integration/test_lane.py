@@ -18,6 +18,7 @@ from stampede.topology._resp import (
     ClientClosed,
     Connection,
     ConnectionLost,
+    ConnectTimeout,
     NoScriptError,
     ReplyError,
     ReplyTimeout,
@@ -304,3 +305,91 @@ async def test_a_round_corked_when_its_lane_closes_starts_no_task() -> None:
         (result,) = await caller
         assert isinstance(result, ClientClosed)
         assert not hello.is_set()  # no connection was opened
+
+
+async def test_a_burst_of_callers_opens_a_few_connections_not_one_each(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """256 callers at once on a lane with room for 1024 connections: they share the
+    first few it opens (pipelined), where each used to open its own, kept open after."""
+    node = stampede_primaries.nodes[0]
+    lane = _lane(node.url, limit=1024)
+    try:
+        got = await asyncio.gather(*(lane.call("ECHO", f"e{i}") for i in range(256)))
+        assert got == [f"e{i}".encode() for i in range(256)]
+        assert lane.open_connections <= 8
+        names = [c for c in node.client().client_list() if c["cmd"] != "client|list"]
+        assert len(names) <= 8, names
+    finally:
+        await lane.aclose()
+
+
+async def test_callers_waiting_on_a_connection_being_opened_try_their_own_once_one_fails(
+    stampede_primaries: LocalPrimaries, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that accepts but never answers (paused; the hello names the client, so
+    opening waits for its answer): 64 callers, of whom 8 are opening a connection and
+    the rest wait for those, each get the connect timeout: once the first attempts
+    fail, every waiting caller makes its own attempt at once, not 8 at a time behind
+    the failures of those before it (8 timeouts in a row for the last ones)."""
+    node = stampede_primaries.nodes[0]
+    endpoint = parse_url(node.url)
+    hanging = Endpoint(endpoint.host, endpoint.port, client_name="burst", connect_timeout=0.5)
+    lane = Lane(hanging, limit=1024)
+    failed = 0
+    seen: list[int] = []  # per attempt, how many attempts had failed when it began
+    real_open = Connection.open
+
+    async def counted(ep: Endpoint) -> Connection:
+        nonlocal failed
+        seen.append(failed)
+        try:
+            return await real_open(ep)
+        except BaseException:
+            failed += 1
+            raise
+
+    monkeypatch.setattr(Connection, "open", staticmethod(counted))
+    node.pause()
+    try:
+        got = await asyncio.gather(*(lane.call("PING") for _ in range(64)), return_exceptions=True)
+    finally:
+        node.resume()
+        await lane.aclose()
+    assert all(isinstance(e, ConnectTimeout) for e in got), got
+    assert len(seen) == 64 and seen.count(0) == 8, seen
+    assert max(seen) <= 8, seen  # the rest began once the first ones had failed
+
+
+async def test_sessions_being_opened_do_not_hold_up_a_pipeline(
+    stampede_primaries: LocalPrimaries, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twelve sessions' connections still being opened (a burst of WAITs or WATCHes)
+    are not the pipelines' own: a pipeline opens its connection beside them and is
+    answered, where it waited for them to open first."""
+    lane = _lane(stampede_primaries.urls[0], limit=1024)
+    gate, all_held = asyncio.Event(), asyncio.Event()
+    real_open = Connection.open
+    held = 0
+
+    async def gated(ep: Endpoint) -> Connection:
+        nonlocal held
+        if held < 12:  # the sessions' attempts wait at the gate
+            held += 1
+            if held == 12:
+                all_held.set()
+            await gate.wait()
+        return await real_open(ep)
+
+    monkeypatch.setattr(Connection, "open", staticmethod(gated))
+    sessions = [asyncio.ensure_future(lane.hold()) for _ in range(12)]
+    try:
+        await all_held.wait()
+        async with asyncio.timeout(60):  # (a hang guard, not a measure)
+            assert await lane.call("PING") == b"PONG"
+        assert not any(s.done() for s in sessions)
+    finally:
+        gate.set()
+        for conn in await asyncio.gather(*sessions):
+            lane.release(conn, broken=False)
+        await lane.aclose()

@@ -110,6 +110,25 @@ async def test_rounds_after_a_script_flush_fall_back_to_eval(st: Stampede) -> No
     assert (await st.read_atomic(keys)).values == dict.fromkeys(keys, b"after")
 
 
+async def test_a_burst_of_transactions_after_a_script_flush_opens_few_connections(
+    st: Stampede,
+) -> None:
+    """Every node lost its scripts (a failover's promoted replica has none): 64
+    transactions at once all meet NOSCRIPT and go again as EVAL, on the connections
+    their lane has or opens up to 8, where each used to open one of its own (64 more
+    per server, kept open)."""
+    groups = [spread_keys(st, f"quick:burst{i}") for i in range(64)]
+    for shard in st.topology.shard_names:
+        await st.topology.execute_on(shard, "SCRIPT", "FLUSH")
+    receipts = await asyncio.gather(*(_commit(st, b"burst", keys) for keys in groups))
+    assert all(r.pending == () for r in receipts)
+    for shard in st.topology.shard_names:
+        clients = await st.topology.execute_on(shard, "CLIENT", "LIST")
+        assert clients.count(b"\n") <= 9, clients  # 8 for pipelines, 1 asking now
+    got = await st.read_atomic(groups[-1])
+    assert got.values == dict.fromkeys(groups[-1], b"burst")
+
+
 async def test_a_prepare_whose_reply_was_lost_is_resent_once(
     proxied: tuple[Stampede, RedisProxy],
 ) -> None:

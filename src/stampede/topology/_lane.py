@@ -3,11 +3,13 @@
 A `Lane` holds stampede's own connections to one server (`_resp.Connection`) and
 runs pipelines on them:
 
-- a pipeline goes on an idle connection among the next 8 (going round them, so many
-  connections cost a pipeline no more than a few); while those are busy, a new one
-  is opened (at most `limit`, `ConnectOptions.max_connections`), and past that the
-  pipeline is queued behind others on the least busy of them (pipelining: replies
-  still come back in order, to the right caller);
+- a pipeline goes on an idle connection among the next 8 (going round them); while
+  those are busy, another is opened, up to 8 for pipelines (`_SHARED`, those being
+  opened counted; `limit`, `ConnectOptions.max_connections`, in all), and past
+  that it queues on the least busy (pipelining: replies come back in order): a
+  burst of callers (a cold start, a script cache emptied by a failover) opens 8
+  connections, not one per caller. A caller waiting for one being opened connects
+  itself once one is lost or refused (an unreachable host: one timeout each);
 - an error reply of one command comes back as that command's result;
 - a lost connection follows the one retry policy of `retries`: a pipeline of
   idempotent commands (reads, stampede's guarded writes) is sent again on a fresh
@@ -26,14 +28,8 @@ runs pipelines on them:
   closed, not kept, and a round waiting to connect (`rounds`) ends before it returns.
 
 `session()` holds one connection alone for several round trips (WATCH ... EXEC).
-
-`send_now(commands, then)` is the first attempt of `pipeline(commands)` without a
-task: written at once when a connection is at hand (else nothing is sent), its
-outcome handed to `then` as a `Sent` as soon as it is read. A caller that cannot
-use that outcome as it is (a lost reply, an error reply) passes the `Sent` to
-`pipeline(commands, first=sent)`, which takes it as its first attempt and goes on
-by the rules above: nothing is sent again that `pipeline` would not send again.
-`send_parts` writes several such pipelines in one write, each with its own `Sent`.
+`send_now` and `send_parts` make a pipeline's first attempt without a task; its
+`Sent` goes on through `pipeline(commands, first=sent)` by the rules above.
 """
 
 from __future__ import annotations
@@ -60,6 +56,8 @@ _BUSY = 2
 _LOOK = 8
 """Connections `Lane._pick` looks at, at most, for one pipeline (going round them)."""
 
+_SHARED = 8  # connections a lane opens for pipelines (those being opened count), at most
+
 
 class Lane:
     """Connections to one Redis server (see the module for the rules).
@@ -78,6 +76,7 @@ class Lane:
         "_losses",
         "_next",
         "_opening",
+        "_pooling",
         "_shared",
         "_waiters",
         "check",
@@ -108,10 +107,10 @@ class Lane:
         self._shared: list[Connection] = []
         self._exclusive: list[Connection] = []  # held by sessions
         self._opening = 0
+        self._pooling = 0  # of those, being opened for pipelines (`connection`)
         self._next = 0  # where `_pick` starts looking next
         self._waiters: list[asyncio.Future[None]] = []
-        self.check: Callable[[], Awaitable[object]] | None = None
-        """Awaited before connecting again after a loss (see the module)."""
+        self.check: Callable[[], Awaitable[object]] | None = None  # (after a loss: module)
         self._losses = 0  # connections lost or refused so far
         self._checked = 0  # of those, how many a finished `check` came after
         self.corked: Any = None  # this loop turn's round pipelines (`_rounds._Cork`)
@@ -131,10 +130,12 @@ class Lane:
     # -- connections --------------------------------------------------------------
 
     def _lost(self) -> None:
-        """A connection to this server was lost or refused: `check` before the next."""
+        """A connection to this server was lost or refused: `check` before the next
+        (and whoever waits for one being opened connects itself: `connection`)."""
         self._losses += 1
+        self._wake(every=True)
 
-    async def _connect(self) -> Connection:
+    async def _connect(self, *, pooled: bool = False) -> Connection:
         """A new connection; connecting is retried with backoff (nothing was sent).
         After a loss, `check` runs first; a connection opened to the server this lane
         was `repoint`ed away from meanwhile is closed, and another opened."""
@@ -148,6 +149,7 @@ class Lane:
                 self._refuse_if_closed()
             endpoint = self.endpoint
             self._opening += 1
+            self._pooling += pooled
             try:
                 conn = await Connection.open(endpoint)
             except ConnectTimeout:
@@ -167,6 +169,7 @@ class Lane:
                 continue
             finally:
                 self._opening -= 1
+                self._pooling -= pooled
             attempt += 1
             await asyncio.sleep(backoff(attempt, self._base, self._cap))
 
@@ -203,21 +206,28 @@ class Lane:
         for conn in gone:
             shared.remove(conn)
             self._lost()
-        if best is not None and (best.pending < _BUSY or self.open_connections >= self._limit):
+        full = count + self._pooling >= _SHARED or self.open_connections >= self._limit
+        if best is not None and (best.pending < _BUSY or full):
             return best
         return None
 
     async def connection(self) -> Connection:
-        """A shared connection for the next pipeline: an idle one, a new one while under
-        the limit, else the least busy (opening one retries as `_connect` does)."""
-        conn = self._pick()
-        if conn is not None:
-            return conn
-        if self.open_connections >= self._limit:  # every connection held by a session
-            return await self._wait_for_one()
-        conn = await self._connect()
-        self._shared.append(conn)
-        return conn
+        """A shared connection for the next pipeline (see the module): an idle one, a new
+        one while under `_SHARED` and the limit (opened as `_connect` does), else the
+        least busy, or one being opened (once one was lost or refused: its own)."""
+        losses = self._losses
+        while True:
+            conn = self._pick()  # (at the limit: the least busy, if any is not held)
+            if conn is not None:
+                return conn
+            if self.open_connections < self._limit and (
+                self._pooling < _SHARED or self._losses != losses
+            ):
+                conn = await self._connect(pooled=True)
+                self._shared.append(conn)
+                self._wake(every=True)  # those waiting for one being opened
+                return conn
+            await self._released()  # one held by a session comes back, or one is opened
 
     async def _released(self) -> None:
         """Wait until a held connection comes back (or a moment passes: one may close)."""
@@ -228,18 +238,6 @@ class Lane:
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
-
-    async def _wait_for_one(self) -> Connection:
-        """Every connection is held by a session: wait until one comes back or closes."""
-        while True:
-            await self._released()
-            usable = [c for c in self._shared if c.usable]
-            if usable:
-                return min(usable, key=lambda c: c.pending)
-            if self.open_connections < self._limit:
-                conn = await self._connect()
-                self._shared.append(conn)
-                return conn
 
     # -- pipelines ----------------------------------------------------------------
 
@@ -253,7 +251,10 @@ class Lane:
     def send_now(self, commands: Sequence[Sequence[Any]], then: Callable[[Sent], None]) -> bool:
         """The first attempt of `pipeline(commands)`, now, when a shared connection is
         at hand and nothing in them blocks (WAIT); else False, nothing sent. `then(sent)`
-        runs once, when it ends; `TypeError` (nothing sent) for an unsendable argument."""
+        runs once, when it ends; `TypeError` (nothing sent) for an unsendable argument.
+        A caller that cannot use the `Sent` as it is (a lost reply, an error reply)
+        passes it to `pipeline(commands, first=sent)`, which takes it as its first
+        attempt: nothing is sent again that `pipeline` would not send again."""
         return not blocking(commands) and self.send_parts([(commands, then)])
 
     def send_parts(
@@ -279,14 +280,10 @@ class Lane:
     ) -> list[Any]:
         """Send `commands` at once; one reply or `ReplyError` per command, in order.
 
-        After a lost reply the pipeline is sent again only when every command is
-        idempotent (`resend` overrides that judgement for callers who know better);
-        else `OutcomeUnknownError`. Timeouts are never resent. A pipeline the server
-        may hold on purpose (`WAIT`, `WAITAOF`) goes on a connection of its own, so
-        that no other call queues behind it (and times out there). `first`, a
-        `send_now` attempt of these commands that has ended, counts as the first
-        attempt (once: a `Sent` already taken is ignored).
-        """
+        Resent after a lost reply only when every command is idempotent (or `resend`
+        says so), else `OutcomeUnknownError`; timeouts never. `WAIT`, `WAITAOF` go on a
+        connection of their own (nothing queues behind them). `first`: a `send_now`
+        attempt of these commands that has ended, taken as the first (once)."""
         safe = all_idempotent(commands) if resend is None else resend
         blocks = blocking(commands)
         attempt = 0
@@ -367,10 +364,14 @@ class Lane:
             conn.close()
         else:
             self._shared.append(conn)
+        self._wake(every=False)
+
+    def _wake(self, *, every: bool) -> None:  # those waiting in `_released`: one, or all
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
-                break
+                if not every:
+                    break
 
     def repoint(self, endpoint: Endpoint) -> None:
         """Talk to another server from now on (a Sentinel failover moved the primary):
