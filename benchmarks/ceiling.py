@@ -130,17 +130,22 @@ class _Conn(asyncio.Protocol):
         return future
 
 
+Entry = tuple[list[bytes], Callable[[Any], None], list[Any]]
+"""A request pending in a merger: its keys, its callback, its arguments (a guarded
+write's stamp and values; none for a read or a plain write)."""
+
+
 class _Merger:
     """Every request pending on one server goes out as one MGET (or MSET)."""
 
     def __init__(self, conn: _Conn, write: bool) -> None:
         self.conn = conn
         self.write = write
-        self.pending: list[tuple[list[bytes], Callable[[list[Any]], None]]] = []
+        self.pending: list[Entry] = []
         self.busy = False
 
-    def submit(self, keys: list[bytes], done: Callable[[list[Any]], None]) -> None:
-        self.pending.append((keys, done))
+    def submit(self, keys: list[bytes], done: Callable[[Any], None], argv: Any = ()) -> None:
+        self.pending.append((keys, done, argv))
         if not self.busy:
             self.busy = True
             asyncio.get_running_loop().call_soon(self.flush)
@@ -150,56 +155,43 @@ class _Merger:
         if not batch:
             self.busy = False
             return
-        flat = [k for keys, _ in batch for k in keys]
-        if self.write:
-            command: tuple[Any, ...] = ("MSET", *[p for k in flat for p in (k, VALUE)])
-        else:
-            command = ("MGET", *flat)
+        command = self.command(batch)
         self.conn.send(command).add_done_callback(lambda f: self.answered(batch, f.result()))
 
-    def answered(self, batch: list[Any], reply: Any) -> None:
+    def command(self, batch: list[Entry]) -> tuple[Any, ...]:
+        flat = [k for keys, _, _ in batch for k in keys]
+        if self.write:
+            return ("MSET", *[p for k in flat for p in (k, VALUE)])
+        return ("MGET", *flat)
+
+    def answered(self, batch: list[Entry], reply: Any) -> None:
         pos = 0
-        for keys, done in batch:
+        for keys, done, _ in batch:
             done(reply if self.write else reply[pos : pos + len(keys)])
             pos += len(keys)
         self.flush()
 
 
-class _GuardMerger:
+class _GuardMerger(_Merger):
     """Every guarded write pending on one server goes out as one `EVALSHA` of stampede's
     guard script, laid out as stampede's coalescer lays out a batch (a lone write: its
     stamp, then its values; more: per write its key count, its stamp, its values)."""
 
     def __init__(self, conn: _Conn) -> None:
-        self.conn = conn
-        self.pending: list[tuple[list[bytes], list[Any], Callable[[list[Any]], None]]] = []
-        self.busy = False
+        super().__init__(conn, write=True)
 
-    def submit(self, keys: list[bytes], argv: list[Any], done: Callable[[Any], None]) -> None:
-        self.pending.append((keys, argv, done))
-        if not self.busy:
-            self.busy = True
-            asyncio.get_running_loop().call_soon(self.flush)
-
-    def flush(self) -> None:
-        batch, self.pending = self.pending, []
-        if not batch:
-            self.busy = False
-            return
+    def command(self, batch: list[Entry]) -> tuple[Any, ...]:
         keys = [k for ks, _, _ in batch for k in ks]
         if len(batch) == 1:
-            argv = batch[0][1]
+            argv = batch[0][2]
         else:
-            argv = [a for ks, stamped, _ in batch for a in (len(ks), *stamped)]
-        command = ("EVALSHA", GUARD_SHA, len(keys), *keys, *argv)
-        self.conn.send(command).add_done_callback(lambda f: self.answered(batch, f.result()))
+            argv = [a for ks, _, stamped in batch for a in (len(ks), *stamped)]
+        return ("EVALSHA", GUARD_SHA, len(keys), *keys, *argv)
 
-    def answered(self, batch: list[Any], reply: Any) -> None:
+    def answered(self, batch: list[Entry], reply: Any) -> None:
         if isinstance(reply, Exception) or min(reply) < 1:  # a layout the guard refuses
             raise RuntimeError(f"the guard did not write every key of the batch: {reply!r}")
-        for _, _, done in batch:
-            done(reply)
-        self.flush()
+        super().answered(batch, reply)
 
 
 class Ceiling:
@@ -226,8 +218,7 @@ class Ceiling:
             self.guards.append(_GuardMerger(conns[2]))
 
     def close(self) -> None:
-        conns = [m.conn for m in self.readers + self.writers] + [m.conn for m in self.guards]
-        for conn in conns:
+        for conn in [m.conn for m in [*self.readers, *self.writers, *self.guards]]:
             if conn.transport is not None:
                 conn.transport.close()
 
@@ -292,7 +283,7 @@ class Ceiling:
                 future.set_result(None)
 
         for shard, part in by_shard.items():
-            self.guards[shard].submit(part, [*stamp, *[value] * len(part)], done)
+            self.guards[shard].submit(part, done, [*stamp, *[value] * len(part)])
         return future
 
 
@@ -546,23 +537,23 @@ def targets(results: dict[str, dict[str, float]], cost: Cost | None) -> list[dic
     return [target.verdict(results, cost) for target in TARGETS]
 
 
-GAPS = (
-    ("the stamps checked alone: bare checked read @64, share of the ceiling",
-     CHECKED, "ceiling read", "keys_per_s", True),
-    ("stampede read @64, share of the bare checked read",
-     "stampede read", CHECKED, "keys_per_s", True),
-    ("the stamps checked alone: bare checked read at c=1, vs the ceiling",
-     CHECKED, "ceiling read", "c1_us", False),
-    ("stampede read at c=1, vs the bare checked read",
-     "stampede read", CHECKED, "c1_us", False),
-    ("the guard script alone: bare guarded write @64, share of the ceiling",
-     BARE_GUARD, "ceiling write", "keys_per_s", True),
-    ("stampede write @64, share of the bare guarded write",
-     "stampede write", BARE_GUARD, "keys_per_s", True),
-    ("the guard script alone: bare guarded write at c=1, vs the ceiling",
-     BARE_GUARD, "ceiling write", "c1_us", False),
-    ("stampede write at c=1, vs the bare guarded write",
-     "stampede write", BARE_GUARD, "c1_us", False),
+GAPS = tuple(
+    row
+    for kind, bare, alone in (
+        ("read", CHECKED, "the stamps checked alone"),
+        ("write", BARE_GUARD, "the guard script alone"),
+    )
+    for what in [bare.removeprefix("ceiling ")]
+    for row in (
+        (f"{alone}: bare {what} @64, share of the ceiling",
+         bare, f"ceiling {kind}", "keys_per_s", True),
+        (f"stampede {kind} @64, share of the bare {what}",
+         f"stampede {kind}", bare, "keys_per_s", True),
+        (f"{alone}: bare {what} at c=1, vs the ceiling",
+         bare, f"ceiling {kind}", "c1_us", False),
+        (f"stampede {kind} at c=1, vs the bare {what}",
+         f"stampede {kind}", bare, "c1_us", False),
+    )
 )  # fmt: skip
 """Where the targets' gap lies: for reads, the part checking the stamps costs (the
 ceiling client checking them) and the part stampede's client adds on top; for writes,
