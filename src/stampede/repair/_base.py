@@ -28,11 +28,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import _pipeline as pipeline
-from ..errors import MalformedEnvelope
+from .._write import raise_refusals
+from ..errors import MalformedEnvelope, RepairError, StampedeError
 from ..results import RepairAction, RepairOutcome
 from ..topology._base import carried
 from ..topology._floor import FLOOR_ELSEWHERE, client_named, raise_floor
-from ..topology._guard import CAS, KEPT, WRITTEN
+from ..topology._guard import CAS, KEPT
 from ..topology._guard import EXPIRED as EXPIRED_CODE
 from ..typing import RepairContext
 from ..verdict import Mode, Observation, Reason, Status, judge
@@ -194,7 +195,8 @@ async def rewrite(
         # (SAME: a resend found it written; EXPIRED: its instant, the data's, has passed:
         # gone with the data, as the compare-and-set's values went; not a lost race)
         code = done.results.get(ckey, KEPT)
-        if code < WRITTEN and code != EXPIRED_CODE:
+        refuse_record(obs, ckey, code, wrote=True)
+        if code == KEPT:
             return await after_lost_race(ctx, obs, reason)
     ctx.versions.observe(version)
     deleted = all(payloads[k] is None for k in keys)
@@ -261,7 +263,10 @@ async def roll_forward(
         error = outcome.first_error()
         assert error is not None
         raise error
-    if outcome.results.get(ckey) == KEPT:
+    code = outcome.results.get(ckey, KEPT)
+    refuse_record(obs, ckey, code, wrote=False)
+    if code in (KEPT, EXPIRED_CODE):
+        # (a newer write's record; or the data's instant has passed: the group is gone)
         return await after_lost_race(ctx, obs, reason)
     return RepairOutcome(
         obs.group,
@@ -270,6 +275,33 @@ async def roll_forward(
         best_effort(obs),
         True,
         stamp=(first.version, first.token),
+    )
+
+
+def refuse_record(obs: Observation, ckey: bytes, code: int, *, wrote: bool) -> None:
+    """`RepairError` when the guard refused the repair's commit record (`code`): the
+    record key holds what the record cannot be ordered against (a version of the
+    other kind, one no stampede write has, another type). The repair did not commit
+    the group, and no newer write won: it is neither repaired nor a lost race. `wrote`:
+    the repair's compare-and-set had already rewritten the keys."""
+    if code >= KEPT or code == EXPIRED_CODE:
+        return
+    try:
+        raise_refusals(obs.group, {ckey: code})
+    except StampedeError as exc:
+        refused = str(exc).split(": ", 1)[-1]
+    else:  # (a code the guard does not give for one key: WITHHELD)
+        refused = f"the guard answered {code}"
+    done = (
+        "its keys were rewritten under the repair's stamp, but reads judge the group "
+        "uncommitted until its record can be written"
+        if wrote
+        else "nothing was written"
+    )
+    raise RepairError(
+        obs.group,
+        f"its commit record {ckey.decode('utf-8', 'backslashreplace')!r} was refused "
+        f"({refused}); {done}",
     )
 
 

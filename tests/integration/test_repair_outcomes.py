@@ -1,0 +1,85 @@
+"""Repair outcomes at the edges: what a repair reports is what it did."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from stampede import Envelope, RetryPolicy, Stampede
+from stampede.errors import RepairError
+from stampede.repair import NewestWins, RepairQueue, Worker
+from stampede.versions import HybridClock
+from stampede.wire import commit_key, encode_commit, new_token
+
+from ..support import spread_keys
+
+QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
+
+
+async def whole_data_old_record(st: Stampede, group: str, keys: list[str], record: bytes) -> None:
+    """Whole data of one clock-stamped write, its record slot holding `record`."""
+    version, token = HybridClock().now(), new_token()
+    raw = [k.encode() for k in keys]
+    done = await st.topology.write_guarded(
+        raw, [Envelope(version, token, b"d").encode()] * len(raw), version=version, token=token
+    )
+    assert done.ok
+    ckey = commit_key(group.encode())
+    await st.topology.execute(ckey, "SET", ckey, record)
+
+
+@pytest.mark.parametrize("kind", ["mixed", "foreign"])
+async def test_a_roll_forward_whose_record_is_refused_says_so(st: Stampede, kind: str) -> None:
+    """The record slot holds what the guard cannot order the write's record against: a
+    sequence-versioned record (MIXED) or one no stampede wrote (FOREIGN). The roll
+    forward writes nothing and says why, never `rolled_forward`."""
+    keys = spread_keys(st, f"rf-{kind}")
+    group = f"rf-{kind}"
+    version = 5 if kind == "mixed" else 2**63
+    record = Envelope(5, new_token(), encode_commit([k.encode() for k in keys])).encode()
+    if kind == "foreign":
+        record = b"%d:%s" % (version, record.split(b":", 1)[1])
+    await whole_data_old_record(st, group, keys, record)
+    ckey = commit_key(group.encode())
+    with pytest.raises(RepairError, match="commit record") as raised:
+        await st.read(group, keys, mode="commit", retry=QUICK, repair=NewestWins())
+    assert ckey.decode() in str(raised.value) and "nothing was written" in str(raised.value)
+    assert await st.topology.execute(ckey, "GET", ckey) == record  # nothing written
+
+
+async def test_a_worker_counts_a_refused_roll_forward_as_failed(st: Stampede) -> None:
+    """The worker counted the refused roll forward as `rolled_forward` and acked the job;
+    it is a failed attempt now (dead-lettered here, after one), counted under no repair."""
+    keys = spread_keys(st, "rf-worker")
+    record = Envelope(5, new_token(), encode_commit([k.encode() for k in keys])).encode()
+    await whole_data_old_record(st, "rf-worker", keys, record)
+    queue = RepairQueue(st.topology, partitions=1, max_attempts=1)
+    await queue.clear()
+    await queue.enqueue("rf-worker", keys, {}, "uncommitted", mode="commit")
+    worker = Worker(
+        st.topology, queue, NewestWins(), poll_interval=0.01, block_ms=0, sweep_interval=0,
+        burst=True,
+    )  # fmt: skip
+    stats = await asyncio.wait_for(worker.run(), 60)
+    assert stats.rolled_forward == 0 and stats.done == 0, stats.counts()
+    assert stats.dead_lettered == 1 and stats.errors == {"repair": 1}, stats.as_dict()
+    (dead,) = await queue.dead_letters()
+    assert "commit record" in dead["last_error"]
+
+
+async def test_a_rewrite_whose_record_is_refused_says_so(st: Stampede) -> None:
+    """A torn group whose record slot holds a sequence-versioned record: the repair's
+    keys land, its record cannot. That was reported `lost_race` (no newer write won);
+    it is a `RepairError` saying the keys were rewritten and the record refused."""
+    keys = spread_keys(st, "rw-mixed")
+    record = Envelope(5, new_token(), encode_commit([k.encode() for k in keys])).encode()
+    await whole_data_old_record(st, "rw-mixed", keys, record)
+    first = keys[0].encode()
+    newer = Envelope(HybridClock().now(), new_token(), b"e")
+    await st.topology.execute(first, "SET", first, newer.encode())  # torn now
+    with pytest.raises(RepairError, match=r"commit record .* refused") as raised:
+        await st.read("rw-mixed", keys, mode="commit", retry=QUICK, repair=NewestWins())
+    assert "keys were rewritten" in str(raised.value)
+    ckey = commit_key(b"rw-mixed")
+    assert await st.topology.execute(ckey, "GET", ckey) == record
