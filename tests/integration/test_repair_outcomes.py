@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from stampede import Envelope, RetryPolicy, Stampede
+from stampede._kept import drop_kept
 from stampede.errors import RepairError
-from stampede.repair import NewestWins, RepairQueue, Worker
+from stampede.repair import NewestWins, Refetch, RepairQueue, Worker
 from stampede.versions import HybridClock
 from stampede.wire import commit_key, encode_commit, new_token
 
-from ..support import spread_keys
+from ..support import open_stampede, spread_keys
 
 QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
 
@@ -83,3 +86,50 @@ async def test_a_rewrite_whose_record_is_refused_says_so(st: Stampede) -> None:
     assert "keys were rewritten" in str(raised.value)
     ckey = commit_key(b"rw-mixed")
     assert await st.topology.execute(ckey, "GET", ckey) == record
+
+
+async def _expiry(st: Stampede, key: bytes) -> int:
+    return int(await st.topology.execute(key, "PEXPIRETIME", key))
+
+
+@pytest.mark.parametrize("left", ["no data", "an older write"])
+async def test_a_refetch_past_a_record_without_data_gives_the_data_its_own_life(
+    topology_env: tuple[str, Any], left: str
+) -> None:
+    """Only the commit record holds the newest write: its data is gone (expired a tick
+    before the record, or deleted outside stampede), leaving nothing, or an older write
+    at the keys that write did not name. The repair took that record's remaining life
+    for the values it restores (seconds here, a tick in the wild: restored data that
+    expired as it landed, or a group gone again at the next read). Restored values now
+    live as the data would without that record (the options' ttl over nothing, the
+    older write's own expiry over it), and the record the repair writes expires with
+    them."""
+    kind, env = topology_env
+    async with open_stampede(env, kind, ttl=3600, mode="commit") as st:
+        group = f"rec-only-{left.split()[-1]}"
+        keys = spread_keys(st, group, 2)
+        raw = [k.encode() for k in keys]
+        if left == "an older write":
+            await st.write(group, dict.fromkeys(keys, b"old"), ttl=7200)
+        await st.write(group, dict.fromkeys(keys[:1], b"new"), ttl=60)
+        await st.topology.execute(raw[0], "DEL", raw[0])  # its data is gone, its record not
+        await drop_kept(st.topology, raw[:1])  # (as it goes when the data expires)
+        ckey = commit_key(group.encode())
+        record_at = await _expiry(st, ckey)
+        kept = await _expiry(st, raw[1]) if left == "an older write" else None
+
+        async def load(group: bytes, names: Sequence[bytes]) -> dict[bytes, bytes]:
+            return dict.fromkeys(names, b"from-db")
+
+        repair = Refetch(load, fills_missing=True)
+        result = await st.read(group, keys, retry=QUICK, repair=repair)
+        assert result.repaired and result.values == dict.fromkeys(keys, b"from-db")
+        found = {key: await _expiry(st, key) for key in [*raw, ckey]}
+        assert len(set(found.values())) == 1, found  # the record expires with its data
+        at = found[ckey]
+        if kept is None:
+            assert at >= record_at - 60_000 + 3_600_000, found  # the ttl, not the record's
+        else:
+            assert at == kept, found  # the older write's life, never extended
+        again = await st.read(group, keys)
+        assert again.consistent and again.values == result.values

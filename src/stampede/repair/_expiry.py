@@ -42,26 +42,29 @@ async def kept_expiry(ctx: RepairContext, obs: Observation) -> int | None:
     """The absolute expiry (unix ms) of the newest write `obs` saw, to keep it.
 
     Every key of one write expires at the same instant, so the keys holding the
-    newest stamp tell it; a group with no stamp gets the context's `ttl`. When
-    every one of them has gone since the read (the write expired), `EXPIRED`: a
-    repair never extends a write's life; when each now holds a newer write,
-    `CHANGED` (whose expiry is not this write's). A delete has no life to keep (its
-    tombstones' grace is no data's): payloads written over it (a `Refetch` the
-    source says exists) are new data and get the context's `ttl` too.
+    newest stamp tell it (its commit record too); a group with no stamp gets the
+    context's `ttl`. When every one of them has gone since the read (the write
+    expired), `EXPIRED`: a repair never extends a write's life; when each now holds
+    a newer write, `CHANGED` (whose expiry is not this write's). A delete has no life
+    to keep (its tombstones' grace is no data's): payloads written over it (a
+    `Refetch` the source says exists) are new data and get the context's `ttl` too.
+    The write kept is the newest one some key holds: a commit record newer than
+    every key vouches for data that is gone (it expired a tick before its record, or
+    was deleted outside stampede; a commit-mode write's record lands after its data),
+    and lends its remaining life to nothing.
     """
-    seen = dict(zip(obs.keys, obs.raw, strict=True))
     stamps = [(k, (e.version, e.token)) for k, e in zip(obs.keys, obs.envelopes, strict=True) if e]
-    record = obs.commit()
-    if record is not None:
-        ckey = commit_key(obs.group)
-        seen[ckey] = obs.commit_raw
-        stamps.append((ckey, (record.version, record.token)))
     if not stamps:
         return await ttl_expiry(ctx, obs.keys[0])
     newest = max(s for _, s in stamps)
     if any(e is not None and e.tombstone and (e.version, e.token) == newest for e in obs.envelopes):
         return await ttl_expiry(ctx, obs.keys[0])
-    return await write_expiry(ctx.topology, {k: seen[k] for k, s in stamps if s == newest})
+    seen = dict(zip(obs.keys, obs.raw, strict=True))
+    held = {k: seen[k] for k, s in stamps if s == newest}
+    record = obs.commit()
+    if record is not None and (record.version, record.token) == newest:
+        held[commit_key(obs.group)] = obs.commit_raw
+    return await write_expiry(ctx.topology, held)
 
 
 async def kept_payloads_expiry(ctx: RepairContext, obs: Observation) -> int | None:
