@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stampede import Envelope, RetryPolicy, Stampede
+from stampede import Envelope, RetryPolicy, Stampede, Status
 from stampede._kept import drop_kept
 from stampede.errors import RepairError
 from stampede.repair import NewestWins, Refetch, RepairQueue, Worker
@@ -133,3 +133,43 @@ async def test_a_refetch_past_a_record_without_data_gives_the_data_its_own_life(
             assert at == kept, found  # the older write's life, never extended
         again = await st.read(group, keys)
         assert again.consistent and again.values == result.values
+
+
+@pytest.mark.parametrize("record", ["with its record", "its record lost"])
+@pytest.mark.parametrize("source", ["exists", "gone"])
+async def test_a_commit_mode_read_through_of_a_deleted_group_asks_the_source(
+    st: Stampede, record: str, source: str
+) -> None:
+    """Commit mode, `Refetch(fills_missing=True)`, a deleted group (tombstones, with or
+    without the delete's record). The repair rolled the delete forward instead of
+    asking the loader: it rewrote the record (or wrote the lost one), said
+    `rolled_forward` and `repaired`, and a group the source says exists read
+    `not_found`. A delete reads `not_found` with or without its record: nothing to
+    roll forward. The loader is asked, as in stamp mode: data the source has is
+    restored; a group it says is gone reads `not_found` with nothing written."""
+    group = f"rtc-{source}-{record.split()[-1]}"
+    keys = spread_keys(st, group, 2)
+    await st.write(group, dict.fromkeys(keys, b"x"), mode="commit")
+    await st.delete(group, keys, mode="commit")
+    ckey = commit_key(group.encode())
+    if record == "its record lost":
+        await st.topology.execute(ckey, "DEL", ckey)
+    before = [await st.topology.execute(k, "GET", k) for k in [*map(str.encode, keys), ckey]]
+    asked: list[bytes] = []
+
+    async def load(group: bytes, names: Sequence[bytes]) -> dict[bytes, bytes] | None:
+        asked.append(group)
+        return dict.fromkeys(names, b"from-db") if source == "exists" else None
+
+    repair = Refetch(load, fills_missing=True)
+    result = await st.read(group, keys, mode="commit", retry=QUICK, repair=repair)
+    assert asked == [group.encode()]
+    assert result.repair is not None
+    if source == "exists":
+        assert result.repaired and result.values == dict.fromkeys(keys, b"from-db")
+        again = await st.read(group, keys, mode="commit")
+        assert again.consistent and again.values == result.values
+    else:
+        assert result.status is Status.NOT_FOUND and not result.repaired, result.repair
+        after = [await st.topology.execute(k, "GET", k) for k in [*map(str.encode, keys), ckey]]
+        assert after == before  # nothing written

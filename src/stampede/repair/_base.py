@@ -233,20 +233,23 @@ async def _outlasting_delete(ctx: RepairContext, obs: Observation, at: int | Non
 async def roll_forward(
     ctx: RepairContext, obs: Observation, reason: Reason | None
 ) -> RepairOutcome | None:
-    """Commit mode: if the data is one whole write, write its missing record; else None.
+    """Commit mode: if the data is one whole write whose record is missing or older,
+    write its record; else None.
 
     The record is that write's own (same stamp, same keys): a late copy of it is
-    the same bytes. It expires with the data.
+    the same bytes. It expires with the data. A delete is no such write: it reads
+    `not_found` with or without its record, and a read-through (`fills_missing`)
+    of it asks the source instead.
     """
     if obs.mode is not Mode.COMMIT or obs.errors:
         return None
     envs = obs.envelopes
     first = envs[0] if envs else None
-    if first is None or any(e is None or e.token != first.token for e in envs):
+    if first is None or first.tombstone or any(e is None or e.token != first.token for e in envs):
         return None
     record = obs.commit()
-    if record is not None and (record.version, record.token) > (first.version, first.token):
-        return None  # a newer write has committed: its data has not landed yet
+    if record is not None and (record.version, record.token) >= (first.version, first.token):
+        return None  # its own record (naming other keys), or a newer write's: not late
     payload = encode_commit(list(obs.keys))
     ckey = commit_key(obs.group)
     at = await write_expiry(ctx.topology, dict(zip(obs.keys, obs.raw, strict=True)))
