@@ -11,11 +11,11 @@ import pytest
 from stampede import Envelope, RetryPolicy, Stampede, Status
 from stampede._kept import drop_kept
 from stampede.errors import RepairError
-from stampede.repair import NewestWins, Refetch, RepairQueue, Worker
+from stampede.repair import Enqueue, NewestWins, Refetch, RepairQueue, RetryBackoff, Worker
 from stampede.versions import HybridClock
 from stampede.wire import commit_key, encode_commit, new_token
 
-from ..support import open_stampede, spread_keys
+from ..support import eventually, open_stampede, spread_keys, write_newer
 
 QUICK = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, deadline=30.0)
 
@@ -173,3 +173,43 @@ async def test_a_commit_mode_read_through_of_a_deleted_group_asks_the_source(
         assert result.status is Status.NOT_FOUND and not result.repaired, result.repair
         after = [await st.topology.execute(k, "GET", k) for k in [*map(str.encode, keys), ckey]]
         assert after == before  # nothing written
+
+
+async def test_a_worker_leaves_a_write_in_flight_to_its_writer(st: Stampede) -> None:
+    """A read found the group torn (a writer died part way) and queued it. Before the
+    worker looks, a new write W begins: it has reached one shard, not yet the other.
+    The worker repaired at first sight: its stamp, just after W's, kept W's late half
+    out (W's receipt: `superseded`, as if a newer write had won), and `NewestWins()`
+    left W's payloads beside older ones. A job whose group holds a write newer than
+    anything its read saw is put off (no attempt counted) with what it sees now, as a
+    read waits out its retries: W lands whole, and the job finds the group whole."""
+    group = "inflight"
+    keys = spread_keys(st, group, 2)
+    raw = [k.encode() for k in keys]
+    await st.write(group, dict.fromkeys(keys, b"v1"))
+    await write_newer(st, raw[:1], b"dead")  # a writer died part way
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    queued = await st.read(group, keys, retry=QUICK, repair=Enqueue(queue))
+    assert queued.queued
+    version, token = st.versions.now() + 10**9, new_token()  # type: ignore[attr-defined]
+    w = Envelope(version, token, b"w").encode()
+    landed = await st.topology.write_guarded(raw[:1], [w], version=version, token=token)
+    assert landed.ok  # W's first half
+    worker = Worker(
+        st.topology, queue, NewestWins(), poll_interval=0.01, block_ms=0, sweep_interval=0,
+        burst=True, backoff=RetryBackoff(base=5, jitter=0),
+    )  # fmt: skip
+    running = asyncio.create_task(worker.run())
+
+    async def looked() -> bool:
+        return worker.stats.postponed > 0 or running.done()
+
+    await eventually(looked)
+    assert worker.stats.postponed == 1, worker.stats.as_dict()
+    rest = await st.topology.write_guarded(raw[1:], [w], version=version, token=token)
+    assert set(rest.results.values()) == {1}, rest.results  # W's late half: written
+    stats = await asyncio.wait_for(running, 60)
+    assert stats.done == 1 and stats.repaired == 0 and not stats.errors, stats.as_dict()
+    after = await st.read(group, keys)
+    assert after.consistent and (after.version, after.token) == (version, token)

@@ -304,6 +304,8 @@ class Worker:
                 **follow_up(done_id),
             )
             return "already_consistent"
+        if _record.in_flight(job, obs):  # a writer the job's read never waited for
+            raise _record.InFlight(obs.seen())
         grace, version_grace = self.tombstone_grace, self.version_grace
         ctx = RepairContext(self.topology, mode, self.versions, self.ttl, grace, version_grace)
         outcome = await pipeline.repair(self.strategy, ctx, obs, verdict, source="worker")

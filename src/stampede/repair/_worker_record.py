@@ -7,6 +7,7 @@ meanwhile is left to it, counted under no outcome."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import metrics
@@ -15,10 +16,20 @@ from ..errors import StampedeError
 from . import _queue_admin as _admin
 
 if TYPE_CHECKING:
+    from ..verdict import Observation
     from ._jobs import Job
     from ._worker import Worker
 
-__all__ = ["UNDECIDED_WAIT", "Undecided", "dead", "event", "failed", "follow_up"]
+__all__ = [
+    "UNDECIDED_WAIT",
+    "InFlight",
+    "Undecided",
+    "dead",
+    "event",
+    "failed",
+    "follow_up",
+    "in_flight",
+]
 
 log = logging.getLogger("stampede.worker")
 
@@ -41,6 +52,39 @@ class Undecided(StampedeError):
         )
 
 
+class InFlight(StampedeError):
+    """The group holds a write newer than any its job's read saw, not landed whole:
+    a writer the read never waited for may be finishing it. `seen` is what the worker
+    saw (the job's new `seen`)."""
+
+    def __init__(self, seen: dict[str, str | None]) -> None:
+        self.seen = seen
+        super().__init__(
+            "a write newer than any the job's read saw has reached only part of the "
+            "group: the group is read again once its writer has had time to finish"
+        )
+
+
+def _newest(seen: dict[str, str | None]) -> tuple[int, str] | None:
+    stamps = []
+    for stamp in seen.values():
+        version, _, rest = (stamp or "").partition(":")
+        if version.isdigit() and rest:
+            stamps.append((int(version), rest.split(":", 1)[0]))
+    return max(stamps) if stamps else None
+
+
+def in_flight(job: Job, obs: Observation) -> bool:
+    """Does the (torn) group hold a write newer than every stamp the job's read saw?
+    A job that names none (queued without what its read saw) is repaired at once; so
+    is one past its waiting budget (`UNDECIDED_WAIT`), as a read past its deadline."""
+    was = _newest(job.seen)
+    newest = obs.newest()
+    if was is None or newest is None or job.waited >= UNDECIDED_WAIT:
+        return False
+    return (newest.version, newest.token) > was
+
+
 def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
     """Log one structured event on `stampede.worker` (see `stampede.metrics.log_event`)."""
     metrics.log_event(log, name, level, **fields)
@@ -60,6 +104,8 @@ async def failed(worker: Worker, job: Job, group: str, exc: Exception) -> str:
     """Record a failed attempt at `job` (retry after the backoff, or dead-letter), or a
     wait for a transaction (put off, no attempt counted); the outcome's name for the
     job histogram."""
+    if isinstance(exc, InFlight) and job.waited < UNDECIDED_WAIT:
+        return await _postpone(worker, replace(job, seen=exc.seen), group, exc)
     if isinstance(exc, Undecided) and job.waited < UNDECIDED_WAIT:
         return await _postpone(worker, job, group, exc)
     worker.stats.error("repair")
@@ -85,8 +131,9 @@ async def failed(worker: Worker, job: Job, group: str, exc: Exception) -> str:
     return "failed"
 
 
-async def _postpone(worker: Worker, job: Job, group: str, exc: Undecided) -> str:
-    """Put `job` off until the transaction at its keys is decided, counting no attempt."""
+async def _postpone(worker: Worker, job: Job, group: str, exc: StampedeError) -> str:
+    """Put `job` off until the transaction at its keys is decided (or the write in
+    flight there has had time to land), counting no attempt."""
     low, high = WAIT_DELAY
     delay = min(max(worker.backoff.delay(job.attempts + 1), low), high)
     try:

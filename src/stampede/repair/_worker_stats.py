@@ -181,7 +181,8 @@ class WorkerCollector(Collector):
             "stampede_worker_jobs",
             "Jobs this worker finished, by outcome: repaired (rewritten), rolled_forward, "
             "deleted, already_consistent (done); failed (retried after a delay), "
-            "postponed (waiting for a transaction to be decided: no attempt counted), "
+            "postponed (waiting for a transaction to be decided, or a write in flight "
+            "to land: no attempt counted), "
             "dead_lettered, released (handed back on stop).",
             labels=["outcome"],
         )
