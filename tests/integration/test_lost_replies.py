@@ -9,6 +9,7 @@ or resent it blindly, before the retry policy of `stampede.topology._retries`.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -33,7 +34,7 @@ from stampede.repair import NewestWins, Refetch
 from stampede.results import RepairAction
 from stampede.testing import RedisProxy
 from stampede.topology import Cluster
-from stampede.topology._guard import GUARD
+from stampede.topology._guard import CAS, GUARD
 from stampede.wire import _record, commit_key, new_token
 from stampede.wire._txn import encode_meta, side_key
 
@@ -436,3 +437,51 @@ async def test_a_repair_whose_transaction_completion_reply_was_lost_reports_it(
     assert drop.hits == 1
     assert result.repair is not None and result.repair.action is RepairAction.ROLLED_FORWARD
     assert result.repaired and result.values == {a: b"t", b: b"t"}
+
+
+def _raw_set(target: tuple[str, int], key: bytes, value: bytes) -> None:
+    """SET over a plain socket straight to the server (behind the proxy)."""
+    parts = [b"SET", key, value]
+    wire = b"*3\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+    with socket.create_connection(target, timeout=10) as sock:
+        sock.sendall(wire)
+        assert sock.recv(64).startswith(b"+OK")
+
+
+async def test_a_repair_whose_compare_and_set_reply_was_lost_never_clobbers(
+    px: Proxied,
+) -> None:
+    """The repair's compare-and-set landed at `a` and its reply was lost; before the
+    resend, a newer write W reached `a`. The resend finds neither what the read saw nor
+    the repair's value: it changes nothing (W stays), and the outcome is `lost_race`,
+    the group as it reads now (a resend that finds its own value counts it set)."""
+    st = px.st
+    group = "caslost"
+    keys = spread_keys(st, group, 2)
+    a = keys[0].encode()
+    await st.write(group, dict.fromkeys(keys, b"v1"))
+    await write_newer(st, [k.encode() for k in keys[1:]], b"v2")  # torn
+    proxy = px.proxy_for(keys[0])
+    cas = CAS.sha.encode()
+
+    def is_cas(cmd: tuple[bytes, ...]) -> bool:
+        return cmd[0].upper() == b"EVALSHA" and cmd[1] == cas and a in cmd
+
+    stored = Envelope.decode(await st.topology.execute(a, "GET", a))
+    w = Envelope(stored.version + 10**9, new_token(), b"w")
+    sent: list[int] = []
+
+    def newer_before_the_resend(cmd: tuple[bytes, ...]) -> bool:
+        if is_cas(cmd):
+            sent.append(1)
+            if len(sent) == 1:  # the resend: W lands first
+                _raw_set(proxy.target, a, w.encode())
+        return False
+
+    drop = proxy.drop_reply(is_cas)
+    proxy.delay_reply(newer_before_the_resend, 0)
+    result = await st.read(group, keys, retry=QUICK, repair=NewestWins())
+    assert drop.hits == 1 and sent == [1]
+    assert result.repair is not None and result.repair.action is RepairAction.LOST_RACE
+    assert await st.topology.execute(a, "GET", a) == w.encode()  # W kept
+    assert not result.repaired
