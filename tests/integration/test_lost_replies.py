@@ -20,6 +20,7 @@ import stampede
 from stampede import (
     ClockSkewError,
     Envelope,
+    Mode,
     OutcomeUnknownError,
     PartialWriteError,
     RetryPolicy,
@@ -485,3 +486,37 @@ async def test_a_repair_whose_compare_and_set_reply_was_lost_never_clobbers(
     assert result.repair is not None and result.repair.action is RepairAction.LOST_RACE
     assert await st.topology.execute(a, "GET", a) == w.encode()  # W kept
     assert not result.repaired
+
+
+@pytest.mark.parametrize("mode", [Mode.STAMP, Mode.COMMIT])
+async def test_a_repair_whose_every_reply_is_lost_says_its_outcome_is_unknown(
+    px: Proxied, mode: Mode
+) -> None:
+    """Every reply to the repair's compare-and-set at `a` (or, in commit mode, to its
+    commit record) is lost, resends included. The writes landed; the read raised
+    `ShardUnavailable` ("connection failed; is the server up?"), as if nothing had been
+    sent. It raises `OutcomeUnknownError` naming the repair, the group and the shard:
+    the repair may or may not have been applied."""
+    st = px.st
+    group = f"caslost-{mode.value}"
+    keys = spread_keys(st, group, 2)
+    await st.write(group, dict.fromkeys(keys, b"v1"), mode=mode)
+    await write_newer(st, [k.encode() for k in keys[1:]], b"v2")  # torn
+    if mode is Mode.COMMIT:
+        target = commit_key(group.encode())
+        sha = GUARD.sha.encode()
+    else:
+        target, sha = keys[0].encode(), CAS.sha.encode()
+    await st.topology.execute(target, "SCRIPT", "LOAD", CAS.source)  # no NOSCRIPT lost
+
+    def lost(cmd: tuple[bytes, ...]) -> bool:
+        return cmd[0].upper() == b"EVALSHA" and cmd[1] == sha and target in cmd
+
+    drop = px.proxy_for(target.decode()).drop_reply(lost, times=None)
+    with pytest.raises(OutcomeUnknownError, match="repair") as raised:
+        await st.read(group, keys, mode=mode, retry=QUICK, repair=NewestWins())
+    assert drop.hits >= 2  # sent, then resent
+    assert group in str(raised.value) and "may or may not" in str(raised.value)
+    px.proxy_for(target.decode()).clear()
+    after = await st.read(group, keys, mode=mode)
+    assert after.consistent  # it had landed

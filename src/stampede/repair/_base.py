@@ -24,17 +24,26 @@ compare-and-set fails anywhere the group is re-read and the outcome says
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from .. import _pipeline as pipeline
 from .._write import raise_refusals
-from ..errors import MalformedEnvelope, RepairError, StampedeError
+from ..errors import (
+    MalformedEnvelope,
+    OutcomeUnknownError,
+    RepairError,
+    ShardError,
+    StampedeError,
+)
 from ..results import RepairAction, RepairOutcome
 from ..topology._base import carried
 from ..topology._floor import FLOOR_ELSEWHERE, client_named, raise_floor
 from ..topology._guard import CAS, KEPT
 from ..topology._guard import EXPIRED as EXPIRED_CODE
+from ..topology._lane import LOST
+from ..topology._retries import watch_losses
 from ..typing import RepairContext
 from ..verdict import Mode, Observation, Reason, Status, judge
 from ..wire import (
@@ -103,7 +112,10 @@ async def _compare_and_set(
         return out
 
     calls = list(by_slot.values())
-    results = await asyncio.gather(*(ctx.topology.script(CAS, keys, args(keys)) for keys in calls))
+    with unknown_when_lost(obs, "compare-and-set"):
+        results = await asyncio.gather(
+            *(ctx.topology.script(CAS, keys, args(keys)) for keys in calls)
+        )
     for keys, codes in zip(calls, results, strict=True):
         for key, code in zip(keys, codes, strict=True):
             value = new[key]
@@ -117,6 +129,30 @@ async def _compare_and_set(
                     continue  # no stamp: no floor to raise
                 await raise_floor(ctx.topology, key, env.version, env.token)
     return all(r in (1, FLOOR_ELSEWHERE) for res in results for r in res)
+
+
+@contextmanager
+def unknown_when_lost(obs: Observation, what: str) -> Iterator[None]:
+    """A repair's write that fails with a `ShardError` after a reply was lost (it was
+    resent, as it is idempotent, and lost every reply, or timed out) may have landed
+    all the same: `OutcomeUnknownError` naming the repair's `what` and the group,
+    never the bare error of a shard that looks like it was never reached."""
+    with watch_losses() as lost:
+        try:
+            yield
+        except ShardError as exc:
+            if not lost.count and not isinstance(exc.__cause__, LOST):
+                raise  # (never sent: a shard that could not be reached)
+            group = obs.group.decode("utf-8", "backslashreplace")
+            unknown = OutcomeUnknownError(
+                f"the repair's {what} of group {group!r}", shard=exc.shard, cause=exc
+            )
+            unknown.args = (
+                f"the repair's {what} of group {group!r} on shard {exc.shard}: its reply was "
+                f"lost ({exc}); it may or may not have been applied (never twice: a resend "
+                "finds what it wrote and changes nothing). Read the group again to find out.",
+            )
+            raise unknown from exc
 
 
 def best_effort(obs: Observation) -> dict[bytes, bytes | None]:
@@ -186,12 +222,13 @@ async def rewrite(
     if obs.mode is Mode.COMMIT:
         record = Envelope(version, token, encode_commit(keys)).encode()
         ckey = commit_key(obs.group)
-        done = await ctx.topology.write_guarded(
-            [ckey], [record], version=version, token=token, expire_at_ms=at
-        )
-        error = done.first_error()
-        if error is not None:
-            raise error
+        with unknown_when_lost(obs, "commit record"):
+            done = await ctx.topology.write_guarded(
+                [ckey], [record], version=version, token=token, expire_at_ms=at
+            )
+            error = done.first_error()
+            if error is not None:
+                raise error
         # (SAME: a resend found it written; EXPIRED: its instant, the data's, has passed:
         # gone with the data, as the compare-and-set's values went; not a lost race)
         code = done.results.get(ckey, KEPT)
@@ -255,17 +292,17 @@ async def roll_forward(
     at = await write_expiry(ctx.topology, dict(zip(obs.keys, obs.raw, strict=True)))
     if at in (EXPIRED, CHANGED):  # the data expired, or a newer write replaced it
         return await after_lost_race(ctx, obs, reason)
-    outcome = await ctx.topology.write_guarded(
-        [ckey],
-        [Envelope(first.version, first.token, payload).encode()],
-        version=first.version,
-        token=first.token,
-        expire_at_ms=at,
-    )
-    if outcome.failed:
+    with unknown_when_lost(obs, "commit record"):
+        outcome = await ctx.topology.write_guarded(
+            [ckey],
+            [Envelope(first.version, first.token, payload).encode()],
+            version=first.version,
+            token=first.token,
+            expire_at_ms=at,
+        )
         error = outcome.first_error()
-        assert error is not None
-        raise error
+        if error is not None:
+            raise error
     code = outcome.results.get(ckey, KEPT)
     refuse_record(obs, ckey, code, wrote=False)
     if code in (KEPT, EXPIRED_CODE):

@@ -189,10 +189,19 @@ def translate(exc: BaseException, shard: str) -> ShardError:
     """The stampede error for a transport error on `shard` (messages carry no payloads).
 
     The one place where what the transport raises becomes a `ShardError`; the
-    topologies reach it through `mapped` (a context manager) or `guarded`.
+    topologies reach it through `mapped` (a context manager) or `guarded`. Its
+    `__cause__` is `exc`, also when it is returned rather than raised (a batch's
+    per-key errors): a caller can tell a reply lost after the call was sent (the
+    transport's `ConnectionLost`, `ReplyTimeout`) from a shard never reached.
     """
     if isinstance(exc, ShardError):
         return exc
+    error = _translate(exc, shard)
+    error.__cause__ = exc
+    return error
+
+
+def _translate(exc: BaseException, shard: str) -> ShardError:
     if isinstance(exc, ClientClosed):
         return ClientClosedError(str(exc), shard=shard)
     if isinstance(exc, AuthError):
