@@ -12,6 +12,7 @@ from stampede import Envelope, RetryPolicy, Stampede, Status
 from stampede._kept import drop_kept
 from stampede.errors import RepairError
 from stampede.repair import Enqueue, NewestWins, Refetch, RepairQueue, RetryBackoff, Worker
+from stampede.results import RepairAction
 from stampede.versions import HybridClock
 from stampede.wire import commit_key, encode_commit, new_token
 
@@ -213,3 +214,24 @@ async def test_a_worker_leaves_a_write_in_flight_to_its_writer(st: Stampede) -> 
     assert stats.done == 1 and stats.repaired == 0 and not stats.errors, stats.as_dict()
     after = await st.read(group, keys)
     assert after.consistent and (after.version, after.token) == (version, token)
+
+
+async def test_a_record_that_holds_the_write_but_names_fewer_keys_is_no_roll_forward(
+    st: Stampede,
+) -> None:
+    """The group's data is one whole write and its record holds that write but names
+    only some of the keys read (partial). Rolling forward rewrote the same record
+    (`SAME`), said `rolled_forward` and left the group partial for the next read. It
+    is repaired: a record naming every key, under the repair's own stamp."""
+    keys = spread_keys(st, "rec-fewer", 2)
+    raw = [k.encode() for k in keys]
+    version, token = HybridClock().now(), new_token()
+    data = Envelope(version, token, b"d").encode()
+    assert (await st.topology.write_guarded(raw, [data] * 2, version=version, token=token)).ok
+    ckey = commit_key(b"rec-fewer")
+    record = Envelope(version, token, encode_commit(raw[:1])).encode()
+    assert (await st.topology.write_guarded([ckey], [record], version=version, token=token)).ok
+    result = await st.read("rec-fewer", keys, mode="commit", retry=QUICK, repair=NewestWins())
+    assert result.repair is not None and result.repair.action is RepairAction.REWRITTEN
+    again = await st.read("rec-fewer", keys, mode="commit")
+    assert again.consistent and again.values == dict.fromkeys(keys, b"d")
