@@ -8,7 +8,6 @@ away instead of writing them."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 
 from ..errors import ShardResponseError
@@ -113,15 +112,17 @@ async def _held_expiry(topology: Topology, key: bytes, was: bytes | None) -> int
 
 
 async def expiry_of(topology: Topology, key: bytes, *, missing: int | None = None) -> int | None:
-    """PEXPIRETIME of `key` (PTTL on servers before 7.0); None when it has none,
-    `missing` when the key does not exist."""
+    """PEXPIRETIME of `key` (on servers before 7.0, its PTTL from the server's clock,
+    TIME on its shard, never the worker's); None when it has none, `missing` when the
+    key does not exist."""
     try:
         at = int(await topology.execute(key, "PEXPIRETIME", key))
     except ShardResponseError as exc:
         if "unknown command" not in str(exc).lower():
             raise
+        now_s, micros = await topology.execute(key, "TIME")
         left = int(await topology.execute(key, "PTTL", key))
-        at = left if left < 0 else time.time_ns() // 1_000_000 + left
+        at = left if left < 0 else int(now_s) * 1000 + int(micros) // 1000 + left
     if at == -2:
         return missing
     return at if at > 0 else None
