@@ -235,3 +235,40 @@ async def test_a_record_that_holds_the_write_but_names_fewer_keys_is_no_roll_for
     assert result.repair is not None and result.repair.action is RepairAction.REWRITTEN
     again = await st.read("rec-fewer", keys, mode="commit")
     assert again.consistent and again.values == dict.fromkeys(keys, b"d")
+
+
+class WriterFirst:
+    """`NewestWins()`, after a newer whole write of the group landed (the race lost)."""
+
+    name = "writer-first"
+
+    def __init__(self, st: Stampede, keys: list[str]) -> None:
+        self.st, self.keys = st, keys
+
+    async def repair(self, ctx: Any, obs: Any, verdict: Any) -> Any:
+        await self.st.write(obs.group, dict.fromkeys(self.keys, b"newer"))
+        return await NewestWins().repair(ctx, obs, verdict)
+
+
+async def test_a_worker_job_whose_race_left_the_group_whole_is_counted_under_an_outcome(
+    st: Stampede,
+) -> None:
+    """A newer write beat the worker's repair and left the group whole: the job is done
+    (acked) and its histogram said `already_consistent`, but no outcome counter had it
+    (`stampede_worker_jobs_total` summed to less than `done`). It counts as
+    `already_consistent`, as a lost race (`lost_races`) too."""
+    keys = spread_keys(st, "race-whole", 2)
+    await st.write("race-whole", dict.fromkeys(keys, b"v1"))
+    await write_newer(st, [k.encode() for k in keys[:1]], b"torn")
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    await queue.enqueue("race-whole", keys, {}, "torn")
+    worker = Worker(
+        st.topology, queue, WriterFirst(st, keys), poll_interval=0.01, block_ms=0,
+        sweep_interval=0, burst=True,
+    )  # fmt: skip
+    stats = await asyncio.wait_for(worker.run(), 60)
+    assert stats.done == 1 and stats.lost_races == 1, stats.as_dict()
+    outcomes = ("repaired", "rolled_forward", "deleted", "already_consistent")
+    assert sum(getattr(stats, o) for o in outcomes) == stats.done, stats.as_dict()
+    assert stats.already_consistent == 1

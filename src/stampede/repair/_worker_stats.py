@@ -278,5 +278,8 @@ _FINISHED = {
     RepairAction.ROLLED_FORWARD: "rolled_forward",
     RepairAction.DELETED: "deleted",
     RepairAction.ALREADY_CONSISTENT: "already_consistent",
+    RepairAction.LOST_RACE: "already_consistent",
 }
-"""The `WorkerStats` counter (and log name) of a job finished with each action."""
+"""The `WorkerStats` counter (and log name) of a job finished with each action (a lost
+race finishes a job only when the newer write left the group whole: nothing was left
+to do, as for one found whole; `lost_races` counts it too)."""
