@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Container
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -55,16 +54,15 @@ from ..typing import Topology, VersionSource
 from ..versions import Counter
 from ..wire import expire_at, new_token
 from ..wire._txn import encode_meta
-from .scripts import COMMIT, COMMIT_ONE, PREPARE
+from .commit import GONE, commit_everywhere
+from .scripts import COMMIT_ONE, PREPARE
 from .units import Acks, run_units, sides_of
 
 __all__ = ["PREPARE_HOLD_MS", "Transaction", "run_units"]
 
 _LABEL = b"transaction"
-_GONE = 3  # COMMIT: the version's expiry instant had passed, nothing was written
 _NOT_WRITTEN = int(GuardCode.WITHHELD)  # COMMIT_ONE: another key was refused
-_LOST = -5  # COMMIT: the prepared version is gone (a failover, an eviction)
-_SETTLED = (0, 1, 2, _GONE)  # a reply that says what the key holds now
+_SETTLED = (0, 1, 2, GONE)  # a reply that says what the key holds now
 _COMMIT_TRIES = 4  # sends of a one-slot transaction whose outcome stays unknown
 PREPARE_HOLD_MS = 3_600_000
 """How long a prepared version waits for its commit before it counts as abandoned."""
@@ -189,20 +187,14 @@ class Transaction:
         started = time.monotonic()
         prepared_acks = None if self._durability is None else Acks(self._durability)
         units = call_units(topology, keys)  # the same calls in both rounds
-        prepare = partial(
-            run_units,
-            topology,
-            PREPARE,
-            keys,
-            sides,
-            head=[max(PREPARE_HOLD_MS, 10 * self._grace_ms)],
-            positions=units,
-            acks=prepared_acks,
-        )
+        hold = [max(PREPARE_HOLD_MS, 10 * self._grace_ms)]
+        prepare = partial(run_units, topology, PREPARE, head=hold)
         parts = list(zip(ats, envs, strict=True))
-        prepared = await prepare([(version, token, limit, at, e, meta) for at, e in parts])
+        tried = [(version, token, limit, at, e, meta) for at, e in parts]
+        prepared = await prepare(keys, sides, tried, positions=units, acks=prepared_acks)
         if fresh := fresher_limit(self._versions, version, limit, prepared):
-            prepared = await prepare([(version, token, fresh, at, e, meta) for at, e in parts])
+            tried = [(version, token, fresh, at, e, meta) for at, e in parts]
+            prepared = await prepare(keys, sides, tried, positions=units, acks=prepared_acks)
         self._check_prepared(keys, prepared, prepared_acks)
         elapsed = time.monotonic() - started
         if elapsed > self._timeout:
@@ -211,8 +203,24 @@ class Transaction:
                 f"({self._timeout} s); its prepared versions stay invisible",
                 keys=keys,
             )
-        args = [(version, token, ats[i], 0, b"", b"") for i in range(len(keys))]
-        codes = await self._commit_everywhere(keys, sides, args, acks, units)
+
+        async def prepare_again(positions: list[int]) -> list[Any]:
+            """The prepare again, for the keys at `positions` only (the commit waits
+            for replicas, if asked, after it)."""
+            chosen = ([keys[i] for i in positions], [sides[i] for i in positions])
+            return await prepare(*chosen, [tried[i] for i in positions])
+
+        codes = await commit_everywhere(
+            topology,
+            keys,
+            sides,
+            [(version, token, ats[i], 0, b"", b"") for i in range(len(keys))],
+            acks=acks,
+            units=units,
+            grace_ms=self._grace_ms,
+            seconds=self._timeout,
+            prepare_again=prepare_again,
+        )
         self.receipt = self._receipt(version, token, keys, codes, acks, atomic=False)
         return self.receipt
 
@@ -259,75 +267,6 @@ class Transaction:
                     resent=True,
                 ) from error
             await asyncio.sleep(backoff(attempt - 1, 0.02, 0.5))
-
-    async def _commit_everywhere(
-        self,
-        keys: list[bytes],
-        sides: list[bytes],
-        args: list[tuple[Any, ...]],
-        acks: Acks | None,
-        units: list[list[int]],
-    ) -> list[Any]:
-        """Commit every prepared key (`units`: the calls, as `call_units` groups them),
-        resending (idempotent) where a shard failed, for up to the transaction timeout.
-        Once one key holds the transaction, readers and the sweep complete the rest; if
-        none does, the outcome is unknown."""
-        topology = self._topology
-        run = partial(run_units, topology, COMMIT, head=[self._grace_ms], acks=acks)
-        codes = await run(keys, sides, args, positions=units)
-        deadline = time.monotonic() + self._timeout
-        attempt = 0
-        resent: set[int] = set()  # keys whose reply was lost once: a later reply is no proof
-        while True:
-            failed = [i for i, c in enumerate(codes) if isinstance(c, ShardError)]
-            if not failed or time.monotonic() >= deadline:
-                break
-            if any(isinstance(codes[i], ClientClosedError) for i in failed):
-                break  # the client was closed: nothing more can be sent
-            resent.update(failed)
-            await asyncio.sleep(backoff(attempt, 0.02, 1.0))
-            attempt += 1
-            again = await run(
-                [keys[i] for i in failed], [sides[i] for i in failed], [args[i] for i in failed]
-            )
-            for i, code in zip(failed, again, strict=True):
-                codes[i] = code
-        if not any(c in (1, 2, _GONE) for c in codes if not isinstance(c, ShardError)):
-            error = next((c for c in codes if isinstance(c, ShardError)), None)
-            if error is not None:
-                raise OutcomeUnknownError(
-                    f"commit of a transaction of {len(keys)} key(s) (prepared everywhere, "
-                    "no commit acknowledged)",
-                    shard=error.shard,
-                    cause=error,
-                    resent=True,
-                ) from error
-            self._check_unseen(keys, codes, resent)
-        return codes
-
-    def _check_unseen(self, keys: list[bytes], codes: list[Any], resent: Container[int]) -> None:
-        """No key holds the transaction and a commit found no prepared version to make
-        current (a failover or an eviction lost it since its prepare): nobody will ever
-        see it, so no receipt. Aborted when that reply answered the first send; unknown
-        when it answered a resend (the lost first one may have landed, and gone since)."""
-        unseen = [i for i, c in enumerate(codes) if c != 0]  # 0: kept out by a newer value
-        if not unseen:
-            return  # superseded at every key, as a group write can be
-        key = keys[unseen[0]]
-        if any(i in resent for i in unseen):
-            raise OutcomeUnknownError(
-                f"commit of a transaction of {len(keys)} key(s) (a resend found no prepared "
-                f"version at {key!r}, no commit acknowledged)",
-                shard=self._topology.shard_of(key),
-                resent=True,
-            )
-        refused = {keys[i]: codes[i] for i in unseen if codes[i] != _LOST}
-        raise_refusals(_LABEL, refused)  # (a refusal says why: the key's type, its version)
-        raise TransactionAborted(
-            f"its prepared version was gone at commit at {key!r} (lost in a failover or "
-            "evicted since its prepare) and no key holds it; retry the transaction",
-            keys=keys,
-        )
 
     def _check_prepared(self, keys: list[bytes], codes: list[Any], acks: Acks | None) -> None:
         error = next((c for c in codes if isinstance(c, ShardError)), None)

@@ -1,0 +1,141 @@
+"""Read-atomic transactions meeting a real failover that loses writes.
+
+Each test builds the state a failover leaves, deterministically, on a real cluster
+with a replica per master: the replica's link to its master is cut (it cannot
+authenticate again, so it receives nothing more), the master takes writes the
+replica never sees, then the master is killed and the replica promoted with
+`CLUSTER FAILOVER TAKEOVER`. No sleep decides anything: each step waits for its
+event (the replica's offset, its role)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+import stampede
+from stampede import Stampede
+from stampede._txn.scripts import COMMIT
+from stampede.keys import keyslot
+from stampede.options import ConnectOptions
+from stampede.testing import LocalCluster, RedisNode
+from stampede.testing._admin import command
+from stampede.testing.faults import DelegatingTopology, InjectedCrash
+
+from ..support import caught_up
+
+pytestmark = pytest.mark.timeout(180)  # real elections, on a machine that may be busy
+
+OPTIONS = ConnectOptions(
+    socket_timeout=1.0, connect_timeout=0.5, connection_retries=1, failover_timeout=30.0
+)
+A, B = "rfo:{a}", "rfo:{b}"  # two slots, on two masters (checked)
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    """Three masters with a replica each (a fresh cluster per test: each kills one)."""
+    servers = LocalCluster(3, replicas=1, extra_args=["--cluster-node-timeout", "1000"])
+    servers.start()
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.fixture
+async def st(cluster: LocalCluster) -> AsyncIterator[Stampede]:
+    async with stampede.connect(
+        [m.url for m in cluster.masters], cluster=True, connection=OPTIONS
+    ) as client:
+        yield client
+
+
+def _replica_of(cluster: LocalCluster, master: RedisNode) -> RedisNode:
+    for node in cluster.replicas:
+        role = command(node, "ROLE")
+        if role[0] == b"slave" and int(role[2]) == master.port:
+            return node
+    raise LookupError(f"no replica of {master}")
+
+
+def _cut(replica: RedisNode) -> None:
+    """From now on `replica` receives nothing from its master: its link is closed and
+    every attempt to make it again fails authentication."""
+    command(replica, "CONFIG", "SET", "masteruser", "no-such-user")
+    command(replica, "CONFIG", "SET", "masterauth", "no-such-password")
+    command(replica, "CLIENT", "KILL", "TYPE", "master")
+
+
+def _fail_over(master: RedisNode, replica: RedisNode) -> None:
+    """The master dies; its replica (whatever it has) takes its slots over."""
+    master.kill()
+    command(replica, "CLUSTER", "FAILOVER", "TAKEOVER")
+    deadline = time.monotonic() + 60
+    while command(replica, "ROLE")[0] != b"master":
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{replica} not promoted in 60 s")
+        time.sleep(0.05)
+
+
+def _victim(cluster: LocalCluster) -> tuple[RedisNode, RedisNode]:
+    """The master of A (not B's) and its replica."""
+    master = cluster.master_for_slot(keyslot(A))
+    assert master is not cluster.master_for_slot(keyslot(B))
+    return master, _replica_of(cluster, master)
+
+
+class Before(DelegatingTopology):
+    """Runs `action` (in a thread: it blocks) before the first call of `script` that
+    names `key`, once; `crash` makes every later call of `script` to other keys raise
+    `InjectedCrash` (the writer died there)."""
+
+    def __init__(
+        self, inner: Any, script: Any, key: str, action: Callable[[], None], crash: bool = False
+    ) -> None:
+        super().__init__(inner)
+        self.sha, self.key, self.action, self.crash = script.sha, key.encode(), action, crash
+        self.done = False
+
+    async def script(self, script: Any, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        if script.sha == self.sha:
+            if self.key not in keys and self.crash:
+                raise InjectedCrash("the writer died before this commit")
+            if self.key in keys and not self.done:
+                self.done = True
+                await asyncio.to_thread(self.action)
+        return await self.inner.script(script, keys, args)
+
+
+async def _old(st: Stampede, cluster: LocalCluster) -> None:
+    async with st.transaction() as tx:
+        tx.set(A, b"old")
+        tx.set(B, b"old")
+    for master in cluster.masters:
+        caught_up(master)
+
+
+async def test_a_commit_that_finds_its_prepare_lost_in_a_failover_prepares_it_again(
+    cluster: LocalCluster, st: Stampede
+) -> None:
+    """T's prepare at A reached the master only; the master dies before T's commit and
+    the replica is promoted without it. The commit at A (resent to the promoted
+    replica) finds no prepared version while B's commit made T visible. The writer
+    prepares A again and commits it: the receipt has nothing pending and read_atomic
+    returns T whole. (Before: a receipt with A `pending`, which transactions.md says
+    read_atomic returns whole, and read_atomic read A as missing, for good.)"""
+    await _old(st, cluster)
+    master, replica = _victim(cluster)
+    _cut(replica)
+    wrapped = stampede.Stampede(Before(st.topology, COMMIT, A, lambda: _fail_over(master, replica)))
+    tx = wrapped.transaction()
+    tx.set(A, b"new")
+    tx.set(B, b"new")
+    receipt = await tx.commit()
+    assert receipt.pending == () and receipt.superseded == ()
+    got = await st.read_atomic([A, B])
+    assert got.values == {A: b"new", B: b"new"}
+    assert got.stamps[A] == got.stamps[B] == (receipt.version, receipt.token)
