@@ -21,6 +21,7 @@ from stampede import Stampede
 from stampede._txn.scripts import COMMIT
 from stampede.keys import keyslot
 from stampede.options import ConnectOptions
+from stampede.repair import sweep_versions
 from stampede.testing import LocalCluster, RedisNode
 from stampede.testing._admin import command
 from stampede.testing.faults import DelegatingTopology, InjectedCrash
@@ -139,3 +140,37 @@ async def test_a_commit_that_finds_its_prepare_lost_in_a_failover_prepares_it_ag
     got = await st.read_atomic([A, B])
     assert got.values == {A: b"new", B: b"new"}
     assert got.stamps[A] == got.stamps[B] == (receipt.version, receipt.token)
+
+
+async def test_a_commit_lost_in_a_failover_is_completed_by_a_reader_or_the_sweep(
+    cluster: LocalCluster, st: Stampede
+) -> None:
+    """T's prepares reached every replica; its commit at A reached the master only and
+    the writer died before committing B. A reader before the failover returns T whole
+    (and commits B itself); after the failover, A holds T prepared only: the next
+    reader returns T whole again (never the older value at A, which the first reader
+    returned newer than), and the sweep makes A current."""
+    await _old(st, cluster)
+    master, replica = _victim(cluster)
+
+    def cut_after_prepares() -> None:
+        caught_up(master)  # the replica has T's prepare at A
+        _cut(replica)
+
+    wrapped = stampede.Stampede(
+        Before(st.topology, COMMIT, A, cut_after_prepares, crash=True),
+    )
+    tx = wrapped.transaction()
+    tx.set(A, b"new")
+    tx.set(B, b"new")
+    with pytest.raises(InjectedCrash):
+        await tx.commit()
+    first = await st.read_atomic([A, B])
+    assert first.values == {A: b"new", B: b"new"}
+    caught_up(cluster.master_for_slot(keyslot(B)))
+    await asyncio.to_thread(_fail_over, master, replica)
+    again = await st.read_atomic([A, B])
+    assert again.values == {A: b"new", B: b"new"} and again.stamps == first.stamps
+    await sweep_versions(st.topology)
+    alone = await st.read_atomic([A])
+    assert alone.values == {A: b"new"} and alone.rounds == 1
