@@ -52,7 +52,14 @@ __all__ = [
     "failover_figures",
 ]
 
-FAULTS = ("failover-graceful", "failover-kill", "failover-stop", "sentinel-kill")
+FAULTS = (
+    "failover-graceful",
+    "failover-kill",
+    "failover-stop",
+    "failover-lossy",
+    "sentinel-kill",
+    "sentinel-lossy",
+)
 ERRORS = ("fail", "unknown")
 
 

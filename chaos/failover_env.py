@@ -2,20 +2,25 @@
 
 - `ReplicatedCluster`: `LocalCluster(3, replicas=1)`, node timeout 1 s. Faults:
   `graceful` (`CLUSTER FAILOVER` on the victim's replica), `kill` (SIGKILL the
-  master; restarted once its replica is promoted, it rejoins as a replica) and
-  `stop` (SIGSTOP the master until its replica is promoted, then SIGCONT: it comes
-  back as a replica).
-- `SentinelPrimaries`: `LocalSentinels(2, replicas=1, sentinels=3)`. Fault: `kill`
+  master; restarted once its replica is promoted, it rejoins as a replica), `stop`
+  (SIGSTOP the master until its replica is promoted, then SIGCONT: it comes back as
+  a replica) and `lossy` (the replica's link is cut, so it receives nothing more,
+  while the master takes `LOSSY_BYTES` of writes; then the master is SIGKILLed and
+  the replica takes over with `CLUSTER FAILOVER TAKEOVER`: what the master took
+  since the cut is lost for certain, which a kill on localhost never made happen).
+- `SentinelPrimaries`: `LocalSentinels(2, replicas=1, sentinels=3)`. Faults: `kill`
   (SIGKILL the primary of the first service; Sentinel promotes its replica; the old
-  primary is restarted and Sentinel makes it a replica).
+  primary is restarted and Sentinel makes it a replica) and `lossy` (the same, the
+  replica's link cut first, as for the cluster).
 
 Each fault records, in the history, the fault (`failover-graceful`, `failover-kill`,
-`failover-stop`, `sentinel-kill`) with the shard and the workload keys that lived on
-it, then `promoted` once the replica answers as the primary. A fault that may lose
-acknowledged writes (every one but `graceful`) also records a `loss` event at the
-moment of the fault, with the same keys: the checker excuses only what began before
-it, touched those keys and was not acknowledged as durable. Waiting is done on
-events (roles, `cluster_state:ok`), each with a generous upper bound.
+`failover-stop`, `failover-lossy`, `sentinel-kill`, `sentinel-lossy`) with the shard
+and the workload keys that lived on it, then `promoted` once the replica answers as
+the primary. A fault that may lose acknowledged writes (every one but `graceful`)
+also records a `loss` event at the moment of the fault (for `lossy`, the kill), with
+the same keys: the checker excuses only what began before it, touched those keys and
+was not acknowledged as durable. Waiting is done on events (roles,
+`cluster_state:ok`, a replication offset), each with a generous upper bound.
 
 A cluster replica is asked to take over only once its own last election is older than
 `ELECTION_RETRY`, and a cluster fault fails the run if the shard is not served by the
@@ -76,6 +81,10 @@ timeout and the retry time it waits for the retry. The failover-graceful campaig
 2026-11-25 hit both: runs alternate the shard between two nodes, about a second apart."""
 
 
+LOSSY_BYTES = 65536
+"""How much the master of a `lossy` fault replicates to nobody before it is killed (its
+replication offset past the cut): a few hundred workload writes on its shard."""
+
 SENTINEL_DOWN_MS = 3000
 """The Sentinels' `down-after-milliseconds` in the Sentinel failover scenario."""
 
@@ -110,6 +119,35 @@ def _role(node: RedisNode) -> list[object] | None:
 def is_primary(node: RedisNode) -> bool:
     role = _role(node)
     return role is not None and role[0] == b"master"
+
+
+def _offset(node: RedisNode) -> int:
+    """The replication offset of a primary: how much it has taken so far."""
+    with node.client() as client:
+        info = client.info("replication")
+    return int(info.get("master_repl_offset", 0))
+
+
+def cut_off(replica: RedisNode) -> None:
+    """From now on `replica` receives nothing from its primary: its link is closed and
+    every attempt to make it again fails to authenticate (`mend` undoes that)."""
+    command(replica, "CONFIG", "SET", "masteruser", "stampede-chaos-nobody")
+    command(replica, "CONFIG", "SET", "masterauth", "stampede-chaos-nothing")
+    command(replica, "CLIENT", "KILL", "TYPE", "master")
+
+
+def mend(node: RedisNode) -> None:
+    """Undo `cut_off`: `node` can follow a primary again (as a replica, some day)."""
+    command(node, "CONFIG", "SET", "masteruser", "")
+    command(node, "CONFIG", "SET", "masterauth", "")
+
+
+async def cut_and_wait(primary: RedisNode, replica: RedisNode) -> None:
+    """`cut_off` the replica, then wait until `primary` took `LOSSY_BYTES` more."""
+    await asyncio.to_thread(cut_off, replica)
+    cut = await asyncio.to_thread(_offset, primary)
+    taken = lambda: _offset(primary) >= cut + LOSSY_BYTES  # noqa: E731
+    await wait_until(f"{primary.address} taking writes its replica lacks", taken)
 
 
 def replica_of(node: RedisNode, primary: RedisNode) -> bool:
@@ -216,13 +254,19 @@ class ReplicatedCluster(FailoverServers):
             victim.kill()
         elif fault == "stop":
             victim.pause()
+        elif fault == "lossy":
+            await cut_and_wait(victim, replica)
+            victim.kill()
+            await asyncio.to_thread(command, replica, "CLUSTER", "FAILOVER", "TAKEOVER")
         else:
             raise ValueError(f"unknown fault {fault!r}")
         self._record(f"failover-{fault}", shard, keys, history)
         await wait_until(f"{replica.address} promoted", lambda: is_primary(replica))
         history.fault("promoted", shard=shard, node=replica.address)
         self.elected[replica.address] = time.monotonic()
-        if fault == "kill":
+        if fault == "lossy":
+            await asyncio.to_thread(mend, replica)
+        if fault in ("kill", "lossy"):
             victim.restart()  # on the loop's thread: the parent-death signal (RedisNode)
         elif fault == "stop":
             victim.resume()
@@ -279,17 +323,21 @@ class SentinelPrimaries(FailoverServers):
     async def inject(
         self, fault: str, topology: Topology, key: bytes, keys: Sequence[bytes], history: History
     ) -> Fault:
-        if fault != "kill":
+        if fault not in ("kill", "lossy"):
             raise ValueError(f"unknown fault {fault!r}")
         shard, victim, replica = await asyncio.to_thread(self.victim, topology, key)
+        if fault == "lossy":
+            await cut_and_wait(victim, replica)
         victim.kill()
-        self._record("sentinel-kill", shard, keys, history)
+        self._record(f"sentinel-{fault}", shard, keys, history)
         where = (replica.host, replica.port)
         await wait_until(
             f"Sentinel promoting {replica.address}",
             lambda: self.servers.primary_of(shard) == where and is_primary(replica),
         )
         history.fault("promoted", shard=shard, node=replica.address)
+        if fault == "lossy":
+            await asyncio.to_thread(mend, replica)
         # empty, and a primary at its old address until the Sentinels demote it (seconds
         # later): the client must not write to it meanwhile (the checker would see the
         # writes lost when it becomes a replica)
@@ -301,7 +349,7 @@ class SentinelPrimaries(FailoverServers):
             history.fault("demoted-by-hand", shard=shard, node=victim.address)
             command(victim, "REPLICAOF", replica.host, replica.port)
             await wait_until(f"{victim.address} a replica", demoted)
-        self._healed("sentinel-kill", shard, victim, keys, history)
+        self._healed(f"sentinel-{fault}", shard, victim, keys, history)
         return Fault(fault, shard, victim, replica)
 
     async def reset(self) -> None:

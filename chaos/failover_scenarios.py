@@ -7,8 +7,13 @@
 |                     |                                     | rejoins as a replica                |
 | `failover-stop`     |                                     | SIGSTOP a master until its replica  |
 |                     |                                     | is promoted, then SIGCONT           |
+| `failover-lossy`    |                                     | cut a replica's link, let its master|
+|                     |                                     | take writes, SIGKILL it, `CLUSTER   |
+|                     |                                     | FAILOVER TAKEOVER` on the replica   |
 | `sentinel-kill`     | 2 Sentinel services (a primary and  | SIGKILL a primary; Sentinel         |
 |                     | a replica each), 3 Sentinels        | promotes its replica                |
+| `sentinel-lossy`    | the same                            | the same, its replica's link cut    |
+|                     |                                     | while the primary takes writes      |
 
 A run: reset the servers; start the workload (`failover_workload`: plain and durable
 group writers, group readers, transactions, `read_atomic` readers); once it has
@@ -74,7 +79,9 @@ FAILOVER_SCENARIOS: tuple[FailoverScenario, ...] = (
     FailoverScenario("failover-graceful", "CLUSTER FAILOVER on a replica", "cluster", "graceful"),
     FailoverScenario("failover-kill", "a cluster master SIGKILLed", "cluster", "kill"),
     FailoverScenario("failover-stop", "a cluster master SIGSTOPped, resumed", "cluster", "stop"),
+    FailoverScenario("failover-lossy", "writes lost to a takeover", "cluster", "lossy"),
     FailoverScenario("sentinel-kill", "a Sentinel-managed primary SIGKILLed", "sentinel", "kill"),
+    FailoverScenario("sentinel-lossy", "writes lost to a Sentinel failover", "sentinel", "lossy"),
 )  # fmt: skip
 
 

@@ -24,9 +24,10 @@
 |              | `allkeys-lru` then `volatile-lru`                             |                 |
 
 The failover scenarios (`failover_scenarios`: `failover-graceful`, `failover-kill`,
-`failover-stop` on a cluster with replicas, `sentinel-kill` on Sentinel-managed
-primaries) run real failovers on servers of their own and are judged by
-`check_failover`; `python -m chaos` runs them after these (`failover_runner`).
+`failover-stop`, `failover-lossy` on a cluster with replicas, `sentinel-kill` and
+`sentinel-lossy` on Sentinel-managed primaries) run real failovers on servers of
+their own and are judged by `check_failover`; `python -m chaos` runs them after
+these (`failover_runner`).
 
 The four `ramp-*` edge scenarios are judged by `ramp_edge_checker.check_edges`
 (fractured reads, deleted or expired values coming back, acknowledged transactions
