@@ -20,7 +20,8 @@ VALKEY_TESTS ?= tests/integration/test_server_matrix.py tests/integration/test_h
 	tests/integration/test_cluster_migration.py tests/integration/test_lost_replies.py tests/integration/test_repair.py \
 	tests/integration/test_repair_queue_race.py tests/integration/test_races.py tests/integration/test_lane.py \
 	tests/integration/test_fanout.py tests/integration/test_typed.py tests/integration/test_txn_edges.py \
-	tests/integration/test_failover.py tests/integration/test_sentinel.py tests/integration/test_expired_writes.py
+	tests/integration/test_failover.py tests/integration/test_sentinel.py tests/integration/test_expired_writes.py \
+	tests/integration/test_txn_failover.py
 
 $(PY):
 	python3 -m venv $(VENV)
