@@ -1,11 +1,12 @@
 """Read-atomic transactions meeting a real failover that loses writes.
 
 Each test builds the state a failover leaves, deterministically, on a real cluster
-with a replica per master: the replica's link to its master is cut (it cannot
-authenticate again, so it receives nothing more), the master takes writes the
-replica never sees, then the master is killed and the replica promoted with
-`CLUSTER FAILOVER TAKEOVER`. No sleep decides anything: each step waits for its
-event (the replica's offset, its role)."""
+with a replica per master (or Sentinel-managed primaries with a replica each): the
+replica's link to its master is cut (it cannot authenticate again, so it receives
+nothing more), the master takes writes the replica never sees, then the master is
+killed and the replica promoted with `CLUSTER FAILOVER TAKEOVER` (or by the
+Sentinels). No sleep decides anything: each step waits for its event (the replica's
+offset, its role)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from stampede._txn.scripts import COMMIT
 from stampede.keys import keyslot
 from stampede.options import ConnectOptions
 from stampede.repair import sweep_versions
-from stampede.testing import LocalCluster, RedisNode
+from stampede.testing import LocalCluster, LocalSentinels, RedisNode
 from stampede.testing._admin import command
 from stampede.testing.faults import DelegatingTopology, InjectedCrash
 
@@ -174,3 +175,60 @@ async def test_a_commit_lost_in_a_failover_is_completed_by_a_reader_or_the_sweep
     await sweep_versions(st.topology)
     alone = await st.read_atomic([A])
     assert alone.values == {A: b"new"} and alone.rounds == 1
+
+
+def _on(st: Stampede, shard: str, prefix: str) -> str:
+    """A key of `st` that lives on `shard`."""
+    return next(
+        key
+        for i in range(1000)
+        if st.topology.shard_of((key := f"{prefix}:{{{i}}}").encode()) == shard
+    )
+
+
+async def test_a_prepare_lost_in_a_sentinel_failover_is_prepared_again() -> None:
+    """The same over Sentinel: T's prepare at shard-a reached its primary only; the
+    primary dies before T's commit and the Sentinels promote the replica without it.
+    The commit, resent to the new primary once the client follows the Sentinels, finds
+    no prepared version while shard-b holds T: the writer prepares it again, and T
+    reads whole."""
+    with LocalSentinels(2, replicas=1, sentinels=3) as servers:
+        async with stampede.connect(
+            sentinels=servers.sentinel_urls, services=servers.names, connection=OPTIONS
+        ) as st:
+            name = servers.names[0]
+            a, b = _on(st, name, "sfo"), _on(st, servers.names[1], "sfo")
+            async with st.transaction() as tx:
+                tx.set(a, b"old")
+                tx.set(b, b"old")
+            primary = servers.node_at(servers.primary_of(name))
+            replica = next(n for n in servers.replicas if n.port in _followers(primary))
+            caught_up(primary)
+            _cut(replica)
+
+            def fail_over() -> None:
+                primary.kill()
+                deadline = time.monotonic() + 60
+                while servers.primary_of(name) != (replica.host, replica.port) or (
+                    command(replica, "ROLE")[0] != b"master"
+                ):
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"{replica} not promoted in 60 s")
+                    time.sleep(0.05)
+
+            wrapped = stampede.Stampede(Before(st.topology, COMMIT, a, fail_over))
+            tx = wrapped.transaction()
+            tx.set(a, b"new")
+            tx.set(b, b"new")
+            receipt = await tx.commit()
+            assert receipt.pending == ()
+            got = await st.read_atomic([a, b])
+            assert got.values == {a: b"new", b: b"new"}
+
+
+def _followers(primary: RedisNode) -> set[int]:
+    """The ports of `primary`'s replicas, as it lists them."""
+    info = command(primary, "INFO", "replication")
+    return {
+        int(v["port"]) for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)
+    }
