@@ -191,6 +191,73 @@ async def test_a_commit_that_finds_no_prepared_version_anywhere_is_no_receipt(
     assert (await st.read_atomic(keys)).values == dict.fromkeys(keys)
 
 
+class LostPrepareAt(DelegatingTopology):
+    """Deletes `key`'s version hash before the first COMMIT call naming it, as a
+    failover of that shard alone to a replica that had not received the prepare would;
+    counts the PREPARE calls naming `key`, and before the second one runs `before`."""
+
+    def __init__(self, inner: Any, key: str, before: Any = None) -> None:
+        super().__init__(inner)
+        self.key, self.before = key.encode(), before
+        self.lost = False
+        self.prepares = 0
+
+    async def script(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        pairs = dict(zip(keys[::2], keys[1::2], strict=True))
+        if script.sha == COMMIT.sha and self.key in pairs and not self.lost:
+            self.lost = True
+            await self.inner.execute(pairs[self.key], "DEL", pairs[self.key])
+        if script.sha == PREPARE.sha and self.key in pairs:
+            self.prepares += 1
+            if self.prepares == 2 and self.before is not None:
+                await self.before()
+        return await self.inner.script(script, keys, args)
+
+
+async def test_a_prepare_lost_at_one_key_is_prepared_again_by_the_writer(st: Stampede) -> None:
+    """Every prepare acknowledged, then one key's lost before its commit while another
+    key commits: the writer prepares that key again and commits it, so the receipt has
+    nothing pending and read_atomic returns the transaction whole (it used to list the
+    key as pending, and read_atomic read it as missing for good)."""
+    keys = spread_keys(st, "lostone", 3)
+    async with st.transaction() as tx:
+        for key in keys:
+            tx.set(key, b"old")
+    lossy = LostPrepareAt(st.topology, keys[0])
+    tx = stampede.Stampede(lossy).transaction()
+    for key in keys:
+        tx.set(key, b"new")
+    receipt = await tx.commit()
+    assert lossy.lost and lossy.prepares == 2
+    assert receipt.pending == () and receipt.superseded == ()
+    got = await st.read_atomic(keys)
+    assert got.values == dict.fromkeys(keys, b"new") and got.rounds == 1
+
+
+async def test_a_lost_prepare_that_the_key_then_refuses_is_pending_not_retried(
+    st: Stampede,
+) -> None:
+    """The key's prepare again is refused (a list was written there meanwhile): the key
+    stays pending on the receipt, and the writer does not prepare it again and again
+    until the transaction timeout."""
+    keys = spread_keys(st, "lostrefused", 3)
+    async with st.transaction() as tx:
+        for key in keys:
+            tx.set(key, b"old")
+
+    async def list_there() -> None:
+        await st.topology.execute(keys[0].encode(), "DEL", keys[0])
+        await st.topology.execute(keys[0].encode(), "RPUSH", keys[0], "x")
+
+    lossy = LostPrepareAt(st.topology, keys[0], list_there)
+    tx = stampede.Stampede(lossy).transaction()
+    for key in keys:
+        tx.set(key, b"new")
+    receipt = await tx.commit()
+    assert lossy.prepares == 2 and receipt.pending == (keys[0].encode(),)
+    assert (await st.read_atomic(keys[1:])).values == dict.fromkeys(keys[1:], b"new")
+
+
 async def test_a_commit_that_fails_once_is_resent(quick: Stampede) -> None:
     """A commit whose connection failed is resent (it is idempotent): the receipt has
     nothing pending and every key holds the transaction."""
