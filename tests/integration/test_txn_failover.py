@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import stampede
-from stampede import Stampede
+from stampede import Durability, Stampede, TransactionAborted
 from stampede._txn.scripts import COMMIT
 from stampede.keys import keyslot
 from stampede.options import ConnectOptions
@@ -92,8 +92,8 @@ def _victim(cluster: LocalCluster) -> tuple[RedisNode, RedisNode]:
 
 class Before(DelegatingTopology):
     """Runs `action` (in a thread: it blocks) before the first call of `script` that
-    names `key`, once; `crash` makes every later call of `script` to other keys raise
-    `InjectedCrash` (the writer died there)."""
+    names `key` (plain or durable), once; `crash` makes every later call of `script`
+    to other keys raise `InjectedCrash` (the writer died there)."""
 
     def __init__(
         self, inner: Any, script: Any, key: str, action: Callable[[], None], crash: bool = False
@@ -102,14 +102,23 @@ class Before(DelegatingTopology):
         self.sha, self.key, self.action, self.crash = script.sha, key.encode(), action, crash
         self.done = False
 
-    async def script(self, script: Any, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+    async def _before(self, script: Any, keys: Sequence[bytes]) -> None:
         if script.sha == self.sha:
             if self.key not in keys and self.crash:
                 raise InjectedCrash("the writer died before this commit")
             if self.key in keys and not self.done:
                 self.done = True
                 await asyncio.to_thread(self.action)
+
+    async def script(self, script: Any, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        await self._before(script, keys)
         return await self.inner.script(script, keys, args)
+
+    async def durable_script(
+        self, script: Any, keys: Sequence[bytes], args: Sequence[Any], then: list[Any]
+    ) -> tuple[Any, int]:
+        await self._before(script, keys)
+        return await self.inner.durable_script(script, keys, args, then)
 
 
 async def _old(st: Stampede, cluster: LocalCluster) -> None:
@@ -232,3 +241,43 @@ def _followers(primary: RedisNode) -> set[int]:
     return {
         int(v["port"]) for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)
     }
+
+
+async def test_a_durable_transaction_survives_a_failover_that_lost_its_commit(
+    cluster: LocalCluster, st: Stampede
+) -> None:
+    """Durability(replicas=1): the prepares waited for the replicas; the replica of A is
+    cut off before the commits, so A's commit falls short (receipt.durable False, as
+    operations.md says) and the failover loses it. The prepare survived: read_atomic
+    returns T whole after the promotion."""
+    await _old(st, cluster)
+    master, replica = _victim(cluster)
+    wrapped = stampede.Stampede(Before(st.topology, COMMIT, A, lambda: _cut(replica)))
+    tx = wrapped.transaction(durability=Durability(replicas=1, timeout=0.2))
+    tx.set(A, b"new")
+    tx.set(B, b"new")
+    receipt = await tx.commit()
+    assert receipt.durable is False and receipt.pending == ()
+    await asyncio.to_thread(_fail_over, master, replica)
+    got = await st.read_atomic([A, B])
+    assert got.values == {A: b"new", B: b"new"}
+
+
+async def test_a_durable_transaction_whose_prepare_fell_short_stays_invisible(
+    cluster: LocalCluster, st: Stampede
+) -> None:
+    """The replica of A is cut off before the transaction: A's prepare falls short, the
+    transaction aborts before anything is visible, and after the failover (to the
+    replica that never had it) nothing of it is read, on either shard."""
+    await _old(st, cluster)
+    master, replica = _victim(cluster)
+    _cut(replica)
+    with pytest.raises(TransactionAborted, match="replica"):
+        async with st.transaction(durability=Durability(replicas=1, timeout=0.2)) as tx:
+            tx.set(A, b"new")
+            tx.set(B, b"new")
+    assert (await st.read_atomic([A, B])).values == {A: b"old", B: b"old"}
+    await asyncio.to_thread(_fail_over, master, replica)
+    assert (await st.read_atomic([A, B])).values == {A: b"old", B: b"old"}
+    await sweep_versions(st.topology)
+    assert (await st.read_atomic([A, B])).values == {A: b"old", B: b"old"}
