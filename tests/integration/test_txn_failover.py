@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import stampede
-from stampede import Durability, Stampede, TransactionAborted
-from stampede._txn.scripts import COMMIT
+from stampede import Durability, ShardUnavailable, Stampede, TransactionAborted
+from stampede._txn.scripts import COMMIT, COMMIT_ONE
 from stampede.keys import keyslot
 from stampede.options import ConnectOptions
 from stampede.repair import sweep_versions
@@ -281,3 +281,47 @@ async def test_a_durable_transaction_whose_prepare_fell_short_stays_invisible(
     assert (await st.read_atomic([A, B])).values == {A: b"old", B: b"old"}
     await sweep_versions(st.topology)
     assert (await st.read_atomic([A, B])).values == {A: b"old", B: b"old"}
+
+
+class LostReplyThenFailover(DelegatingTopology):
+    """The first COMMIT_ONE runs at the master (whose replica is cut off), the master
+    dies and its replica takes over, and the call's reply is lost."""
+
+    def __init__(self, inner: Any, master: RedisNode, replica: RedisNode) -> None:
+        super().__init__(inner)
+        self.master, self.replica = master, replica
+        self.sends = 0
+
+    async def script(self, script: Any, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        if script.sha != COMMIT_ONE.sha:
+            return await self.inner.script(script, keys, args)
+        self.sends += 1
+        if self.sends > 1:
+            return await self.inner.script(script, keys, args)
+        await asyncio.to_thread(_cut, self.replica)
+        await self.inner.script(script, keys, args)
+        await asyncio.to_thread(_fail_over, self.master, self.replica)
+        raise ShardUnavailable("the reply was lost (injected)", shard="test")
+
+
+async def test_a_one_slot_transaction_whose_reply_and_write_a_failover_lost_lands_once(
+    cluster: LocalCluster, st: Stampede
+) -> None:
+    """A one-slot transaction ran at the master, which died before replicating it or
+    answering: the resend reaches the promoted replica, which never had it, and writes
+    it there (exactly once: one receipt, every key holds its stamp)."""
+    keys = [f"{A}:x", f"{A}:y"]
+    async with st.transaction() as tx:
+        for key in keys:
+            tx.set(key, b"old")
+    master, replica = _victim(cluster)
+    caught_up(master)
+    lossy = LostReplyThenFailover(st.topology, master, replica)
+    tx = stampede.Stampede(lossy).transaction()
+    for key in keys:
+        tx.set(key, b"new")
+    receipt = await tx.commit()
+    assert receipt.atomic and lossy.sends == 2
+    got = await st.read_atomic(keys)
+    assert got.values == dict.fromkeys(keys, b"new")
+    assert set(got.stamps.values()) == {(receipt.version, receipt.token)}
