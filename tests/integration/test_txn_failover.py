@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import stampede
-from stampede import Durability, ShardUnavailable, Stampede, TransactionAborted
+from stampede import Durability, ShardError, ShardUnavailable, Stampede, TransactionAborted
 from stampede._txn.scripts import COMMIT, COMMIT_ONE
 from stampede.keys import keyslot
 from stampede.options import ConnectOptions
@@ -325,3 +325,51 @@ async def test_a_one_slot_transaction_whose_reply_and_write_a_failover_lost_land
     got = await st.read_atomic(keys)
     assert got.values == dict.fromkeys(keys, b"new")
     assert set(got.stamps.values()) == {(receipt.version, receipt.token)}
+
+
+class HoleAfterCommit(DelegatingTopology):
+    """Once the durable COMMIT naming `key` has run, `hole()`: the client's slot map then
+    names no owner of that key's slot, as a map reloaded mid-election was seen to."""
+
+    def __init__(self, inner: Any, key: str, hole: Callable[[], Any]) -> None:
+        super().__init__(inner)
+        self.key, self.hole = key.encode(), hole
+        self.done = False
+
+    async def durable_script(
+        self, script: Any, keys: Sequence[bytes], args: Sequence[Any], then: list[Any]
+    ) -> tuple[Any, int]:
+        out = await self.inner.durable_script(script, keys, args, then)
+        if script.sha == COMMIT.sha and self.key in keys and not self.done:
+            self.done = True
+            await self.hole()
+        return out
+
+
+async def test_a_durable_transaction_committed_before_a_slot_lost_its_owner_has_a_receipt() -> None:
+    """A durable transaction committed at every key; then (before the receipt) the client's
+    slot map loses the owner of one key's slot. The writer returns its receipt (durable
+    not confirmed: False), instead of raising ShardUnavailable for a transaction that
+    was committed (it did: the receipt's durability looked the shards up again)."""
+    brief = OPTIONS.model_copy(update={"failover_timeout": 0.3})  # (the hole stays)
+    with LocalCluster(3, 1, extra_args=["--cluster-require-full-coverage", "no"]) as servers:
+        async with stampede.connect(servers.url, cluster=True, connection=brief) as st:
+            async with st.transaction() as tx:
+                tx.set(A, b"old")
+                tx.set(B, b"old")
+
+            async def hole() -> None:
+                for node in servers.nodes:
+                    command(node, "CLUSTER", "DELSLOTS", keyslot(A))
+                with pytest.raises(ShardError):  # (the client reloads its map)
+                    await st.topology.execute(A.encode(), "GET", A)
+                with pytest.raises(ShardUnavailable):
+                    st.topology.shard_of(A.encode())
+
+            wrapped = stampede.Stampede(HoleAfterCommit(st.topology, A, hole))
+            tx = wrapped.transaction(durability=Durability(replicas=1, timeout=5))
+            tx.set(A, b"new")
+            tx.set(B, b"new")
+            receipt = await tx.commit()
+            assert receipt.pending == () and receipt.durable is False
+            assert (await st.read_atomic([B])).values == {B: b"new"}

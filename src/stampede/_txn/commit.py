@@ -113,7 +113,7 @@ def check_unseen(
         raise OutcomeUnknownError(
             f"commit of a transaction of {len(keys)} key(s) (a resend found no prepared "
             f"version at {key!r}, no commit acknowledged)",
-            shard=topology.shard_of(key),
+            shard=_shard_name(topology, key),
             resent=True,
         )
     refused = {keys[i]: codes[i] for i in unseen if codes[i] != LOST}
@@ -123,3 +123,12 @@ def check_unseen(
         "evicted since its prepare) and no key holds it; retry the transaction",
         keys=list(keys),
     )
+
+
+def _shard_name(topology: Topology, key: bytes) -> str:
+    """The shard of `key`, or what the slot map says instead (a slot without an owner,
+    mid-failover): an error must still be the one the outcome calls for."""
+    try:
+        return topology.shard_of(key)
+    except ShardError as error:
+        return error.shard

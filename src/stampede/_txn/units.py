@@ -75,8 +75,11 @@ async def run_units(
         waited = acks
 
         async def durable(pairs: list[bytes], argv: list[Any]) -> Any:
+            # the shard it goes to, named before it is sent: once it has run, a slot map
+            # reloaded mid-failover may name no owner, and the reply must not be lost
+            shard = topology.shard_of(pairs[0])
             reply, count = await topology.durable_script(script, pairs, argv, waited.then)
-            waited.add(topology.shard_of(pairs[0]), count)
+            waited.add(shard, count)
             return reply
 
         replies = await asyncio.gather(*(durable(*c) for c in calls), return_exceptions=True)

@@ -319,6 +319,11 @@ class Transaction:
         )
 
     def _durable(self, keys: list[bytes], acks: Acks) -> bool:
-        """Every shard the transaction wrote acknowledged as many replicas as asked."""
-        shards = {self._topology.shard_of(k) for k in keys}
+        """Every shard the transaction wrote acknowledged as many replicas as asked
+        (False when the slot map, reloaded mid-failover, names no owner of a key: not
+        confirmed, and the transaction is committed whatever it says)."""
+        try:
+            shards = {self._topology.shard_of(k) for k in keys}
+        except ShardError:
+            return False
         return not acks.short() and shards <= set(acks.by_shard)
