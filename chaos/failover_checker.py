@@ -8,6 +8,9 @@ docs/operations.md ("Failover") promises, and this checks:
 |                       | `uncompleted-read`, `stale-read`, `lost-write`, ... (`checker`)   |
 | `lost-durable-write`  | a write whose receipt said `durable` (`Durability(replicas=1)`)   |
 |                       | is older than what its group reads at the end                     |
+| `lost-durable-txn`    | a transaction whose receipt said `durable` is older, at a key it  |
+|                       | wrote and did not leave pending, than the key's final             |
+|                       | `read_atomic` (missing, or a transaction with a lower version)    |
 | `fractured-read`      | `read_atomic` returned part of a transaction, except a key the    |
 |                       | failover lost reading as missing (the documented answer)          |
 | `phantom-value`,      | as in `ramp_checker`                                              |
@@ -140,6 +143,54 @@ def _durable_writes(events: Sequence[Mapping[str, Any]]) -> list[Violation]:
                     (op,) if final is None else (op, final[0]),
                 )
             )
+    return out
+
+
+def _final_values(
+    ops: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any] | None]],
+) -> dict[str, tuple[str, int | None]]:
+    """Transaction key -> (the final `read_atomic` op, the value it returned)."""
+    final: dict[str, tuple[str, int | None]] = {}
+    for op, (invoke, done) in ops.items():
+        if invoke.get("f") == "rread" and invoke.get("final") and done and done["type"] == "ok":
+            for key, value in (done.get("values") or {}).items():
+                final[str(key)] = (op, None if value is None else int(value))
+    return final
+
+
+def _durable_txns(events: Sequence[Mapping[str, Any]]) -> list[Violation]:
+    """Every transaction acknowledged as durable is at most as new, at each key it wrote
+    and committed (not `pending`), as what the final `read_atomic` of that key returned."""
+    ops = _ops(events)
+    version_of: dict[int, int] = {}  # value -> the version of the transaction that wrote it
+    durable: list[tuple[str, int, dict[str, int]]] = []
+    final = _final_values(ops)
+    for op, (invoke, done) in ops.items():
+        if invoke.get("f") == "txn":
+            writes = {str(k): v for k, v in (invoke.get("writes") or {}).items()}
+            for value in writes.values():
+                if value is not None:
+                    version_of[int(value)] = int(invoke["version"])
+            if done is not None and done["type"] == "ok" and done.get("durable"):
+                left = {str(k) for k in done.get("pending") or ()}
+                kept = {k: v for k, v in writes.items() if f"ramp:{k}" not in left}
+                durable.append((op, int(invoke["version"]), kept))
+    out: list[Violation] = []
+    for op, version, writes in durable:
+        for key in writes:
+            if key not in final:
+                continue
+            read, value = final[key]
+            got = None if value is None else version_of.get(value)
+            if got is None or got < version:
+                out.append(
+                    Violation(
+                        "lost-durable-txn",
+                        f"transaction {op} (version {version}) was acknowledged durable, but "
+                        f"key {key} reads {'nothing' if value is None else value} at the end",
+                        (op, read),
+                    )
+                )
     return out
 
 
@@ -308,6 +359,7 @@ def check_failover(events: Iterable[Mapping[str, Any]]) -> FailoverReport:
     kept, by_repairs = _cancelled_repairs(ordered, groups.violations)
     report = FailoverReport(kept, groups.lost_to_fault, groups.counts)
     report.violations += _durable_writes(ordered)
+    report.violations += _durable_txns(ordered)
     fractures, excused = _fractures(ordered, losses)
     report.violations += fractures
     report.violations += _foreign(ordered)
@@ -322,6 +374,8 @@ def check_failover(events: Iterable[Mapping[str, Any]]) -> FailoverReport:
     for e in ordered:
         if e.get("type") == "durable":
             c["durable_yes" if e.get("durable") else "durable_short"] += 1
+        elif e.get("type") == "ok" and e.get("f") == "txn" and "durable" in e:
+            c["txn_durable_yes" if e["durable"] else "txn_durable_short"] += 1
     c["violations"] = len(report.violations)
     report.figures = failover_figures(ordered)
     return report

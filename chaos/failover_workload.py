@@ -8,7 +8,10 @@ transactions and `read_atomic` readers, all recorded in one `History`.
   `durable` event (op `durable:<write id>`) records `receipt.durable` and
   `receipt.replicas`; the group checker ignores it, `failover_checker` reads it.
 - Transactions (`RampSession`, keys `ramp:<n>`) and `read_atomic` readers
-  (`read_once`) record `txn` and `rread` operations, as in the `ramp` scenario.
+  (`read_once`) record `txn` and `rread` operations, as in the `ramp` scenario. One
+  transaction writer asks `Durability(replicas=1)`: its `ok` completions carry the
+  receipt's `durable`, and a transaction acknowledged durable must survive any
+  failover (`failover_checker`).
 
 Every operation's outcome is recorded (ok, fail, unknown, with the error's type) and
 each client carries on after an error, as an application would. `TrackingTopology`
@@ -101,6 +104,7 @@ class FailoverWorkload:
     durable_writers: int = 2
     readers: int = 3
     txn_writers: int = 2
+    durable_txn_writers: int = 1
     atomic_readers: int = 2
     seed: int = 11
     stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -119,6 +123,10 @@ class FailoverWorkload:
             *(self._writer(f"d{i}", self.durable, DURABLE) for i in range(self.durable_writers)),
             *(self._reader(i) for i in range(self.readers)),
             *(self._transactions(i + 1) for i in range(self.txn_writers)),
+            *(
+                self._transactions(self.txn_writers + 1 + i, DURABLE)
+                for i in range(self.durable_txn_writers)
+            ),
             *(self._atomic_reader(1001 + i) for i in range(self.atomic_readers)),
         ]
         await asyncio.gather(*tasks)
@@ -180,8 +188,8 @@ class FailoverWorkload:
                 self._unexpected(exc)
                 await asyncio.sleep(0.01)
 
-    async def _transactions(self, session: int) -> None:
-        writer = RampSession(self.stampede(), self.history, session, f"t{session}")
+    async def _transactions(self, session: int, durability: Durability | None = None) -> None:
+        writer = RampSession(self.stampede(durability), self.history, session, f"t{session}")
         rng = random.Random(f"{self.seed}:t{session}")
         while not self.stop.is_set():
             if await writer.transact(pick_keys(rng)) != "ok":

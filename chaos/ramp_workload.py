@@ -216,8 +216,9 @@ class RampSession:
             CURRENT_STEP.reset(token)
         pending = [k.decode() for k in receipt.pending]
         superseded = [k.decode() for k in receipt.superseded]
+        durable = {} if receipt.durable is None else {"durable": receipt.durable}
         self.history.record("ok", op, f="txn", token=receipt.token, pending=pending,
-                            superseded=superseded, sent=sent)  # fmt: skip
+                            superseded=superseded, sent=sent, **durable)  # fmt: skip
         return "ok"
 
 

@@ -156,6 +156,25 @@ def test_the_checker_excuses_a_lost_key_read_as_missing_only() -> None:
     assert "fractured-read" in check_failover([*txns, *lost, *older]).by_kind()
 
 
+def test_the_checker_catches_a_lost_durable_transaction_but_excuses_a_plain_one() -> None:
+    """After a loss, the final read_atomic returns an older transaction's value at a key:
+    a plain transaction is lost to the fault; one acknowledged durable is a violation,
+    unless that key was left pending (its commit was not acknowledged)."""
+    base = [
+        *_txn(1, "t:0", 1, {"1": 1000001, "2": 1000002}),
+        *_txn(2, "t:1", 2, {"1": 1000003, "2": 1000004}),
+        *_loss(3, ["ramp:1", "ramp:2"]),
+    ]
+    final = _rread(4, "a:0", {"1": 1000001, "2": 1000002})
+    final[0]["final"] = True
+    assert check_failover([*base, *final]).ok
+    acked = ("ok", "t:1")
+    durable = [{**e, "durable": True} if (e["type"], e["op"]) == acked else e for e in base]
+    assert "lost-durable-txn" in check_failover([*durable, *final]).by_kind()
+    pending = [{**e, "pending": ["ramp:1", "ramp:2"]} if e["op"] == "t:1" else e for e in durable]
+    assert check_failover([*pending, *final]).ok
+
+
 def test_the_checker_flags_an_error_outside_the_stampede_tree() -> None:
     invoke = {"f": "write", "group": "g", "mode": "stamp", "keys": ["g:a"], "values": {}}
     events = _op(1, "w:0", invoke, {"type": "unknown", "f": "write", "error": "ValueError"})
