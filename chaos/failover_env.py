@@ -285,6 +285,8 @@ class ReplicatedCluster(FailoverServers):
 
     async def reset(self) -> None:
         await asyncio.to_thread(self.cluster.heal, timeout=EVENT_TIMEOUT)
+        for node in self.cluster.nodes:  # (a run that failed before its `mend`)
+            await asyncio.to_thread(mend, node)
         await asyncio.to_thread(self.cluster.flushall)
 
 
@@ -354,6 +356,9 @@ class SentinelPrimaries(FailoverServers):
 
     async def reset(self) -> None:
         def flush() -> None:
+            for node in self._data_nodes():  # (a run that failed before its `mend`)
+                if node.is_running:
+                    mend(node)
             for name in self.servers.names:
                 primary = self.servers.node_at(self.servers.primary_of(name))
                 command(primary, "FLUSHALL")
