@@ -1,4 +1,5 @@
--- release: KEYS stream; ARGV consumer group, id, idle_ms, holder ('' for any).
+-- release: KEYS stream; ARGV consumer group, id, idle_ms, holder ('' for any), the
+-- hand-back consumer (`HANDED_BACK`, a name no worker may take).
 -- Hand a job back: idle past min_idle, so that any worker takes it at once, and with
 -- the delivery its claim counted taken back: a stop is neither a failure nor a
 -- worker's death, so handing a job back never brings it nearer its dead letter.
@@ -7,6 +8,6 @@
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p == 0 or (ARGV[4] ~= '' and p[1][2] ~= ARGV[4]) then return 0 end
 local n = math.max(tonumber(p[1][4]) - 1, 0)
-redis.call('XCLAIM', KEYS[1], ARGV[1], 'released', 0, ARGV[2], 'IDLE', ARGV[3],
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[5], 0, ARGV[2], 'IDLE', ARGV[3],
   'RETRYCOUNT', n, 'JUSTID')
 return 1

@@ -14,11 +14,14 @@ __all__ = [
     "BASE",
     "CONSUMER_GROUP",
     "DEAD",
+    "HANDED_BACK",
     "Job",
     "as_text",
+    "check_consumer",
     "check_job",
     "encode_fields",
     "flatten",
+    "holder_arg",
     "parse_delays",
     "parse_job",
 ]
@@ -26,6 +29,33 @@ __all__ = [
 CONSUMER_GROUP = b"stampede-repair"
 BASE = b"stampede:repairs"
 DEAD = b"stampede:repairs:dead"
+HANDED_BACK = "released"
+"""The consumer that holds a job handed back (`RepairQueue.release`) until a worker takes
+it over: a name of the queue's own bookkeeping, which no worker may take."""
+
+
+def check_consumer(consumer: object, what: str = "consumer name") -> str:
+    """`consumer` if a worker may go by that name, else ConfigurationError naming it: an
+    empty name, one that is not text, or `HANDED_BACK` (a worker of that name counted
+    every hand-back as its own, and after a claim whose reply was lost took them in
+    hand while another worker took them over: one job run twice)."""
+    if not isinstance(consumer, str) or not consumer:
+        raise ConfigurationError(
+            f"the worker's {what} must be non-empty text, got {consumer!r}: give "
+            "each worker its own name, or none for <host>-<pid>"
+        )
+    if consumer == HANDED_BACK:
+        raise ConfigurationError(
+            f"the worker's {what} {consumer!r} is reserved: the repair queue holds the "
+            "jobs handed back on stop under it; give the worker another name"
+        )
+    return consumer
+
+
+def holder_arg(holder: str | None) -> str:
+    """The `holder` argument of a queue script: '' for any consumer, else a worker's
+    name (`check_consumer`: the hand-back consumer holds no job of its own)."""
+    return "" if holder is None else check_consumer(holder, "holder")
 
 
 @dataclass(frozen=True, slots=True)

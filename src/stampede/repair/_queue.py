@@ -56,11 +56,14 @@ from ._jobs import (
     BASE,
     CONSUMER_GROUP,
     DEAD,
+    HANDED_BACK,
     Job,
     as_text,
+    check_consumer,
     check_job,
     encode_fields,
     flatten,
+    holder_arg,
 )
 from ._settings import check_queue
 
@@ -232,6 +235,7 @@ class RepairQueue:
         single-partition queue only (keep it below the socket timeout); partitioned
         queues are polled, the caller sleeping between.
         """
+        check_consumer(consumer)
         jobs: list[Job] = []
         await self.promote()
         for stream in self._in_turn():
@@ -275,6 +279,7 @@ class RepairQueue:
         """Take over jobs idle past `min_idle` (their worker died) for `consumer`,
         never one whose id is in `in_hand`. Each partition's pending list is walked
         from where the last call left off, a bounded stretch per call."""
+        check_consumer(consumer)
         jobs: list[Job] = []
         for stream in self._in_turn():
             want = count - len(jobs)
@@ -298,7 +303,7 @@ class RepairQueue:
         """Hand a claimed job back: idle enough for any worker to take at once, its
         delivery count as before the claim (a stop does not count toward the dead
         letters). With `holder`, only while that consumer holds it; False if not."""
-        args = [CONSUMER_GROUP, job.id, self.min_idle_ms + 1, holder or ""]
+        args = [CONSUMER_GROUP, job.id, self.min_idle_ms + 1, holder_arg(holder), HANDED_BACK]
         return bool(await self.topology.script(_RELEASE, [job.stream], args))
 
     async def ack(self, job: Job) -> str | None:
@@ -323,7 +328,7 @@ class RepairQueue:
         A retry comes at once when `delay` is 0, else waits `delay` seconds in the
         delayed set. Its fields add `delays` (every delay so far, seconds) and
         `retry_at` (when it becomes claimable, epoch seconds, the server's clock)."""
-        return await _fail.fail(self, job, error, delay, holder)
+        return await _fail.fail(self, job, error, delay, holder_arg(holder) or None)
 
     async def postpone(
         self, job: Job, why: str, *, delay: float, holder: str | None = None
@@ -332,7 +337,7 @@ class RepairQueue:
         did not fail: a transaction is still committing at its keys). Its `waited`
         field adds `delay`, so the caller can bound the waiting. True when put off,
         None when nothing was done (as `fail`)."""
-        return await _fail.postpone(self, job, why, delay, holder)
+        return await _fail.postpone(self, job, why, delay, holder_arg(holder) or None)
 
     async def dead_letter(
         self, job: Job, error: str, attempts: int | None = None, *, holder: str | None = None
@@ -343,7 +348,7 @@ class RepairQueue:
         no longer pending (a worker that took it over acked or retried it), or with
         `holder` no longer held by that consumer, is left alone: no dead letter.
         """
-        done = await _admin.dead_letter(self, job, error, attempts, holder)
+        done = await _admin.dead_letter(self, job, error, attempts, holder_arg(holder) or None)
         return done if isinstance(done, str) else None
 
     async def forget_consumers(self) -> int:

@@ -14,6 +14,7 @@ from .. import metrics
 from .._txn.sweep import sweep
 from ..errors import ConfigurationError, StampedeError
 from ..typing import Topology
+from ._jobs import check_consumer
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
@@ -47,16 +48,12 @@ def check_settings(**settings: float | None) -> None:
 
 def consumer_name(consumer: object) -> str:
     """The worker's consumer name: `consumer`, or `<host>-<pid>` when None. An empty
-    name, or one that is not text, is a ConfigurationError (an empty one fell back to
-    the default silently, so two workers given '' each took another name)."""
+    name, one that is not text, or a name the queue keeps for itself (`check_consumer`)
+    is a ConfigurationError (an empty one fell back to the default silently, so two
+    workers given '' each took another name)."""
     if consumer is None:
         return f"{socket.gethostname()}-{os.getpid()}"
-    if not isinstance(consumer, str) or not consumer:
-        raise ConfigurationError(
-            f"the worker's consumer name must be non-empty text, got {consumer!r}: give "
-            "each worker its own name, or none for <host>-<pid>"
-        )
-    return consumer
+    return check_consumer(consumer)
 
 
 async def sweep_loop(topology: Topology, interval: float, grace: float) -> None:
