@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidKeyError
-from ..keys import to_bytes
+from ..keys import hash_tag, to_bytes
 
 __all__ = [
     "BASE",
@@ -17,6 +18,7 @@ __all__ = [
     "HANDED_BACK",
     "Job",
     "as_text",
+    "beside",
     "check_consumer",
     "check_job",
     "encode_fields",
@@ -24,6 +26,7 @@ __all__ = [
     "holder_arg",
     "parse_delays",
     "parse_job",
+    "receipt_key",
 ]
 
 CONSUMER_GROUP = b"stampede-repair"
@@ -32,6 +35,19 @@ DEAD = b"stampede:repairs:dead"
 HANDED_BACK = "released"
 """The consumer that holds a job handed back (`RepairQueue.release`) until a worker takes
 it over: a name of the queue's own bookkeeping, which no worker may take."""
+
+
+def beside(stream: bytes, suffix: bytes) -> bytes:
+    """The key `suffix` of the queue kept beside `stream`, in its slot."""
+    if hash_tag(stream) is None:
+        return b"{%s}:%s" % (stream, suffix)
+    return b"%s:%s" % (stream, suffix)
+
+
+def receipt_key(stream: bytes) -> bytes:
+    """A new receipt key beside `stream` (`queue_receipt.lua`): one per call of a script
+    that keeps one, the same on its resends, so a resend finds what its first run did."""
+    return beside(stream, b"receipt:" + os.urandom(12).hex().encode())
 
 
 def check_consumer(consumer: object, what: str = "consumer name") -> str:

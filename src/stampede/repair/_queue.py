@@ -8,7 +8,8 @@ entry fields  group, keys (JSON), seen (JSON), reason, enqueued_at, plus stamped
               own mode, attempts, waited and, after a failure, last_error
 beside each   {stampede:repairs}:pending (hash: group -> marker), :delayed (sorted
 stream        set: group -> due ms), :retries (hash: group -> a retry's fields),
-              :dying (hash: entry id -> a dead letter not yet on the dead stream)
+              :dying (hash: entry id -> a dead letter not yet on the dead stream),
+              :receipt:<token> (a retry's or hand-back's result; expires in 10 min)
 dead letters  stampede:repairs:dead       (entry fields plus last_error, failed_at)
               {stampede:repairs:dead}:sources (one dead letter per job)
 ```
@@ -45,7 +46,7 @@ from typing import Any
 
 from .._lua import script
 from ..errors import ConfigurationError, ShardResponseError
-from ..keys import hash_tag, keyslot, to_bytes
+from ..keys import keyslot, to_bytes
 from ..options import check_count
 from ..typing import Topology
 from . import _queue_admin as _admin
@@ -59,11 +60,13 @@ from ._jobs import (
     HANDED_BACK,
     Job,
     as_text,
+    beside,
     check_consumer,
     check_job,
     encode_fields,
     flatten,
     holder_arg,
+    receipt_key,
 )
 from ._settings import check_queue
 
@@ -147,9 +150,7 @@ class RepairQueue:
 
     @staticmethod
     def _beside(stream: bytes, suffix: bytes) -> bytes:
-        if hash_tag(stream) is None:
-            return b"{%s}:%s" % (stream, suffix)
-        return b"%s:%s" % (stream, suffix)
+        return beside(stream, suffix)
 
     def side_keys(self, stream: bytes) -> list[bytes]:
         """stream, marker hash, delayed set, retries hash, dying hash: one slot, in
@@ -304,7 +305,8 @@ class RepairQueue:
         delivery count as before the claim (a stop does not count toward the dead
         letters). With `holder`, only while that consumer holds it; False if not."""
         args = [CONSUMER_GROUP, job.id, self.min_idle_ms + 1, holder_arg(holder), HANDED_BACK]
-        return bool(await self.topology.script(_RELEASE, [job.stream], args))
+        keys = [job.stream, receipt_key(job.stream)]  # resent after a lost reply
+        return bool(await self.topology.script(_RELEASE, keys, args))
 
     async def ack(self, job: Job) -> str | None:
         """The job is done: remove it and its pending marker.

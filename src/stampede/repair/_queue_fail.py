@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from .._lua import script
 from . import _queue_admin as _admin
-from ._jobs import CONSUMER_GROUP, Job, encode_fields, flatten
+from ._jobs import CONSUMER_GROUP, Job, encode_fields, flatten, receipt_key
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
@@ -74,8 +74,8 @@ async def _retry(
     or None when it is no longer pending (or no longer `holder`'s)."""
     fields[b"last_error"] = error[:500].encode("utf-8", "backslashreplace")
     retried = await queue.topology.script(  # the delay runs on the server's clock
-        _RETRY,
-        queue.side_keys(job.stream),
+        _RETRY,  # resent after a lost reply: its receipt tells what its first run did
+        [*queue.side_keys(job.stream)[:4], receipt_key(job.stream)],
         [CONSUMER_GROUP, job.id, job.group, holder or "", int(delay * 1000), *flatten(fields)],
     )
     return None if retried == 0 else False
