@@ -11,11 +11,12 @@ import pytest
 from stampede import Stampede
 from stampede.errors import ConfigurationError
 from stampede.repair import CONSUMER_GROUP, NewestWins, RepairQueue
+from stampede.repair import _queue_admin as _admin
 from stampede.repair._jobs import HANDED_BACK
 from stampede.repair._worker import Worker
 from stampede.testing import LocalPrimaries
 
-from ..support import run_cli
+from ..support import eventually, run_cli
 from .test_lost_replies import Proxied, px  # noqa: F401 - the proxied fixture
 from .test_queue_review import _drop_script_reply
 
@@ -112,3 +113,103 @@ async def test_a_hand_back_whose_reply_was_lost_is_resent_and_done_once(
     assert again.id == job.id and again.deliveries == 1
     await queue.ack(again)
     assert await queue.stats() == {"length": 0, "pending": 0, "lag": 0, "dead": 0}
+
+
+async def _marker(st: Stampede, queue: RepairQueue, group: bytes) -> bytes | None:
+    (stream,) = queue.streams
+    key = queue.pending_key(stream)
+    marker: bytes | None = await st.topology.execute(key, "HGET", key, group)
+    return marker
+
+
+async def test_a_stray_marker_of_an_entry_deleted_by_hand_is_collected(st: Stampede) -> None:
+    """Another program deleted a job's stream entry (`XDEL`) before any worker took it:
+    the group's marker stayed for ever (nothing else enqueued the group), and an
+    enqueue after it replaced it with its own keys only, dropping those of the
+    enqueues marked on it. Now the enqueue's job covers them too, and the workers'
+    collection (at start and every minute) deletes a marker left alone."""
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    (stream,) = queue.streams
+    first = await queue.enqueue("g", ["g:a"], {}, "torn")
+    assert await queue.enqueue("g", ["g:a", "g:b"], {}, "torn") is None  # marked on it
+    await st.topology.execute(stream, "XDEL", stream, first)
+    assert await queue.enqueue("g", ["g:c"], {}, "torn") is not None
+    (job,) = await queue.claim("w", 10)
+    assert sorted(job.keys) == [b"g:a", b"g:b", b"g:c"]
+    await queue.ack(job)
+    lone = await queue.enqueue("h", ["h:a"], {}, "torn")
+    await st.topology.execute(stream, "XDEL", stream, lone)
+    assert await _admin.collect_markers(queue) == 1
+    assert await _admin.collect_markers(queue) == 0  # collected once
+    assert not await st.topology.execute(stream, "EXISTS", queue.pending_key(stream))
+    assert await queue.enqueue("h", ["h:a"], {}, "torn") is not None
+
+
+async def test_a_stray_marker_of_a_taken_job_keeps_its_promise(st: Stampede) -> None:
+    """A worker took a job and died; another program deleted its entry; an enqueue then
+    found the job taken and was told "pending" (a follow-up promised by the job's ack).
+    The take-over dropped the entry, gone from the stream, and the marker with the
+    promise stayed: no repair came after that enqueue, and the group's next enqueues
+    were marked on a job that no longer was, until the marker TTL. The collection now
+    keeps the promise (a job with the marked fields) and ends the marker."""
+    queue = RepairQueue(st.topology, partitions=1, min_idle=0.1)
+    await queue.clear()
+    (stream,) = queue.streams
+    await queue.enqueue("g", ["g:a"], {}, "torn")
+    (job,) = await queue.claim("dead-worker", 1)
+    await st.topology.execute(stream, "XDEL", stream, job.id)
+    assert await queue.enqueue("g", ["g:b"], {}, "torn") is None  # promised a follow-up
+    assert await _admin.collect_markers(queue) == 0  # still held: its holder's to end
+    await st.topology.execute(  # the worker is dead: its job idle past min_idle
+        stream, "XCLAIM", stream, CONSUMER_GROUP, "dead-worker", 0, job.id,
+        "IDLE", queue.min_idle_ms + 1, "JUSTID",
+    )  # fmt: skip
+    assert await queue.claim("w", 10) == []  # the take-over drops the entry
+    assert await _admin.collect_markers(queue) == 1
+    (follow_up,) = await queue.claim("w", 10)
+    assert follow_up.group == b"g" and b"g:b" in follow_up.keys
+    await queue.ack(follow_up)
+    assert await _marker(st, queue, b"g") is None
+    assert await queue.stats() == {"length": 0, "pending": 0, "lag": 0, "dead": 0}
+
+
+async def test_a_retry_whose_schedule_was_deleted_by_hand_is_not_lost(st: Stampede) -> None:
+    """A retry waiting for its delay whose member of the delayed set another program
+    removed: its fields stayed in the retries hash for ever, and its marker too. The
+    collection puts the retry on the stream (a job that was owed) and re-points the
+    marker at it."""
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    (stream,) = queue.streams
+    await queue.enqueue("g", ["g:a"], {}, "torn")
+    (job,) = await queue.claim("w", 1)
+    assert await queue.fail(job, "boom", delay=3600) is False
+    delayed = queue.delayed_key(stream)
+    await st.topology.execute(delayed, "ZREM", delayed, b"g")
+    assert await _admin.collect_markers(queue) == 1
+    (again,) = await queue.claim("w", 10)
+    assert again.group == b"g" and again.attempts == 1
+    await queue.ack(again)
+    for key in queue.side_keys(stream)[1:]:
+        assert not await st.topology.execute(key, "EXISTS", key), key
+
+
+async def test_a_worker_collects_stray_markers_at_start(st: Stampede) -> None:
+    """A worker collects the stray markers when it starts (then every minute)."""
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    (stream,) = queue.streams
+    lone = await queue.enqueue("h", ["h:a"], {}, "torn")
+    await st.topology.execute(stream, "XDEL", stream, lone)
+    worker = Worker(st.topology, queue, NewestWins(), poll_interval=0.01, sweep_interval=0)
+    running = asyncio.create_task(worker.run())
+    try:
+
+        async def collected() -> bool:
+            return await _marker(st, queue, b"h") is None
+
+        await eventually(collected)
+    finally:
+        worker.stop()
+        await running

@@ -51,6 +51,13 @@ if cur then
         id .. ':' .. at .. ':' .. ((tonumber(n) or 0) + 1) .. ':' .. cjson.encode(fields))
       return false
     end
+    -- the marker no longer stands for a job (its entry deleted by hand or trimmed, or
+    -- held by a stuck worker): the new job replaces it, and covers the enqueues marked
+    -- on it too, which were promised a repair after them
+    local marked = string.match(rest, '^:%d+:(.*)$')
+    local prior = marked and mine and cjson.decode(marked)
+    local k = prior and field_at(prior, 'keys')
+    if k then fields[mine] = keys_union(fields[mine], prior[k]) end
   end
 end
 local id = redis.call('XADD', KEYS[1], '*', unpack(fields))

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ._queue import RepairQueue
 
 __all__ = [
+    "collect_markers",
     "dead_letter",
     "dead_letters",
     "delayed",
@@ -86,6 +87,8 @@ _BURY = script("queue_bury")
 _FORGET = script("queue_forget")
 
 _HELD_BY = script("queue_held_by")
+
+_COLLECT = script("queue_collect")
 
 
 async def touch(queue: RepairQueue, consumer: str, jobs: Collection[Job]) -> int:
@@ -179,6 +182,33 @@ async def forget_consumers(queue: RepairQueue) -> int:
         args = [CONSUMER_GROUP, queue.forget_after_ms]
         forgotten += int(await queue.topology.script(_FORGET, [stream], args))
     return forgotten
+
+
+async def collect_markers(queue: RepairQueue, page: int = 500) -> int:
+    """Collect the markers, in every partition, that no longer stand for a job (their
+    entry deleted by hand or trimmed, their retry gone from the delayed set: another
+    program's doing); how many. Each is deleted, or replaced by a job with the fields
+    of the enqueues marked on it (`queue_collect.lua`). Workers do it at start and
+    every minute, so a stray marker is neither kept for ever nor lets down the
+    enqueues it covered."""
+    collected = 0
+    for stream in queue.streams:
+        markers, cursor = queue.pending_key(stream), b"0"
+        keys = queue.side_keys(stream)[:4]
+        while True:
+            cursor, flat = await run_checked(
+                queue, markers, "HSCAN", markers, cursor, "COUNT", page
+            )
+            groups = flat[::2]
+            if groups:
+                try:
+                    reply = await queue.topology.script(_COLLECT, keys, [CONSUMER_GROUP, *groups])
+                except ShardResponseError as exc:
+                    raise await wrong_kind_among(queue, exc, stream) from exc
+                collected += int(reply)
+            if cursor in (b"0", 0, "0"):
+                break
+    return collected
 
 
 async def held_by(queue: RepairQueue, consumer: str) -> int:

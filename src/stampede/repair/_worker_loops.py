@@ -15,6 +15,7 @@ from .._txn.sweep import sweep
 from ..errors import ConfigurationError, StampedeError
 from ..typing import Topology
 from ._jobs import check_consumer
+from ._queue_admin import collect_markers
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
@@ -73,13 +74,17 @@ async def sweep_loop(topology: Topology, interval: float, grace: float) -> None:
 
 async def forget_loop(queue: RepairQueue, interval: float = FORGET_INTERVAL) -> None:
     """Delete the consumer entries of workers that are gone (no job held, idle for the
-    queue's `forget_after`) now, then every `interval` seconds."""
+    queue's `forget_after`) and collect the markers that no longer stand for a job
+    (`collect_markers`), now, then every `interval` seconds."""
     while True:
         try:
             forgotten = await queue.forget_consumers()
+            collected = await collect_markers(queue)
         except StampedeError as exc:  # a shard down: try again next time
             metrics.log_event(log, "worker.forget_failed", logging.WARNING, error=str(exc))
         else:
             if forgotten:
                 metrics.log_event(log, "worker.consumers_forgotten", consumers=forgotten)
+            if collected:
+                metrics.log_event(log, "worker.markers_collected", markers=collected)
         await asyncio.sleep(interval)
