@@ -15,10 +15,11 @@ from stampede.repair import _queue_admin as _admin
 from stampede.repair._jobs import HANDED_BACK
 from stampede.repair._worker import Worker
 from stampede.testing import LocalPrimaries
+from stampede.testing.faults import InjectedCrash
 
 from ..support import eventually, run_cli
 from .test_lost_replies import Proxied, px  # noqa: F401 - the proxied fixture
-from .test_queue_review import _drop_script_reply
+from .test_queue_review import BeforeScript, DiesAfter, _drop_script_reply
 
 
 async def test_a_worker_may_not_take_the_hand_back_consumers_name(
@@ -213,3 +214,66 @@ async def test_a_worker_collects_stray_markers_at_start(st: Stampede) -> None:
     finally:
         worker.stop()
         await running
+
+
+async def test_a_requeue_racing_a_publish_of_the_same_parked_copy_leaves_one_job(
+    st: Stampede,
+) -> None:
+    """A worker died after publishing a dead letter, before deleting its parked copy;
+    a claim read that copy to publish it (a no-op while the dead letter is there) and,
+    in the milliseconds before it did, a requeue of the dead letter ran to its end:
+    queued the job anew, deleted the copy and the dead letter, and the sources set
+    forgot the job. The claim's publish then added the dead letter again: one job both
+    queued and a dead letter. The requeue now holds the job's source off for ten
+    minutes, in the dead letters' slot, and the late publish adds nothing."""
+    queue = RepairQueue(st.topology, partitions=1, max_attempts=1, min_idle=0.1)
+    await queue.clear()
+    await queue.enqueue("raced", ["raced:a"], {}, "torn")
+    (job,) = await queue.claim("a", 1)
+    dying = DiesAfter(st.topology, {"queue_bury"})
+    with pytest.raises(InjectedCrash):
+        await RepairQueue(dying, partitions=1, max_attempts=1).dead_letter(job, "boom", 1)
+    requeued: list[dict[str, str]] = []
+
+    async def requeue() -> None:
+        requeued.extend(await queue.requeue_dead())
+
+    racing = BeforeScript(st.topology, {"queue_bury"}, requeue)
+    claimer = RepairQueue(racing, partitions=1, max_attempts=1, min_idle=0.1)
+
+    async def published_after_the_requeue() -> bool:
+        await claimer.promote()  # publishes the copy once parked past min_idle
+        return racing.fired
+
+    await eventually(published_after_the_requeue)
+    assert [r["outcome"] for r in requeued] == ["queued"]
+    assert await queue.dead_letters() == []
+    stats = await queue.stats(detailed=True)
+    assert stats == {"length": 1, "pending": 0, "lag": 1, "dead": 0, "delayed": 0}, stats
+    (again,) = await queue.claim("b", 10)
+    await queue.ack(again)
+    requeued_set = _admin.requeued_key(queue)
+    assert 0 < await st.topology.execute(requeued_set, "PTTL", requeued_set) <= 600_000
+
+
+async def test_a_parked_copy_read_too_long_ago_is_left_for_the_next_claim(
+    st: Stampede, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publish whose parked copies were read half the requeue hold ago or more (a
+    process paused between) publishes none of them: a requeue meanwhile may be
+    forgotten by then. They stay parked, and a claim reads them afresh."""
+    queue = RepairQueue(st.topology, partitions=1, max_attempts=1, min_idle=0.1)
+    await queue.clear()
+    await queue.enqueue("late", ["late:a"], {}, "torn")
+    (job,) = await queue.claim("a", 1)
+    monkeypatch.setattr(_admin, "REQUEUED_HOLD_MS", 0)  # every read is too old
+    await queue.dead_letter(job, "boom", 1)
+    assert await queue.dead_letters() == [] and (await queue.stats())["dead"] == 1
+    monkeypatch.undo()
+
+    async def published() -> bool:
+        await queue.promote()
+        return len(await queue.dead_letters()) == 1
+
+    await eventually(published)
+    assert (await queue.stats())["dead"] == 1

@@ -11,7 +11,7 @@ stream        set: group -> due ms), :retries (hash: group -> a retry's fields),
               :dying (hash: entry id -> a dead letter not yet on the dead stream),
               :receipt:<token> (a retry's or hand-back's result; expires in 10 min)
 dead letters  stampede:repairs:dead       (entry fields plus last_error, failed_at)
-              {stampede:repairs:dead}:sources (one dead letter per job)
+              {stampede:repairs:dead}:sources (one dead letter per job), :requeued
 ```
 
 A group's partition is its slot modulo the partition count, and its pending
@@ -389,6 +389,6 @@ class RepairQueue:
     async def clear(self) -> None:
         """Delete every stream, marker and dead letter of this queue (tests, demos)."""
         keys = [k for s in self.streams for k in self.side_keys(s)]
-        keys += [self.dead, self.dead_sources]
+        keys += [self.dead, self.dead_sources, _admin.requeued_key(self)]
         await asyncio.gather(*(self.topology.execute(k, "DEL", k) for k in keys))
         self._ready.clear()

@@ -17,7 +17,7 @@ from ..errors import (
     ShardResponseError,
     StampedeError,
 )
-from ._jobs import CONSUMER_GROUP, Job, as_text, flatten
+from ._jobs import CONSUMER_GROUP, Job, as_text, beside, flatten
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
@@ -31,6 +31,7 @@ __all__ = [
     "held_by",
     "keep_held",
     "publish",
+    "requeued_key",
     "run_checked",
     "stats",
     "touch",
@@ -148,12 +149,27 @@ async def dead_letter(
     return None if len(reply) < 2 or reply[1] is None else as_text(reply[1])
 
 
+REQUEUED_HOLD_MS = 600_000
+"""How long the source of a requeued dead letter is kept from being published again: a
+publish of its parked copy under way (read before the requeue) comes well within it."""
+
+
+def requeued_key(queue: RepairQueue) -> bytes:
+    """The sorted set of the requeued dead letters' sources, beside the dead letters."""
+    return beside(queue.dead, b"requeued")
+
+
 async def publish(queue: RepairQueue, stream: bytes, parked: Sequence[Any]) -> int:
     """Copy the dead letters parked in `stream`'s dying hash (`parked`: ids and packed
     fields alternating, or a dict, as HGETALL gives them) to the dead-letter stream, once
     each (`queue_bury.lua` remembers their sources), and delete them; how many were
     added. The stream keeps about `dead_max_len` entries, the newest (approximate
-    trimming: a few more until a whole node of old ones can go)."""
+    trimming: a few more until a whole node of old ones can go).
+
+    Call it as soon as `parked` was read: a copy read half of `REQUEUED_HOLD_MS` ago
+    or more (a process paused, a long batch) is not published but left parked for
+    the next claim, since a requeue of its dead letter meanwhile is forgotten then."""
+    started = time.monotonic()
     dying = queue.dying_key(stream)
     if isinstance(parked, dict):
         pairs = list(parked.items())
@@ -161,8 +177,10 @@ async def publish(queue: RepairQueue, stream: bytes, parked: Sequence[Any]) -> i
         pairs = list(zip(parked[::2], parked[1::2], strict=True))
     added = 0
     for eid, packed in pairs:
+        if time.monotonic() - started >= REQUEUED_HOLD_MS / 2000:
+            break  # read too long ago: the next claim reads it afresh
         source = b"%s %s" % (eid if isinstance(eid, bytes) else str(eid).encode(), stream)
-        keys = [queue.dead, queue.dead_sources]
+        keys = [queue.dead, queue.dead_sources, requeued_key(queue)]
         try:
             added += int(
                 await queue.topology.script(_BURY, keys, [queue.dead_max_len, source, packed])

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._lua import script
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ShardResponseError
 from ._jobs import as_text
-from ._queue_admin import run_checked
+from ._queue_admin import REQUEUED_HOLD_MS, requeued_key, run_checked, wrong_kind
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 __all__ = ["check_entry_id", "requeue_dead"]
 
 _SOURCES = script("queue_sources")
+
+_REQUEUED = script("queue_requeued")
 
 
 _ENTRY_ID = re.compile(r"(\d{1,20})(?:-(\d{1,20}))?")
@@ -114,8 +116,15 @@ async def _requeue_one(queue: RepairQueue, eid: Any, raw: Any) -> dict[str, str]
         as_text(fields.get(b"reason", b"torn")),
         mode=mode,
     )
-    await _unpark(queue, group, fields.get(b"source_id"))
-    await run_checked(queue, queue.dead, "XDEL", queue.dead, eid)
+    source = fields.get(b"source_id")
+    await _unpark(queue, group, source)
+    # The dead letter goes, and its source is held off a publish already under way.
+    stream = queue.stream_for(group)
+    args = [eid, b"%s %s" % (source, stream) if source else b"", REQUEUED_HOLD_MS]
+    try:
+        await queue.topology.script(_REQUEUED, [queue.dead, requeued_key(queue)], args)
+    except ShardResponseError as exc:
+        raise wrong_kind(exc, queue.dead) from exc
     if job is None:
         return {**item, "outcome": "pending"}
     return {**item, "outcome": "queued", "job": job}
