@@ -5,17 +5,18 @@ publish; each driven through the real servers."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from stampede import Stampede
-from stampede.errors import ConfigurationError
+from stampede.errors import ConfigurationError, ShardUnavailable
 from stampede.repair import CONSUMER_GROUP, NewestWins, RepairQueue
 from stampede.repair import _queue_admin as _admin
 from stampede.repair._jobs import HANDED_BACK
 from stampede.repair._worker import Worker
 from stampede.testing import LocalPrimaries
-from stampede.testing.faults import InjectedCrash
+from stampede.testing.faults import DelegatingTopology, InjectedCrash
 
 from ..support import eventually, run_cli
 from .test_lost_replies import Proxied, px  # noqa: F401 - the proxied fixture
@@ -277,3 +278,102 @@ async def test_a_parked_copy_read_too_long_ago_is_left_for_the_next_claim(
 
     await eventually(published)
     assert (await queue.stats())["dead"] == 1
+
+
+async def test_a_claim_whose_take_over_reply_was_lost_hands_over_every_job(
+    px: Proxied,  # noqa: F811
+) -> None:
+    """A claim read a new job, then its take-over of a dead worker's job ran and lost
+    its reply: the claim raised `OutcomeUnknownError`, and both jobs stayed held in
+    the worker's name unknown to it, taken over only after `min_idle` with a delivery
+    counted as a worker's death (a few such losses dead-lettered a job never tried).
+    The claim now hands over both: what the take-over took is read back, as after a
+    lost XREADGROUP."""
+    st = px.st
+    queue = RepairQueue(st.topology, partitions=1, min_idle=0.1)
+    await queue.clear()
+    await queue.enqueue("warm", ["warm:a"], {}, "torn")
+    await queue.claim("x", 1)
+    assert await queue.reclaim("x", 1) == []  # the reclaim script is loaded
+    (stream,) = queue.streams
+    ((held, *_),) = await st.topology.execute(
+        stream, "XPENDING", stream, CONSUMER_GROUP, "-", "+", 1
+    )
+    await st.topology.execute(  # x is dead: its job idle past min_idle
+        stream, "XCLAIM", stream, CONSUMER_GROUP, "x", 0, held,
+        "IDLE", queue.min_idle_ms + 1, "JUSTID",
+    )  # fmt: skip
+    await queue.enqueue("new", ["new:a"], {}, "torn")
+    rule = _drop_script_reply(px, stream, "queue_reclaim")
+    jobs = await queue.claim("w", 10)
+    assert rule.hits == 1
+    assert sorted(j.group for j in jobs) == [b"new", b"warm"]
+    assert [j.deliveries for j in sorted(jobs, key=lambda j: j.group)] == [1, 2]
+    for job in jobs:
+        await queue.ack(job)
+    assert await queue.stats() == {"length": 0, "pending": 0, "lag": 0, "dead": 0}
+
+
+async def test_a_claim_whose_promote_reply_was_lost_goes_on(px: Proxied) -> None:  # noqa: F811
+    """The call moving due retries onto the stream ran and lost its reply: the whole
+    claim raised `OutcomeUnknownError`. It is resent now (a second run does what the
+    next claim's would), and the claim hands over the retry it moved."""
+    st = px.st
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    await queue.enqueue("g", ["g:a"], {}, "torn")
+    (job,) = await queue.claim("w", 1)
+    assert await queue.fail(job, "boom", delay=0.001) is False
+    (waiting,) = [float(w["due_at"]) for w in await queue.delayed()]
+    (stream,) = queue.streams
+
+    async def due() -> bool:  # by the server's clock, which the due time is set by
+        seconds, micros = await st.topology.execute(stream, "TIME")
+        return int(seconds) + int(micros) / 1e6 >= waiting
+
+    await eventually(due)
+    rule = _drop_script_reply(px, stream, "queue_promote")
+    (again,) = await queue.claim("w", 10)
+    assert rule.hits == 1
+    assert again.group == b"g" and again.attempts == 1
+    await queue.ack(again)
+    assert await queue.stats() == {"length": 0, "pending": 0, "lag": 0, "dead": 0}
+
+
+class DownFor(DelegatingTopology):
+    """A topology whose commands on one key (`down`) fail: that key's shard is down."""
+
+    def __init__(self, inner: Any, down: bytes) -> None:
+        super().__init__(inner)
+        self.down = down
+
+    async def execute(self, key: bytes, *args: Any, resend: bool | None = None) -> Any:
+        if key == self.down:
+            raise ShardUnavailable("the shard is down", shard="down")
+        return await self.inner.execute(key, *args, resend=resend)
+
+
+async def test_a_claim_failing_on_a_later_partition_hands_over_what_it_read(
+    st: Stampede,
+) -> None:
+    """A claim read a job from one partition, then the next partition's shard failed:
+    the claim raised, and the job it had read stayed held in the worker's name unknown
+    to it, taken over after `min_idle` with a delivery counted as a worker's death.
+    The claim now returns the jobs it read (the error comes again next claim)."""
+    queue = RepairQueue(st.topology, partitions=2)
+    await queue.clear()
+    for n in range(2):  # a job in each partition
+        group = next(
+            f"g{i}" for i in range(100) if queue.stream_for(f"g{i}".encode()) == queue.streams[n]
+        )
+        await queue.enqueue(group, [f"{group}:a"], {}, "torn")
+    first, second = queue.streams
+    down = RepairQueue(DownFor(st.topology, second), partitions=2)  # starts at the first
+    (job,) = await down.claim("w", 10)
+    assert job.stream == first
+    with pytest.raises(ShardUnavailable):  # nothing to hand over: the error comes
+        await down.claim("w", 10)
+    await queue.ack(job)
+    (other,) = await queue.claim("w", 10)  # the shard is back
+    assert other.stream == second
+    await queue.ack(other)

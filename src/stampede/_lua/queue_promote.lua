@@ -1,3 +1,4 @@
+--! idempotent
 -- promote: KEYS stream, marker hash, delayed set, retries hash, dying hash; ARGV
 -- min_idle_ms, count.
 -- Due is by the server's clock (`now`), the one the retry's due time was set by.
@@ -7,6 +8,9 @@
 -- by `dead` at least min_idle_ms ago (their worker died before publishing them), ids
 -- and values alternating, for the caller to publish}. A younger one is its worker's
 -- to publish: a resend of its `dead` call still finds it parked.
+-- Run again (its reply lost, resent), it does what the next claim's call would: moves
+-- the retries due since (none, or those past `count`) and lists the parked ones again,
+-- whose publish is idempotent; the retries the first run moved stay on the stream.
 --! include now
 local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, ARGV[2])
 local added = 0

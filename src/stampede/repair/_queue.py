@@ -14,27 +14,17 @@ dead letters  stampede:repairs:dead       (entry fields plus last_error, failed_
               {stampede:repairs:dead}:sources (one dead letter per job), :requeued
 ```
 
-A group's partition is its slot modulo the partition count, and its pending
-marker lives in the slot of its partition's stream, so "one pending job per group"
-is checked and recorded in the same Lua call as the XADD. A job whose worker
-died stays pending in the consumer group and is taken over (XPENDING, XCLAIM) once
-idle long enough; a job that fails (or whose worker died) `max_attempts` times
-goes to the dead-letter stream with its last error.
+A group's partition is its slot modulo the partition count; its pending marker
+is in the slot of its stream, so "one pending job per group" is checked and recorded
+in the Lua call of the XADD. A dead worker's jobs are taken over once idle long
+enough; a job that fails (or whose worker died) `max_attempts` times is dead-lettered.
+A retry (`fail`, `postpone`) waits its delay in the delayed set (marker
+`0-<due_ms>:<ms>`), until a `claim` promotes it back onto the stream.
 
-A failed job is retried after a delay (`fail(job, error, delay=...)`; the worker
-computes it with exponential backoff and jitter), a job that waits for a
-transaction after one too (`postpone`, no attempt counted): until then its fields
-wait in the partition's delayed set. `claim` first promotes the retries that are
-due back onto the stream. While a retry waits, the group's marker is
-`0-<due_ms>:<ms>`, which an enqueue reads as a job not taken yet.
-
-The marker is `<id>:<enqueued_ms>` while nobody asked again since a worker took
-the job, and `<id>:<enqueued_ms>:<n>:<fields>` once `n` enqueues found the job
-already delivered to a worker (which may have read the group before they saw it
-torn): `<fields>` is the JSON array of the newest such enqueue's entry fields.
-The ack of a job whose marker is in that second form adds those fields as a new
-job, so every caller told "already pending" is followed by a repair that reads the
-group after its enqueue (docs/wire-formats.md has every rule).
+The marker is `<id>:<enqueued_ms>`, or `<id>:<enqueued_ms>:<n>:<fields>` once `n`
+enqueues found the job already taken: its ack adds `<fields>` as a new job, so every
+caller told "already pending" gets a repair that reads the group after its enqueue
+(docs/wire-formats.md has every rule).
 """
 
 from __future__ import annotations
@@ -45,7 +35,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .._lua import script
-from ..errors import ConfigurationError, ShardResponseError
+from ..errors import ConfigurationError, ShardResponseError, StampedeError
 from ..keys import keyslot, to_bytes
 from ..options import check_count
 from ..typing import Topology
@@ -74,12 +64,8 @@ __all__ = ["CONSUMER_GROUP", "DEAD", "Job", "RepairQueue"]
 
 
 _ENQUEUE = script("queue_enqueue")
-
 _ACK = script("queue_ack")
-
 _PROMOTE = script("queue_promote")
-
-
 _RELEASE = script("queue_release")
 
 
@@ -234,44 +220,56 @@ class RepairQueue:
         No job comes twice, nor one whose id is in `in_hand` (the jobs the caller holds:
         one of them idle past `min_idle` is still its own). `block_ms` blocks on a
         single-partition queue only (keep it below the socket timeout); partitioned
-        queues are polled, the caller sleeping between.
+        queues are polled, the caller sleeping between. A partition that fails is
+        passed over: the first error is raised only when no job came from the others.
         """
         check_consumer(consumer)
         jobs: list[Job] = []
-        await self.promote()
-        for stream in self._in_turn():
-            want = count - len(jobs)
-            if want <= 0:
-                break
-            block = block_ms if self.partitions == 1 else 0
-            held = {*in_hand, *(job.id for job in jobs)}
-            jobs.extend(
-                await self._call(
-                    stream,
-                    lambda s=stream, w=want, b=block, h=held: _claim.read_new(
-                        self, s, consumer, w, b, h
-                    ),
-                )
+        failed: list[StampedeError | None] = []
+        try:
+            await self.promote()
+        except StampedeError as exc:  # (a shard down) the other partitions' jobs still come
+            failed.append(exc)
+        block = block_ms if self.partitions == 1 else 0
+        failed.append(
+            await _claim.each_partition(
+                self._in_turn(),
+                self._call,
+                lambda s, w: _claim.read_new(self, s, consumer, w, block, {*in_hand, *_ids(jobs)}),
+                count,
+                jobs,
             )
-        if len(jobs) < count:
-            held = {*in_hand, *(job.id for job in jobs)}
-            jobs.extend(await self.reclaim(consumer, count - len(jobs), in_hand=held))
+        )
+        try:
+            if len(jobs) < count:
+                held = {*in_hand, *_ids(jobs)}
+                jobs.extend(await self.reclaim(consumer, count - len(jobs), in_hand=held))
+        except StampedeError as exc:
+            failed.append(exc)
+        if not jobs and (first := next((e for e in failed if e is not None), None)):
+            raise first
         return jobs
 
     async def promote(self, limit: int = 1000) -> int:
         """Put the retries whose delay is over back on the stream, and publish the dead
-        letters parked past `min_idle` (their worker died first); how many retries."""
-        added = 0  # due by the server's clock, the one `fail` set the due time by
+        letters parked past `min_idle` (their worker died first); how many retries.
+        A partition that fails is passed over, its error raised after the others."""
+        added, failed = 0, None  # due by the server's clock, the one `fail` set it by
         for stream in self.streams:
-            moved, dying = await self._call(
-                stream,
-                lambda s=stream: self.topology.script(
-                    _PROMOTE, self.side_keys(s), [self.min_idle_ms, limit]
-                ),
-            )
-            added += int(moved)
-            if dying:
-                await _admin.publish(self, stream, dying)
+            try:
+                moved, dying = await self._call(
+                    stream,
+                    lambda s=stream: self.topology.script(
+                        _PROMOTE, self.side_keys(s), [self.min_idle_ms, limit]
+                    ),
+                )
+                added += int(moved)
+                if dying:
+                    await _admin.publish(self, stream, dying)
+            except StampedeError as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
         return added
 
     async def reclaim(
@@ -279,19 +277,19 @@ class RepairQueue:
     ) -> list[Job]:
         """Take over jobs idle past `min_idle` (their worker died) for `consumer`,
         never one whose id is in `in_hand`. Each partition's pending list is walked
-        from where the last call left off, a bounded stretch per call."""
+        from where the last call left off, a bounded stretch per call. A partition that
+        fails is passed over, as in `claim`."""
         check_consumer(consumer)
         jobs: list[Job] = []
-        for stream in self._in_turn():
-            want = count - len(jobs)
-            if want <= 0:
-                break
-            jobs.extend(
-                await self._call(
-                    stream,
-                    lambda s=stream, w=want: _claim.reclaim(self, s, consumer, w, in_hand),
-                )
-            )
+        failed = await _claim.each_partition(
+            self._in_turn(),
+            self._call,
+            lambda s, w: _claim.reclaim(self, s, consumer, w, in_hand),
+            count,
+            jobs,
+        )
+        if failed is not None and not jobs:
+            raise failed
         return jobs
 
     def _in_turn(self) -> list[bytes]:
@@ -392,3 +390,7 @@ class RepairQueue:
         keys += [self.dead, self.dead_sources, _admin.requeued_key(self)]
         await asyncio.gather(*(self.topology.execute(k, "DEL", k) for k in keys))
         self._ready.clear()
+
+
+def _ids(jobs: list[Job]) -> set[str]:
+    return {job.id for job in jobs}

@@ -4,17 +4,17 @@ delivered) and those of dead workers (`reclaim`); `RepairQueue.claim` calls thes
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING
 
 from .._lua import script
-from ..errors import OutcomeUnknownError
+from ..errors import OutcomeUnknownError, StampedeError
 from ._jobs import CONSUMER_GROUP, Job, parse_job
 
 if TYPE_CHECKING:
     from ._queue import RepairQueue
 
-__all__ = ["MIN_IDLE", "read_new", "reclaim"]
+__all__ = ["MIN_IDLE", "each_partition", "read_new", "reclaim"]
 
 _RECLAIM = script("queue_reclaim")
 
@@ -41,7 +41,11 @@ async def reclaim(
     scan = min(SCAN, max(100, 10 * want))
     cursor = queue.cursors.get(stream, b"-")
     args = [CONSUMER_GROUP, consumer, queue.min_idle_ms, cursor, scan, want, *in_hand]
-    after, entries = await queue.topology.script(_RECLAIM, [stream], args)
+    started = time.monotonic()
+    try:
+        after, entries = await queue.topology.script(_RECLAIM, [stream], args)
+    except OutcomeUnknownError:  # what it took is recovered, as a lost XREADGROUP's
+        return await _recover(queue, stream, consumer, started, in_hand)
     queue.cursors[stream] = after if isinstance(after, bytes) else str(after).encode()
     return [
         parse_job(stream, eid, fields, int(n), queue.max_attempts) for eid, fields, n in entries
@@ -72,15 +76,44 @@ async def read_new(
             "STREAMS", stream, ">",
         )  # fmt: skip
     except OutcomeUnknownError:
-        within = int((time.monotonic() - started) * 1000) + 100
-        args = [CONSUMER_GROUP, consumer, within, *in_hand]
-        found = await queue.topology.script(_RECOVER, [stream], args)
-        return [
-            parse_job(stream, eid, fields, int(n), queue.max_attempts) for eid, fields, n in found
-        ]
+        return await _recover(queue, stream, consumer, started, in_hand)
     return [
         parse_job(stream, eid, fields, 1, queue.max_attempts)
         for _, entries in reply or []
         for eid, fields in entries
         if fields
     ]
+
+
+async def _recover(
+    queue: RepairQueue, stream: bytes, consumer: str, started: float, in_hand: Collection[str]
+) -> list[Job]:
+    """The jobs of `stream` that a call started at `started` (monotonic) whose reply was
+    lost delivered to `consumer`: those it holds, delivered since, not in `in_hand`."""
+    within = int((time.monotonic() - started) * 1000) + 100
+    args = [CONSUMER_GROUP, consumer, within, *in_hand]
+    found = await queue.topology.script(_RECOVER, [stream], args)
+    return [parse_job(stream, eid, fields, int(n), queue.max_attempts) for eid, fields, n in found]
+
+
+async def each_partition(
+    streams: list[bytes],
+    call: Callable[[bytes, Callable[[], Awaitable[list[Job]]]], Awaitable[list[Job]]],
+    step: Callable[[bytes, int], Awaitable[list[Job]]],
+    count: int,
+    jobs: list[Job],
+) -> StampedeError | None:
+    """`step(stream, want)` through `call` for each of `streams` in turn, its jobs added
+    to `jobs`, until `count` are there; the first error, or None. A partition that
+    fails is passed over: the jobs already delivered to the caller are held in its name
+    (raised, they were stranded until `min_idle`, then counted as a worker's death), and
+    one shard down no longer keeps every other partition's jobs waiting."""
+    failed: StampedeError | None = None
+    for stream in streams:
+        if (want := count - len(jobs)) <= 0:
+            break
+        try:
+            jobs.extend(await call(stream, lambda s=stream, w=want: step(s, w)))  # type: ignore[misc]
+        except StampedeError as exc:
+            failed = failed or exc
+    return failed
