@@ -20,7 +20,7 @@ from stampede.testing.faults import DelegatingTopology, InjectedCrash
 
 from ..support import eventually, run_cli
 from .test_lost_replies import Proxied, px  # noqa: F401 - the proxied fixture
-from .test_queue_review import BeforeScript, DiesAfter, _drop_script_reply
+from .test_queue_review import BeforeScript, DiesAfter, _burst, _drop_script_reply
 
 
 async def test_a_worker_may_not_take_the_hand_back_consumers_name(
@@ -377,3 +377,44 @@ async def test_a_claim_failing_on_a_later_partition_hands_over_what_it_read(
     (other,) = await queue.claim("w", 10)  # the shard is back
     assert other.stream == second
     await queue.ack(other)
+
+
+async def test_a_dead_letter_whose_tidy_up_reply_was_lost_is_counted_once(
+    px: Proxied,  # noqa: F811
+) -> None:
+    """A dead letter was decided and published, and the reply to deleting its parked
+    copy (`HDEL`) was lost: `OutcomeUnknownError` escaped the dead letter already made,
+    so the worker recorded a failure of it, found it no longer its own and counted it
+    "taken over". The delete is resent (running it twice does what once does), and a
+    lost publish leaves the copy for the next claim: one dead letter, counted once."""
+    st = px.st
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    (stream,) = queue.streams
+    await st.topology.execute(stream, "XADD", stream, "*", "group", "m", "keys", "{}")
+    rule = px.proxy_for(stream.decode()).drop_reply(lambda cmd: cmd[0].upper() == b"HDEL")
+    stats = await _burst(st, queue)
+    assert rule.hits == 1
+    assert stats.dead_lettered == 1 and not stats.errors, stats.as_dict()
+    assert len(await queue.dead_letters()) == 1
+    assert (await queue.stats())["dead"] == 1  # no copy left parked
+
+
+async def test_an_enqueue_whose_group_creation_reply_was_lost_goes_on(
+    px: Proxied,  # noqa: F811
+) -> None:
+    """The first call on a partition creates its consumer group (`XGROUP CREATE
+    MKSTREAM`); its reply lost, the enqueue raised `OutcomeUnknownError` (a read
+    repaired with `Enqueue` failed). Sent again, it finds the group made (BUSYGROUP),
+    and the enqueue goes on."""
+    st = px.st
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    (stream,) = queue.streams
+    rule = px.proxy_for(stream.decode()).drop_reply(
+        lambda cmd: cmd[0].upper() == b"XGROUP" and cmd[1].upper() == b"CREATE"
+    )
+    assert await queue.enqueue("g", ["g:a"], {}, "torn") is not None
+    assert rule.hits == 1
+    (job,) = await queue.claim("w", 1)
+    await queue.ack(job)

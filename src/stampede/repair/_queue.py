@@ -156,9 +156,8 @@ class RepairQueue:
         if stream in self._ready:
             return
         try:
-            await self.topology.execute(
-                stream, "XGROUP", "CREATE", stream, CONSUMER_GROUP, "0", "MKSTREAM"
-            )
+            create = ("XGROUP", "CREATE", stream, CONSUMER_GROUP, "0", "MKSTREAM")
+            await self.topology.execute(stream, *create, resend=True)  # again: BUSYGROUP
         except ShardResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise _admin.wrong_kind(exc, stream) from exc

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .._lua import script
 from ..errors import (
     InvalidKeyError,
+    OutcomeUnknownError,
     ShardError,
     ShardResponseError,
     StampedeError,
@@ -144,7 +145,7 @@ async def dead_letter(
         packed = await queue.topology.execute(dying, "HGET", dying, job.id)
         if packed is not None:
             await publish(queue, job.stream, [job.id.encode(), packed])
-    except ShardError:  # parked: the next claim publishes it
+    except (ShardError, OutcomeUnknownError):  # parked: the next claim publishes it
         pass
     return None if len(reply) < 2 or reply[1] is None else as_text(reply[1])
 
@@ -187,7 +188,7 @@ async def publish(queue: RepairQueue, stream: bytes, parked: Sequence[Any]) -> i
             )
         except ShardResponseError as exc:
             raise wrong_kind(exc, queue.dead) from exc
-        await queue.topology.execute(dying, "HDEL", dying, eid)
+        await queue.topology.execute(dying, "HDEL", dying, eid, resend=True)  # idempotent
     return added
 
 

@@ -137,7 +137,10 @@ async def _unpark(queue: RepairQueue, group: bytes, source: bytes | None) -> Non
     source), and the job is both queued anew and a dead letter."""
     if source:
         dying = queue.dying_key(queue.stream_for(group))
-        await run_checked(queue, dying, "HDEL", dying, source)
+        try:  # (HDEL: safe to send again after a lost reply)
+            await queue.topology.execute(dying, "HDEL", dying, source, resend=True)
+        except ShardResponseError as exc:
+            raise wrong_kind(exc, dying) from exc
 
 
 def _requeueable(
