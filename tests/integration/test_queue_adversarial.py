@@ -418,3 +418,33 @@ async def test_an_enqueue_whose_group_creation_reply_was_lost_goes_on(
     assert rule.hits == 1
     (job,) = await queue.claim("w", 1)
     await queue.ack(job)
+
+
+async def test_a_marker_written_by_another_program_blocks_nothing(st: Stampede) -> None:
+    """A marker whose entry id is not one (another program's value in the marker hash)
+    made every enqueue of its group fail with the server's `Invalid stream ID`, and a
+    retry of the group due with it failed every claim's promotion of that partition:
+    its retries never came. Such a marker now stands for no job: the enqueue adds
+    one, the retry is promoted, and the collection deletes a marker left alone."""
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    (stream,) = queue.streams
+    markers = queue.pending_key(stream)
+    await queue.enqueue("r", ["r:a"], {}, "torn")
+    (job,) = await queue.claim("w", 1)
+    assert await queue.fail(job, "boom", delay=0.001) is False  # a retry waits
+    await st.topology.execute(markers, "HSET", markers, "g", "not-an-id:1", "r", "junk:1")
+    assert await queue.enqueue("g", ["g:a"], {}, "torn") is not None
+
+    groups: set[bytes] = set()
+
+    async def both_claimed() -> bool:
+        for claimed in await queue.claim("w", 10):
+            groups.add(claimed.group)
+            await queue.ack(claimed)
+        return groups == {b"g", b"r"}
+
+    await eventually(both_claimed)
+    await st.topology.execute(markers, "HSET", markers, "h", "junk:1")
+    assert await _admin.collect_markers(queue) == 1
+    assert not await st.topology.execute(markers, "EXISTS", markers)

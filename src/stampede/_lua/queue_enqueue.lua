@@ -14,6 +14,8 @@ local mine = field_at(fields, 'keys')
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur then
   local id, at, rest = string.match(cur, '^([^:]+):(%d+)(.*)$')
+  -- a marker whose id is not an entry id (another program wrote it) stands for no job
+  if id and not string.match(id, '^%d+%-%d+$') then id = nil end
   at = tonumber(at)
   local young = id and at and (now - at) < tonumber(ARGV[3])
   if id and at and string.sub(id, 1, 2) == '0-' then

@@ -19,7 +19,7 @@ for _, group in ipairs(due) do
   redis.call('ZREM', KEYS[3], group)
   redis.call('HDEL', KEYS[4], group)
   local cur = redis.call('HGET', KEYS[2], group)
-  local other = cur and string.match(cur, '^([^:]+):')
+  local other = cur and string.match(cur, '^(%d+%-%d+):')
   local live = other and string.sub(other, 1, 2) ~= '0-'
     and #redis.call('XRANGE', KEYS[1], other, other) > 0
   if job and not live then
