@@ -448,3 +448,37 @@ async def test_a_marker_written_by_another_program_blocks_nothing(st: Stampede) 
     await st.topology.execute(markers, "HSET", markers, "h", "junk:1")
     assert await _admin.collect_markers(queue) == 1
     assert not await st.topology.execute(markers, "EXISTS", markers)
+
+
+async def test_fields_written_by_another_program_fail_no_call(st: Stampede) -> None:
+    """A retry's fields, a mark's or a parked dead letter's that are not a JSON array of
+    strings (another program's value) failed the call that read them on every run: an
+    enqueue of the group, every promotion or publish of the partition (its retries and
+    dead letters stuck behind). Each is now read as a malformed job, which a worker
+    dead-letters where it can be seen, and the calls go on."""
+    queue = RepairQueue(st.topology, partitions=1, min_idle=0.1)
+    await queue.clear()
+    (stream,) = queue.streams
+    markers, retries = queue.pending_key(stream), queue.retries_key(stream)
+    dying = queue.dying_key(stream)
+    await queue.enqueue("r", ["r:a"], {}, "torn")
+    (job,) = await queue.claim("w", 1)
+    assert await queue.fail(job, "boom", delay=0.001) is False  # a retry waits
+    await st.topology.execute(retries, "HSET", retries, "r", '{"not": "a list"}')
+    await st.topology.execute(markers, "HSET", markers, "m", "1-1:1:1:[1, 2")
+    await st.topology.execute(dying, "HSET", dying, "1-1", "1 not json")
+    assert await queue.enqueue("m", ["m:a"], {}, "torn") is not None
+
+    async def drained() -> bool:
+        for claimed in await queue.claim("w", 10):
+            if claimed.keys:
+                await queue.ack(claimed)
+            else:
+                await queue.dead_letter(claimed, "malformed")
+        stats = await queue.stats(detailed=True)
+        return stats["length"] == 0 and stats["pending"] == 0 and stats["dead"] == 2
+
+    await eventually(drained)
+    letters = {d["group"]: d for d in await queue.dead_letters()}
+    assert letters["r"]["reason"] == "malformed"  # the retry's fields were not fields
+    assert letters["?"]["raw"] == "not json"  # the parked dead letter, kept as it was

@@ -10,10 +10,11 @@
 -- deleted it, and would add a dead letter of a job queued anew. Returns 1 when added.
 --! include now
 --! include queue_trim_sources
+--! include queue_fields
 if redis.call('ZSCORE', KEYS[2], ARGV[2]) then return 0 end
 local requeued = redis.call('ZSCORE', KEYS[3], ARGV[2])
 if requeued and tonumber(requeued) > now then return 0 end
-local fields = cjson.decode(string.match(ARGV[3], '^%d+ (.*)$') or ARGV[3])
+local fields = as_entry(string.match(ARGV[3], '^%d+ (.*)$') or ARGV[3])
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(fields))
 redis.call('ZADD', KEYS[2], tonumber(string.match(id, '^(%d+)')), ARGV[2])
 trim_sources(KEYS[1], KEYS[2], tonumber(ARGV[1]))

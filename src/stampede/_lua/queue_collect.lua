@@ -12,6 +12,7 @@
 -- an entry gone from the stream; the next collection ends its marker). Returns how
 -- many markers it collected. Run again, it finds them collected: it changes nothing.
 --! include now
+--! include queue_fields
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'stream' and kind ~= 'none' then
   return redis.error_reply('WRONGTYPE the repair stream holds another type of value')
@@ -40,7 +41,7 @@ for i = 2, #ARGV do
   end
   if not live then
     if job then
-      local added = redis.call('XADD', KEYS[1], '*', unpack(cjson.decode(job)))
+      local added = redis.call('XADD', KEYS[1], '*', unpack(as_entry(job, group)))
       redis.call('HSET', KEYS[2], group, added .. ':' .. now)
     else
       redis.call('HDEL', KEYS[2], group)

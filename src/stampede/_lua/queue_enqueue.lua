@@ -8,6 +8,7 @@
 -- pending job's ack adds (this call's fields, its keys joined with earlier marks').
 --! include now
 --! include queue_keys
+--! include queue_fields
 local fields = {}
 for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 local mine = field_at(fields, 'keys')
@@ -23,7 +24,7 @@ if cur then
     -- once it reads this call's keys too
     if young and redis.call('ZSCORE', KEYS[3], ARGV[1]) then
       local raw = redis.call('HGET', KEYS[4], ARGV[1])
-      local retry = raw and cjson.decode(raw)
+      local retry = raw and decoded(raw)
       local k = retry and field_at(retry, 'keys')
       if k and mine and not keys_cover(retry[k], fields[mine]) then
         retry[k] = keys_union(retry[k], fields[mine])
@@ -45,8 +46,8 @@ if cur then
         if not (k and mine) or keys_cover(entry[2][k], fields[mine]) then return false end
       end
       if marked and mine then
-        local prior = cjson.decode(marked)
-        local k = field_at(prior, 'keys')
+        local prior = decoded(marked)
+        local k = prior and field_at(prior, 'keys')
         if k then fields[mine] = keys_union(prior[k], fields[mine]) end
       end
       redis.call('HSET', KEYS[2], ARGV[1],
@@ -57,7 +58,7 @@ if cur then
     -- held by a stuck worker): the new job replaces it, and covers the enqueues marked
     -- on it too, which were promised a repair after them
     local marked = string.match(rest, '^:%d+:(.*)$')
-    local prior = marked and mine and cjson.decode(marked)
+    local prior = marked and mine and decoded(marked)
     local k = prior and field_at(prior, 'keys')
     if k then fields[mine] = keys_union(fields[mine], prior[k]) end
   end

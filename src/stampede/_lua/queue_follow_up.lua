@@ -3,6 +3,7 @@
 -- marker still names it: drop the marker, or, when enqueues found the job already
 -- taken (marker `<id>:<ms>:<n>:<fields>`), add their newest fields as the follow-up
 -- job and point the marker at it. Returns its id, or false. (Needs `now`.)
+--! include queue_fields
 local function follow_up(stream, markers, group, id)
   local cur = redis.call('HGET', markers, group)
   if not cur or string.sub(cur, 1, #id + 1) ~= id .. ':' then return false end
@@ -11,7 +12,7 @@ local function follow_up(stream, markers, group, id)
     redis.call('HDEL', markers, group)
     return false
   end
-  local added = redis.call('XADD', stream, '*', unpack(cjson.decode(job)))
+  local added = redis.call('XADD', stream, '*', unpack(as_entry(job, group)))
   redis.call('HSET', markers, group, added .. ':' .. now)
   return added
 end

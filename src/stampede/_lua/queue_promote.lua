@@ -12,6 +12,7 @@
 -- the retries due since (none, or those past `count`) and lists the parked ones again,
 -- whose publish is idempotent; the retries the first run moved stay on the stream.
 --! include now
+--! include queue_fields
 local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, ARGV[2])
 local added = 0
 for _, group in ipairs(due) do
@@ -23,7 +24,7 @@ for _, group in ipairs(due) do
   local live = other and string.sub(other, 1, 2) ~= '0-'
     and #redis.call('XRANGE', KEYS[1], other, other) > 0
   if job and not live then
-    local id = redis.call('XADD', KEYS[1], '*', unpack(cjson.decode(job)))
+    local id = redis.call('XADD', KEYS[1], '*', unpack(as_entry(job, group)))
     redis.call('HSET', KEYS[2], group, id .. ':' .. now)
     added = added + 1
   end

@@ -16,6 +16,7 @@
 --! include now
 --! include queue_keys
 --! include queue_receipt
+--! include queue_fields
 local first = receipt(KEYS[5])
 if first ~= nil then return first end
 if ARGV[4] ~= '' then
@@ -31,8 +32,8 @@ local marked = cur and string.sub(cur, 1, #ARGV[2] + 1) == ARGV[2] .. ':'
   and string.match(cur, '^[^:]+:%d+:%d+:(.*)$')
 local mine = field_at(fields, 'keys')
 if marked and mine then
-  local prior = cjson.decode(marked)
-  local k = field_at(prior, 'keys')
+  local prior = decoded(marked)
+  local k = prior and field_at(prior, 'keys')
   if k then fields[mine] = keys_union(fields[mine], prior[k]) end
 end
 local delay = tonumber(ARGV[5])
