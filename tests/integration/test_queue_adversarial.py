@@ -482,3 +482,34 @@ async def test_fields_written_by_another_program_fail_no_call(st: Stampede) -> N
     letters = {d["group"]: d for d in await queue.dead_letters()}
     assert letters["r"]["reason"] == "malformed"  # the retry's fields were not fields
     assert letters["?"]["raw"] == "not json"  # the parked dead letter, kept as it was
+
+
+async def test_a_retry_outliving_its_marker_is_not_dropped_for_a_narrower_job(
+    st: Stampede,
+) -> None:
+    """A retry waited longer than the marker TTL (a long `--retry-max-delay`); an
+    enqueue of other keys of its group then found the marker stale and queued its own
+    job. When the retry came due it was dropped, "that job reads the group later": but
+    that job did not read the keys only the retry held, which were never repaired.
+    The retry is dropped now only when the other job's keys hold all of its own."""
+    queue = RepairQueue(st.topology, partitions=1, marker_ttl=0.001)
+    await queue.clear()
+    (stream,) = queue.streams
+    await queue.enqueue("g", ["g:a"], {}, "torn")
+    (job,) = await queue.claim("w", 1)
+    assert await queue.fail(job, "boom", delay=0.05) is False
+    (waiting,) = [float(w["due_at"]) for w in await queue.delayed()]
+
+    async def due() -> bool:  # by the server's clock: past the marker TTL, and due
+        seconds, micros = await st.topology.execute(stream, "TIME")
+        return int(seconds) + int(micros) / 1e6 >= waiting
+
+    await eventually(due)
+    assert await queue.enqueue("g", ["g:c"], {}, "torn") is not None  # the marker is stale
+    jobs = await queue.claim("w", 10)
+    assert sorted(k for j in jobs for k in j.keys) == [b"g:a", b"g:c"]
+    for claimed in jobs:
+        await queue.ack(claimed)
+    assert await queue.stats(detailed=True) == {
+        "length": 0, "pending": 0, "lag": 0, "dead": 0, "delayed": 0,
+    }  # fmt: skip

@@ -3,8 +3,10 @@
 -- min_idle_ms, count.
 -- Due is by the server's clock (`now`), the one the retry's due time was set by.
 -- Move the retries that are due onto the stream. A retry whose marker names another
--- job that still exists (an enqueue replaced a stale marker) is dropped: that job
--- reads the group later anyway. Returns {how many were added, the dead letters parked
+-- job that still exists (an enqueue replaced a marker older than the marker TTL) is
+-- dropped when that job's keys hold all of its own: that job reads the group later
+-- anyway; else it goes on the stream beside it (dropped, the keys only it held were
+-- never repaired), the marker left on the other job. Returns {how many were added, the dead letters parked
 -- by `dead` at least min_idle_ms ago (their worker died before publishing them), ids
 -- and values alternating, for the caller to publish}. A younger one is its worker's
 -- to publish: a resend of its `dead` call still finds it parked.
@@ -13,6 +15,7 @@
 -- whose publish is idempotent; the retries the first run moved stay on the stream.
 --! include now
 --! include queue_fields
+--! include queue_keys
 local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, ARGV[2])
 local added = 0
 for _, group in ipairs(due) do
@@ -21,11 +24,17 @@ for _, group in ipairs(due) do
   redis.call('HDEL', KEYS[4], group)
   local cur = redis.call('HGET', KEYS[2], group)
   local other = cur and string.match(cur, '^(%d+%-%d+):')
-  local live = other and string.sub(other, 1, 2) ~= '0-'
-    and #redis.call('XRANGE', KEYS[1], other, other) > 0
-  if job and not live then
-    local id = redis.call('XADD', KEYS[1], '*', unpack(as_entry(job, group)))
-    redis.call('HSET', KEYS[2], group, id .. ':' .. now)
+  local entry = other and string.sub(other, 1, 2) ~= '0-'
+    and redis.call('XRANGE', KEYS[1], other, other)[1]
+  local fields = job and as_entry(job, group)
+  local covered = false
+  if fields and entry then
+    local k, mine = field_at(entry[2], 'keys'), field_at(fields, 'keys')
+    covered = mine ~= nil and k ~= nil and keys_cover(entry[2][k], fields[mine])
+  end
+  if fields and not covered then
+    local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
+    if not entry then redis.call('HSET', KEYS[2], group, id .. ':' .. now) end
     added = added + 1
   end
 end
