@@ -513,3 +513,27 @@ async def test_a_retry_outliving_its_marker_is_not_dropped_for_a_narrower_job(
     assert await queue.stats(detailed=True) == {
         "length": 0, "pending": 0, "lag": 0, "dead": 0, "delayed": 0,
     }  # fmt: skip
+
+
+async def test_a_retry_with_neither_schedule_nor_marker_is_not_kept_for_ever(
+    st: Stampede,
+) -> None:
+    """A waiting retry whose delayed-set member and marker another program deleted: its
+    fields stayed in the retries hash for ever, a job owed and never run. The
+    collection puts it on the stream, with a marker."""
+    queue = RepairQueue(st.topology, partitions=1)
+    await queue.clear()
+    (stream,) = queue.streams
+    await queue.enqueue("g", ["g:a"], {}, "torn")
+    (job,) = await queue.claim("w", 1)
+    assert await queue.fail(job, "boom", delay=3600) is False
+    delayed, markers = queue.delayed_key(stream), queue.pending_key(stream)
+    await st.topology.execute(delayed, "DEL", delayed)
+    await st.topology.execute(markers, "DEL", markers)
+    assert await _admin.collect_markers(queue) == 1
+    assert await _marker(st, queue, b"g") is not None
+    (again,) = await queue.claim("w", 10)
+    assert again.group == b"g" and again.attempts == 1
+    await queue.ack(again)
+    for key in queue.side_keys(stream)[1:]:
+        assert not await st.topology.execute(key, "EXISTS", key), key

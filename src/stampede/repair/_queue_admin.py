@@ -206,27 +206,27 @@ async def forget_consumers(queue: RepairQueue) -> int:
 async def collect_markers(queue: RepairQueue, page: int = 500) -> int:
     """Collect the markers, in every partition, that no longer stand for a job (their
     entry deleted by hand or trimmed, their retry gone from the delayed set: another
-    program's doing); how many. Each is deleted, or replaced by a job with the fields
-    of the enqueues marked on it (`queue_collect.lua`). Workers do it at start and
-    every minute, so a stray marker is neither kept for ever nor lets down the
-    enqueues it covered."""
+    program's doing), and put such retries on the stream; how many. A marker is
+    deleted, or replaced by a job with the fields of the enqueues marked on it
+    (`queue_collect.lua`). Workers do it at start and every minute, so a stray marker
+    or retry is neither kept for ever nor lets down the enqueues it covered."""
     collected = 0
     for stream in queue.streams:
-        markers, cursor = queue.pending_key(stream), b"0"
         keys = queue.side_keys(stream)[:4]
-        while True:
-            cursor, flat = await run_checked(
-                queue, markers, "HSCAN", markers, cursor, "COUNT", page
-            )
-            groups = flat[::2]
-            if groups:
-                try:
-                    reply = await queue.topology.script(_COLLECT, keys, [CONSUMER_GROUP, *groups])
-                except ShardResponseError as exc:
-                    raise await wrong_kind_among(queue, exc, stream) from exc
-                collected += int(reply)
-            if cursor in (b"0", 0, "0"):
-                break
+        for scanned in (queue.pending_key(stream), queue.retries_key(stream)):
+            cursor = b"0"
+            while True:
+                cursor, flat = await run_checked(
+                    queue, scanned, "HSCAN", scanned, cursor, "COUNT", page
+                )
+                if groups := flat[::2]:
+                    try:
+                        args = [CONSUMER_GROUP, *groups]
+                        collected += int(await queue.topology.script(_COLLECT, keys, args))
+                    except ShardResponseError as exc:
+                        raise await wrong_kind_among(queue, exc, stream) from exc
+                if cursor in (b"0", 0, "0"):
+                    break
     return collected
 
 
