@@ -2,14 +2,16 @@
 -- Compares the write's stamp (v, t) with the stored value `cur` (a string, or
 -- false): sets `state` to the guard's code. Versions compare as decimal strings
 -- (length, then bytes): Lua numbers are doubles and cannot hold 63 bits.
--- `enveloped` tells whether `cur` is an envelope (a value the guard may keep).
-    local state, enveloped = 1, false
+-- `enveloped` tells whether `cur` is an envelope (a value the guard may keep), and
+-- then `cv`, `ct` are its version and token.
+    local state, enveloped, cv, ct = 1, false, nil, nil
     if cur then
       -- (a version that starts with 0, which is 0 itself or has leading zeros, is
       -- matched apart: the usual one then needs no look at its first byte)
       -- (the token a ULID: 26 of Crockford's base32, the first 0-7, as a reader
       -- decodes it; a value with another token is no envelope and is written over)
-      local cv, ct, sep = string.match(cur, '^([1-9]%d*):([0-7][0-9A-HJKMNP-TV-Z]+)(:?)')
+      local sep
+      cv, ct, sep = string.match(cur, '^([1-9]%d*):([0-7][0-9A-HJKMNP-TV-Z]+)(:?)')
       local zero = false
       if not cv then
         cv, ct, sep = string.match(cur, '^(0%d*):([0-7][0-9A-HJKMNP-TV-Z]+)(:?)')

@@ -48,6 +48,7 @@ for i = 1, #KEYS / 2 do
     end
   end
   local ix = vindex_from(redis.call('HGETALL', side))  -- indexed afresh
+  local ixp, ixi, dirty = ix.p, ix.i, ix.dirty
   local sets, dels = {}, {}
   local cpad = curv and vpad(curv, curt)
 --! include collect_versions

@@ -12,14 +12,7 @@ local function vpad(v, t)
   if #v > 20 or #t ~= 26 then return nil end
   return string.rep('0', 20 - #v) .. v .. ':' .. t
 end
-local function vstamp(pad)
-  return string.match(pad, '^0*(%d+:[0-9A-Z]+)$')
-end
-local function vfind(s, pad, width)  -- where `pad` starts a record of `s`, or nil
-  local at = string.find(s, pad, 1, true)
-  while at and (at - 1) % width ~= 0 do at = string.find(s, pad, at + 1, true) end
-  return at
-end
+--! include version_find
 local function vindex_from(fields)  -- from HGETALL's flat reply
   local marks, marked, unmarked = {}, {}, {}
   for j = 1, #fields, 2 do
@@ -62,13 +55,4 @@ local function vmarked(ix, pad, stamp, fresh)
   if at then ix.p = string.sub(ix.p, 1, at - 1) .. string.sub(ix.p, at + 47) end
   ix.i = ix.i .. pad .. 'x' .. stamp
   ix.dirty = true
-end
--- does the index hold an unmarked version newer than `pad` (prepared here, still to
--- commit: the hash must outlive the hold a prepare gave it)?
-local function vnewer(ix, pad)
-  if not pad then return false end
-  for j = 1, #ix.p, 47 do
-    if string.sub(ix.p, j, j + 46) > pad then return true end
-  end
-  return false
 end
