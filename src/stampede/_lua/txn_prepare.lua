@@ -7,9 +7,13 @@
 -- newer transaction's commit, which marks only what was prepared before it) is
 -- stored marked replaced (`x:`), as its commit would mark it: once that newer value
 -- is gone (a tombstone or TTL ran out), no reader or sweep may complete it here.
+-- (The usual path makes no function that captures a local: the index's table API,
+-- version_index.lua, is made only where a version is marked on arrival; the hold is
+-- read only for a hash that has an expiry or none yet; times are written as `stamp`,
+-- now as 13 digits, the same text as the number, converted once.)
 --! include now
---! include version_index
-local hold = tonumber(ARGV[1])
+--! include version_find
+local hold = nil  -- ARGV[1], read when needed
 local stamp = string.format('%013d', now)
 local out = {}
 for i = 1, #KEYS / 2 do
@@ -26,22 +30,25 @@ for i = 1, #KEYS / 2 do
       local s = v .. ':' .. t
       local left = redis.call('PEXPIRETIME', side)
       local got = redis.call('HMGET', side, 'p', 'i', 'x:' .. s)
-      local m, ps = now .. ':' .. at .. ':' .. meta, vpad(v, t)
+--! include version_index
+      local m, ps = stamp .. ':' .. at .. ':' .. meta, vpad(v, t)
       if got[3] then  -- marked already: the first mark stands
         redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m)
       else
         local ix = vindex(side, got[1], got[2])
         vmarked(ix, ps, stamp, true)
-        redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m, 'x:' .. s, now,
+        redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m, 'x:' .. s, stamp,
           'p', ix.p, 'i', ix.i)
       end
-      if left == -2 or (left >= 0 and left < now + hold) then
-        redis.call('PEXPIREAT', side, now + hold)
+      if left ~= -1 then
+        hold = hold or tonumber(ARGV[1])
+        if left == -2 or left < now + hold then redis.call('PEXPIREAT', side, now + hold) end
       end
     elseif state == 1 then
       local s = v .. ':' .. t
       local left = redis.call('PEXPIRETIME', side)
-      local m, ps = now .. ':' .. at .. ':' .. meta, vpad(v, t)
+      local m, ps = stamp .. ':' .. at .. ':' .. meta, nil
+      if #v <= 20 and #t == 26 then ps = string.rep('0', 20 - #v) .. s end
       -- the index (version_index.lua) gains the version, unmarked, unless it holds it
       -- already (in `p`, or marked: its x: is there); a hash not indexed yet is left
       -- so (its next commit reads it whole). A new hash starts with an empty `i`.
@@ -56,8 +63,9 @@ for i = 1, #KEYS / 2 do
           redis.call('HSET', side, 'k', key, 'd:' .. s, env, 'm:' .. s, m)
         end
       end
-      if left == -2 or (left >= 0 and left < now + hold) then
-        redis.call('PEXPIREAT', side, now + hold)
+      if left ~= -1 then
+        hold = hold or tonumber(ARGV[1])
+        if left == -2 or left < now + hold then redis.call('PEXPIREAT', side, now + hold) end
       end
     end
     out[i] = state
