@@ -258,7 +258,7 @@ async def _stage(st: Stampede, keys: Sequence[str], version: int, value: bytes,
     assert prepared == [1] * len(raw)
     done = [i for i, k in enumerate(keys) if k in commit]
     if done:
-        again = [(version, token, "", 0, b"", b"")] * len(done)
+        again = [(version, token, "")] * len(done)
         got = await run_units(st.topology, COMMIT, [raw[i] for i in done],
                               [sides[i] for i in done], again, head=[5000])  # fmt: skip
         assert got == [1] * len(done)
@@ -389,7 +389,7 @@ async def test_f5_a_late_older_write_never_fractures_a_read(edge: Stampede) -> N
         tx.delete(b)
     await gone(edge, b)
     sides = [side_key(b.encode(), edge.topology.slot_of)]
-    late = [(100, token, "", 0, b"", b"")]
+    late = [(100, token, "")]
     await run_units(edge.topology, COMMIT, [b.encode()], sides, late, head=[5000])  # U's writer
     assert (await edge.read_atomic([a, b])).values != {a: b"T", b: b"U"}
 

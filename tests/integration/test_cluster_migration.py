@@ -144,7 +144,7 @@ async def test_a_delete_mid_migration_over_a_pending_transaction_never_comes_bac
         env = b"%d:%s:new" % (version, token.encode())
         args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
         assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
-        commit = [(version, token, 0, 0, b"", b"")]
+        commit = [(version, token, 0)]
         assert await run_units(st.topology, COMMIT, raw[1:], sides[1:], commit, head=[5000]) == [1]
 
         slot = keyslot(a)
@@ -225,7 +225,7 @@ async def test_a_sweep_that_misses_a_pending_key_moved_mid_pass_keeps_the_eviden
         env = b"%d:%s:new" % (version, token.encode())
         args = [(version, token, 0, at, env, encode_meta(raw))] * 2
         assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
-        commit = [(version, token, at, 0, b"", b"")]
+        commit = [(version, token, at)]
         assert await run_units(st.topology, COMMIT, raw[:1], sides[:1], commit, head=[50]) == [1]
 
         slot = keyslot(y)

@@ -45,7 +45,7 @@ async def test_a_prepare_landing_under_a_newer_write_is_never_completed_later(
     env = b"%d:%s:old" % (version, token.encode())
     args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
     assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
-    commit = [(version, token, 0, 0, b"", b"")]
+    commit = [(version, token, 0)]
     assert await run_units(st.topology, COMMIT, raw[1:], sides[1:], commit, head=[5000]) == [1]
     await gone(st, a)
     if then == "sweep":
@@ -105,7 +105,7 @@ async def test_an_update_over_a_pending_transaction_is_never_undone(st: Stampede
     env = b"%d:%s:old" % (version, token.encode())
     args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
     assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
-    commit = [(version, token, 0, 0, b"", b"")]
+    commit = [(version, token, 0)]
     assert await run_units(st.topology, COMMIT, raw[1:], sides[1:], commit, head=[5000]) == [1]
     receipt = await st.update("upd:{1}", [a], lambda cur: {a: b"updated"}, ttl=0.05)
     assert (receipt.version, receipt.token) > (version, token)

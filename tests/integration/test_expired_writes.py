@@ -174,7 +174,7 @@ async def test_an_older_transaction_never_completes_over_one_that_landed_expired
     env = b"%d:%s:old" % (version, token.encode())
     args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
     assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
-    commit = [(version, token, 0, 0, b"", b"")]
+    commit = [(version, token, 0)]
     assert await run_units(st.topology, COMMIT, raw[1:], sides[1:], commit, head=[5000]) == [1]
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"old"}
     await sweep(st.topology, grace=0.05)

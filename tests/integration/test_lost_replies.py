@@ -429,7 +429,7 @@ async def test_a_repair_whose_transaction_completion_reply_was_lost_reports_it(
     env = b"%d:%s:t" % (version, token.encode())
     args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
     assert await run_units(st.topology, PREPARE, raw, sides, args, head=[20_000]) == [1, 1]
-    commit = [(version, token, 0, 0, b"", b"")]
+    commit = [(version, token, 0)]
     assert await run_units(st.topology, COMMIT, raw[:1], sides[:1], commit, head=[5000]) == [1]
     sha = COMMIT.sha.encode()
     drop = px.proxy_for(b).drop_reply(lambda cmd: cmd[0].upper() == b"EVALSHA" and cmd[1] == sha)

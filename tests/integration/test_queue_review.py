@@ -273,7 +273,7 @@ async def undecided_group(
     assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
 
     async def commit() -> None:
-        done = [(version, token, 0, 0, b"", b"")] * 2
+        done = [(version, token, 0)] * 2
         assert await run_units(st.topology, COMMIT, raw, sides, done, head=[5000]) == [1, 1]
 
     return [a, b], commit

@@ -89,7 +89,7 @@ async def _half_committed(st: Stampede, keys: list[str], payload: bytes) -> tupl
     )  # fmt: skip
     assert prepared == [1] * len(raw)
     done = await run_units(
-        st.topology, COMMIT, raw[:1], sides[:1], [(version, token, 0, 0, b"", b"")], head=[5000]
+        st.topology, COMMIT, raw[:1], sides[:1], [(version, token, 0)], head=[5000]
     )
     assert done == [1]
     return version, token

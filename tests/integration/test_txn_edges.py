@@ -334,7 +334,7 @@ async def test_a_group_repair_completes_a_pending_transaction(st: Stampede) -> N
     args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
     assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
     done = await run_units(
-        st.topology, COMMIT, raw[:1], sides[:1], [(version, token, 0, 0, b"", b"")], head=[5000]
+        st.topology, COMMIT, raw[:1], sides[:1], [(version, token, 0)], head=[5000]
     )
     assert done == [1]
     result = await st.read("rtx", [a, b], retry=QUICK, repair=NewestWins())
@@ -588,7 +588,7 @@ async def test_a_group_repair_leaves_a_transaction_that_is_still_committing_alon
     assert not result.consistent and result.repair is not None
     assert result.repair.action.value == "lost_race"
     assert [await raw_value(st, a), await raw_value(st, b)] == before
-    commit = [(version, token, 0, 0, b"", b"")] * 2
+    commit = [(version, token, 0)] * 2
     assert await run_units(st.topology, COMMIT, raw, sides, commit, head=[5000]) == [1, 1]
     assert (await st.read_atomic([a, b])).values == {a: b"t", b: b"t"}
 
@@ -622,7 +622,7 @@ async def test_a_read_through_that_meets_an_undecided_transaction_repairs_nothin
     assert result.repair.detail.get("undecided") == f"{a}, {b}"
     assert asked == []
     assert [await raw_value(st, a), await raw_value(st, b)] == [None, None]
-    commit = [(version, token, 0, 0, b"", b"")] * 2
+    commit = [(version, token, 0)] * 2
     assert await run_units(st.topology, COMMIT, raw, sides, commit, head=[5000]) == [1, 1]
     assert (await st.read_atomic([a, b])).values == {a: b"t", b: b"t"}
 
@@ -643,7 +643,7 @@ async def test_a_repair_completes_a_transaction_with_the_configured_version_grac
         env = b"%d:%s:t" % (version, token.encode())
         args = [(version, token, 0, at, env, encode_meta(raw))] * 2
         assert await run_units(st.topology, PREPARE, raw, sides, args, head=[20_000]) == [1, 1]
-        commit = [(version, token, at, 0, b"", b"")]
+        commit = [(version, token, at)]
         assert await run_units(st.topology, COMMIT, raw[:1], sides[:1], commit, head=[30_000])
         result = await st.read("vgrace", [a, b], retry=QUICK, repair=REBUILD)
         assert result.consistent and result.values == {a: b"t", b: b"t"}
@@ -684,7 +684,7 @@ async def test_evicted_keys_read_as_missing_or_raise_never_fractured(
         env = b"%d:%s:new" % (version, token.encode())
         args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
         assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
-        commit = [(version, token, 0, 0, b"", b"")]
+        commit = [(version, token, 0)]
         assert await run_units(st.topology, COMMIT, raw[1:], sides[1:], commit, head=[5000]) == [1]
         side = sides[0] if evicted == "pending-hash" else sides[1]
         await st.topology.execute(side, "DEL", side)
@@ -730,7 +730,7 @@ async def _pending_at_first(st: Stampede, a: str, b: str, payload: bytes) -> tup
     env = b"%d:%s:%s" % (version, token.encode(), payload)
     args = [(version, token, 0, 0, env, encode_meta(raw))] * 2
     assert await run_units(st.topology, PREPARE, raw, sides, args, head=[3_600_000]) == [1, 1]
-    commit = [(version, token, 0, 0, b"", b"")]
+    commit = [(version, token, 0)]
     assert await run_units(st.topology, COMMIT, raw[1:], sides[1:], commit, head=[5000]) == [1]
     return version, token
 
@@ -901,7 +901,7 @@ async def test_a_delete_committed_after_its_expiry_still_deletes(st: Stampede) -
     env = b"%d:%s" % (version, token.encode())  # a tombstone
     args = [(version, token, 0, 1, env, encode_meta([raw]))]
     assert await run_units(st.topology, PREPARE, [raw], [side], args, head=[3_600_000]) == [1]
-    commit = [(version, token, "", 0, b"", b"")]
+    commit = [(version, token, "")]
     assert await run_units(st.topology, COMMIT, [raw], [side], commit, head=[5000]) == [3]
     assert await raw_value(st, a) is None
 
@@ -955,7 +955,7 @@ async def _late_older_write(st: Stampede) -> None:
     env = b"%d:%s:late" % (version, token.encode())
     args = [(version, token, 0, 0, env, encode_meta([raw]))]
     assert await run_units(st.topology, PREPARE, [raw], [side], args, head=[3_600_000]) == [1]
-    commit = [(version, token, 0, 0, b"", b"")]
+    commit = [(version, token, 0)]
     assert await run_units(st.topology, COMMIT, [raw], [side], commit, head=[5000]) == [1]
     assert (await st.read_atomic([a, b])).values == {a: None, b: b"t"}
 
@@ -1071,7 +1071,7 @@ async def test_a_version_superseded_here_is_never_completed_later(st: Stampede) 
     async with st.transaction(ttl=0.05) as tx:
         tx.set(a, b"newer")
     await gone(st, a)
-    commit = [(version, token, "", 0, b"", b"")]
+    commit = [(version, token, "")]
     assert await run_units(st.topology, COMMIT, [raw], [side], commit, head=[5000]) == [0]
     assert await raw_value(st, a) is None
 

@@ -66,7 +66,7 @@ async def _prepare(st: Stampede, keys: list[str], version: int, payload: bytes) 
 async def _commit(st: Stampede, keys: list[str], version: int, token: str) -> list[Any]:
     raw = [k.encode() for k in keys]
     sides = [side_key(k, st.topology.slot_of) for k in raw]
-    args = [(version, token, "", 0, b"", b"")] * len(raw)
+    args = [(version, token, "")] * len(raw)
     return await run_units(st.topology, COMMIT, raw, sides, args, head=[5000])
 
 

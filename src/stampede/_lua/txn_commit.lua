@@ -1,8 +1,11 @@
 --! idempotent
--- COMMIT  ARGV[1] grace ms, then per pair: version, token, expire-at, limit,
--- envelope, metadata. Makes the version current where it is newer; replies per
+-- COMMIT  ARGV[1] grace ms, then per pair: version, token, expire-at ('' for the one
+-- stored when it was prepared). It brings no envelope, metadata or limit: the prepare
+-- stored them (so a commit sends three arguments a key, not six).
+-- Makes the version current where it is newer; replies per
 -- key: 1 made current, 2 already current, 0 kept out (or, its version gone from
 -- the hash, a newer one current), 3 its expiry instant had passed (nothing
 -- written), -5 prepared version gone and nothing as new here, or a refusal code.
 -- Resending it is harmless.
+local wide = false  -- (txn_commit_body.lua: three ARGV a pair)
 --! include txn_commit_body

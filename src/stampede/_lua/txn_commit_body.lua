@@ -24,9 +24,20 @@ local grace = tonumber(ARGV[1])
 local stamp = string.format('%013d', now)
 local cutoff = nil  -- marks older than this are dropped: now less grace, 13 digits
 local out = {}
+-- `wide`, set by the includer: each pair brings six ARGV (version, token, expire-at,
+-- limit, envelope, metadata: COMMIT_ONE) or three (the first three: COMMIT, whose
+-- envelope and metadata were stored by its prepare, its limit checked there).
 for i = 1, #KEYS / 2 do
---! include txn_pair
-  local v, t, at, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local key, side = KEYS[2 * i - 1], KEYS[2 * i]
+  local v, t, at, lim, env, meta
+  if wide then
+    local b = 1 + (i - 1) * 6
+    v, t, at, lim = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+    env, meta = ARGV[b + 5], ARGV[b + 6]
+  else
+    local b = 1 + (i - 1) * 3
+    v, t, at, lim, env, meta = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], '0', '', ''
+  end
   local s = v .. ':' .. t
   local ps = nil  -- its padded stamp (version_index.lua)
   if #v <= 20 and #t == 26 then ps = string.rep('0', 20 - #v) .. s end

@@ -22,4 +22,5 @@ do
     return codes
   end
 end
+local wide = true  -- (txn_commit_body.lua: six ARGV a pair, as PREPARE's)
 --! include txn_commit_body

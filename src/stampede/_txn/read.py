@@ -219,7 +219,7 @@ async def _complete(
     under the transaction's own stamp and expiry (COMMIT takes it from the version's
     metadata, and writes nothing once that instant has passed). Only versions found
     prepared: a version found replaced or gone is never written back."""
-    args = [(need[p][0], need[p][1], "", 0, b"", b"") for p in positions]
+    args = [(need[p][0], need[p][1], "") for p in positions]
     try:
         await run_units(
             topology,

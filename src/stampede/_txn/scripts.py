@@ -12,8 +12,8 @@ PREPARE     ARGV[1] hold ms, then per pair: version, token, limit, expire-at, en
             key with the guard's codes: 1 prepared, or a refusal that makes the
             writer abort (-1 WRONGTYPE, -2 mixed kinds, -3 future, -4 foreign).
 COMMIT      ARGV[1] grace ms, then per pair: version, token, expire-at ("" for the
-            one stored when it was prepared), limit, envelope and metadata (both ""
-            when prepared before)
+            one stored when it was prepared); the envelope, metadata and limit are
+            the prepare's
             makes the version current where it is newer (the guard's comparison),
             keeping the value it replaces for the grace window; collects what is
             older than that. Replies per key: 1 made current, 2 already current, 0
@@ -21,7 +21,9 @@ COMMIT      ARGV[1] grace ms, then per pair: version, token, expire-at ("" for t
             written: that write is gone), -5 the prepared version is gone, or a
             refusal code. Resending it is harmless.
 COMMIT_ONE  COMMIT for a transaction whose keys share one slot, all or nothing: a
-            refusal at any key writes nothing (the other keys reply -6).
+            refusal at any key writes nothing (the other keys reply -6). Per pair it
+            takes six arguments: version, token, expire-at, limit, envelope,
+            metadata.
 COLLECT     ARGV[1] grace ms, ARGV[2] hold ms; per pair: what the sweep does for
             keys no longer written (marks versions of a vanished key and abandoned
             prepares, collects as a commit does, deletes a hash nothing needs);

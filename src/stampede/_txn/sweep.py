@@ -193,7 +193,7 @@ async def _roll_forward(
             continue
         siblings = sorted((decode_meta(meta) or frozenset()) - {key})
         if await _decided(topology, siblings, stamp):
-            args = [grace_ms, stamp[0], stamp[1], "", 0, b"", b""]
+            args = [grace_ms, stamp[0], stamp[1], ""]
             (code,) = await topology.script(COMMIT, [key, side], args)
             if code in (1, 2):  # made current; or already current (a resend after a
                 done += 1  # lost reply, or another reader's completion): changed

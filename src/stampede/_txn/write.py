@@ -214,7 +214,7 @@ class Transaction:
             topology,
             keys,
             sides,
-            [(version, token, ats[i], 0, b"", b"") for i in range(len(keys))],
+            [(version, token, ats[i]) for i in range(len(keys))],  # (COMMIT: three a key)
             acks=acks,
             units=units,
             grace_ms=self._grace_ms,
