@@ -20,7 +20,7 @@
 -- (written back when dirty), and kept in step inline: no table, and no function that
 -- captures a local, on the usual path; a hash not indexed yet is indexed through
 -- version_index.lua's functions, made on that path only.
-local grace = tonumber(ARGV[1])
+local grace = ARGV[1]  -- (ms as text: the arithmetic that needs it reads it)
 local stamp = string.format('%013d', now)
 local cutoff = nil  -- marks older than this are dropped: now less grace, 13 digits
 local out = {}
