@@ -39,15 +39,16 @@ for i = 1, #KEYS / 2 do
     v, t, at, lim, env, meta = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], '0', '', ''
   end
   local s = v .. ':' .. t
+  local ds = 'd:' .. s  -- (its envelope's field, named once)
   local ps = nil  -- its padded stamp (version_index.lua)
   if #v <= 20 and #t == 26 then ps = string.rep('0', 20 - #v) .. s end
   local got
   if env ~= '' then
     got = redis.call('HMGET', side, 'g', 'p', 'i', 'x:' .. s, 't')
   elseif at ~= '' then
-    got = redis.call('HMGET', side, 'g', 'p', 'i', 'x:' .. s, 't', 'd:' .. s)
+    got = redis.call('HMGET', side, 'g', 'p', 'i', 'x:' .. s, 't', ds)
   else
-    got = redis.call('HMGET', side, 'g', 'p', 'i', 'x:' .. s, 't', 'd:' .. s, 'm:' .. s)
+    got = redis.call('HMGET', side, 'g', 'p', 'i', 'x:' .. s, 't', ds, 'm:' .. s)
   end
   local g, marked, ixp, ixi, dirty = got[1], got[4], got[2], got[3], false
   if not (ixp and ixi and #ixp % 47 == 0 and #ixi % 61 == 0) then
@@ -138,7 +139,7 @@ for i = 1, #KEYS / 2 do
     if state == 1 and at ~= '0' and tonumber(at) <= now then
       -- its expiry instant has passed: the write is gone, and so is what it replaced
       if cur then redis.call('DEL', key) end
-      sets[#sets + 1] = 'd:' .. s
+      sets[#sets + 1] = ds
       sets[#sets + 1] = env
       sets[#sets + 1] = 'x:' .. s
       sets[#sets + 1] = stamp
@@ -181,7 +182,7 @@ for i = 1, #KEYS / 2 do
         redis.call('SET', key, env)
         redis.call('PERSIST', side)
       end
-      dels[#dels + 1] = 'd:' .. s  -- (no x: of it: it was not marked)
+      dels[#dels + 1] = ds  -- (no x: of it: it was not marked)
       if ps then  -- current now, its m: stays: unmarked, out of `i`, into `p` unless there
         local a = vfind(ixi, ps, 61)
         if a then ixi = string.sub(ixi, 1, a - 1) .. string.sub(ixi, a + 61) end
@@ -192,7 +193,7 @@ for i = 1, #KEYS / 2 do
       end
       curv, curt = v, t
     elseif state == 0 then
-      sets[#sets + 1] = 'd:' .. s
+      sets[#sets + 1] = ds
       sets[#sets + 1] = env
       if not marked then
         sets[#sets + 1] = 'x:' .. s
