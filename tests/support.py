@@ -123,12 +123,16 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), code])}
 
 
-def run_cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[bytes]:
-    """Run `python -m stampede.cli ARGS` (call it through asyncio.to_thread)."""
+def run_cli(
+    *args: str, timeout: float = 120.0, stdout: int | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run `python -m stampede.cli ARGS` (call it through asyncio.to_thread); its
+    output is captured, or goes to the file descriptor `stdout`."""
     env = _child_env()
     return subprocess.run(
         [sys.executable, "-m", "stampede.cli", *args],
-        capture_output=True,
+        stdout=subprocess.PIPE if stdout is None else stdout,
+        stderr=subprocess.PIPE,
         timeout=timeout,
         env=env,
         check=False,

@@ -15,11 +15,12 @@ import click
 from .. import __version__
 from ._demo_command import demo_command
 from ._keyspace import keyslot_command, lint_command, slots_command
+from ._output import EXIT_OUTPUT_CLOSED, closed_output_exits
 from ._queue import queue_command
 from ._repair import worker_command
 from ._scan import scan_command
 
-__all__ = ["EXIT_INTERRUPTED", "main"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_OUTPUT_CLOSED", "main"]
 
 EXIT_INTERRUPTED = 130
 """Exit status of a command stopped by Ctrl-C (SIGINT): 128 + 2, as shells report it.
@@ -28,11 +29,22 @@ Not 1, which `scan` and `lint` give a finding (torn groups, broken rules)."""
 
 class _Commands(click.Group):
     """The `stampede` group: Ctrl-C in any command ends it with one line and exit
-    status 130, never a traceback nor click's "Aborted!" with status 1."""
+    status 130, never a traceback nor click's "Aborted!" with status 1; output
+    closed by its reader (`| head`) ends it quietly with status 141, never 1
+    (`EXIT_OUTPUT_CLOSED`), in the command or in `--help`."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        with closed_output_exits():  # e.g. an error line on a closed stderr
+            return super().main(*args, **kwargs)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with closed_output_exits():  # --help and --version print while parsing
+            return super().make_context(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with closed_output_exits():
+                return super().invoke(ctx)
         except KeyboardInterrupt:
             name = ctx.invoked_subcommand
             click.echo(f"stampede{f' {name}' if name else ''}: interrupted", err=True)

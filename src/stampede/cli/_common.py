@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
 import click
-from rich.console import Console
 
 from .._client import Stampede
 from .._connect import connect
@@ -20,6 +19,7 @@ from ..errors import ConfigurationError, StampedeError
 from ..keys import HashPolicy
 from ..options import ConnectOptions
 from ._errors import usage
+from ._output import console
 from ._params import FiniteRange, not_empty
 
 __all__ = [
@@ -47,11 +47,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def console() -> Console:
-    """A rich console on the current stdout (which click's test runner may swap)."""
-    return Console(highlight=False)
 
 
 def show(key: bytes | str) -> str:

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import IO
 
 import click
-from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.text import Text
 
@@ -120,7 +119,7 @@ class ScanDisplay:
     """SCAN progress on stderr: a live bar per primary on a terminal, else a line each."""
 
     def __init__(self, *, enabled: bool) -> None:
-        self._err = Console(stderr=True, highlight=False)
+        self._err = console(stderr=True)
         self._enabled = enabled
         self._live = enabled and self._err.is_terminal
         self._progress = Progress(console=self._err, transient=True) if self._live else None

@@ -81,7 +81,8 @@ def scan_command(
 
     Exit status: 0 none torn, 1 torn groups found, 2 bad usage, 3 the scan did not
     complete (a server unreachable or refusing the set-up, --mode stamp over groups
-    with commit records, a shard timing out or erroring).
+    with commit records, a shard timing out or erroring), 130 interrupted, 141 its
+    output closed by its reader (| head).
     """
     setup_logging(log_level, log_format)
     pattern = _group_pattern(group_pattern, old_pattern)
