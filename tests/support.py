@@ -115,7 +115,7 @@ async def gone(st: Stampede, key: str) -> None:
     await eventually(missing, within=30)
 
 
-def _child_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """A CLI child's environment: the current directory (the tests' strategy modules)
     and the stampede these tests import on its path, so that a child run from a
     checkout (a git worktree) runs that checkout's code, not an installed copy."""
@@ -128,7 +128,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess[bytes]:
     """Run `python -m stampede.cli ARGS` (call it through asyncio.to_thread); its
     output is captured, or goes to the file descriptor `stdout`."""
-    env = _child_env()
+    env = child_env()
     return subprocess.run(
         [sys.executable, "-m", "stampede.cli", *args],
         stdout=subprocess.PIPE if stdout is None else stdout,
@@ -141,7 +141,7 @@ def run_cli(
 
 async def start_cli(*args: str) -> asyncio.subprocess.Process:
     """Start `python -m stampede.cli ARGS` as a child process, stderr piped."""
-    env = _child_env()
+    env = child_env()
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "stampede.cli", *args, stderr=asyncio.subprocess.PIPE, env=env
     )

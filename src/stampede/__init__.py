@@ -1,7 +1,9 @@
 """stampede: keep related Redis keys consistent when one write spans shards."""
 
-# First: a compiled build's modules fall back to their .py when they cannot load.
+# First: Ctrl-C while the `stampede` command loads this package exits 130 quietly.
+# Then: a compiled build's modules fall back to their .py when they cannot load.
 from . import _compiled as _compiled
+from . import _startup as _startup
 from . import atomic as atomic
 from . import eventlog as eventlog
 from . import fanout as fanout

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from ._startup import hold
+
 __all__ = ["main"]
 
 MISSING = (
@@ -19,15 +21,13 @@ MISSING = (
 
 def main() -> None:
     """Run `stampede.cli.main`, or explain how to install what it needs."""
+    hold()  # Ctrl-C until a command runs: status 130, one line (`stampede._startup`)
     try:
         import click  # noqa: F401
         import rich  # noqa: F401
     except ImportError as exc:
         sys.stderr.write(MISSING.format(missing=exc.name or "click or rich"))
         sys.exit(1)
-    try:
-        from .cli import main as cli_main
-    except KeyboardInterrupt:  # Ctrl-C while the command line loads
-        sys.stderr.write("stampede: interrupted\n")
-        sys.exit(130)  # as `stampede.cli.EXIT_INTERRUPTED`, which is not loaded yet
+    from .cli import main as cli_main
+
     cli_main()

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from stampede.testing import LocalPrimaries
 
-from ..support import FAST, open_stampede, run_cli
+from ..support import FAST, child_env, open_stampede, run_cli
 
 GROUPS = r"(?P<group>user:\d+):.*"
 
@@ -79,3 +84,72 @@ async def test_output_closed_by_its_reader_exits_141_quietly(
     assert status == 141, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert "error" not in err.lower(), err
+
+
+_HOLD_THE_IMPORT = """
+import os, sys, time
+
+class _Hold:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ.get("HOLD_IMPORT"):
+            sys.stderr.write("importing " + name + "\\n")
+            sys.stderr.flush()
+            time.sleep(600)  # until the test's SIGINT
+        return None
+
+sys.meta_path.insert(0, _Hold())
+"""
+
+
+def _entries() -> list[Any]:
+    entries: list[Any] = [
+        pytest.param(["-m", "stampede"], id="m-stampede"),
+        pytest.param(["-m", "stampede.cli"], id="m-stampede-cli"),
+    ]
+    script = os.path.join(os.path.dirname(sys.executable), "stampede")
+    if os.path.exists(script):  # the console script an installer wrote
+        entries.append(pytest.param([script], id="script"))
+    return entries
+
+
+@pytest.mark.parametrize(
+    "held",
+    ["stampede.atomic", "stampede.cli._scan"],
+    ids=["import-stampede", "import-cli"],
+)
+@pytest.mark.parametrize("entry", _entries())
+async def test_ctrl_c_while_the_package_loads_exits_130_quietly(
+    entry: list[str], held: str, tmp_path: Path
+) -> None:
+    """Ctrl-C during `import stampede` (before any code of the command line runs:
+    the console script imports the package first) printed a traceback; so did one
+    while `python -m stampede.cli` imported the command line. Both exit 130 with
+    one line now. A `sitecustomize` holds the import of `held`, and says so."""
+    (tmp_path / "sitecustomize.py").write_text(_HOLD_THE_IMPORT)
+    env = child_env()
+    env["HOLD_IMPORT"] = held
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *entry, "keyslot", "a", stderr=asyncio.subprocess.PIPE, env=env
+    )
+    assert proc.stderr is not None
+    first = await asyncio.wait_for(proc.stderr.readline(), timeout=120)
+    assert first == f"importing {held}\n".encode(), first
+    proc.send_signal(signal.SIGINT)
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    text = err.decode()
+    assert proc.returncode == 130, text
+    assert text.strip() == "stampede: interrupted", text
+
+
+def test_a_program_importing_stampede_keeps_its_ctrl_c() -> None:
+    """Only the command line starting takes SIGINT while it loads: a program that
+    imports stampede keeps Python's KeyboardInterrupt."""
+    check = (
+        "import signal, stampede; "
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, env=child_env(), check=True
+    )
+    assert out.stdout.strip() == b"True", out

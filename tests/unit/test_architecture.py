@@ -46,6 +46,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             r"_backoff",
             r"_deadline",
             r"_compiled",
+            r"_startup",
             r"_commands",
         ],
     ),

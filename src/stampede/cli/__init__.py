@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from .. import __version__
+from .._startup import release
 from ._demo_command import demo_command
 from ._keyspace import keyslot_command, lint_command, slots_command
 from ._output import EXIT_OUTPUT_CLOSED, closed_output_exits
@@ -43,6 +44,7 @@ class _Commands(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
+            release()  # Ctrl-C is the command's now: KeyboardInterrupt, its clean-up, 130
             with closed_output_exits():
                 return super().invoke(ctx)
         except KeyboardInterrupt:
