@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
+from stampede.repair import RepairQueue
 from stampede.testing import LocalPrimaries
 
-from ..support import FAST, child_env, open_stampede, run_cli
+from ..support import FAST, child_env, eventually, open_stampede, run_cli, start_cli
+from .test_worker import events, plant
 
 GROUPS = r"(?P<group>user:\d+):.*"
 
@@ -153,3 +155,56 @@ def test_a_program_importing_stampede_keeps_its_ctrl_c() -> None:
         [sys.executable, "-c", check], capture_output=True, env=child_env(), check=True
     )
     assert out.stdout.strip() == b"True", out
+
+
+async def _lines_until(
+    proc: asyncio.subprocess.Process, text: bytes, count: int, read: bytes = b""
+) -> bytes:
+    """Read the child's stderr until `count` lines have held `text`; all read so far."""
+    assert proc.stderr is not None
+    while read.count(text) < count:
+        line = await asyncio.wait_for(proc.stderr.readline(), timeout=120)
+        assert line, read.decode()[-2000:]  # it exited before saying so
+        read += line
+    return read
+
+
+@pytest.mark.parametrize("processes", [1, 2], ids=["worker", "supervised"])
+async def test_a_second_ctrl_c_stops_the_worker_at_once(
+    stampede_primaries: LocalPrimaries, processes: int
+) -> None:
+    """A second Ctrl-C while the worker waits out its --grace (600 s here) did nothing.
+    It stops the worker at once now: the jobs in hand are handed back (no delivery
+    counted against them), and the command exits 130."""
+    async with open_stampede(stampede_primaries, "shards") as st:
+        queue = RepairQueue(st.topology)
+        await queue.clear()
+        await plant(st, queue, 4)
+        urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+        proc = await start_cli(
+            "worker", *urls, "--strategy", "tests.worker_strategies:stuck", "--grace", "600",
+            "--processes", str(processes),
+        )  # fmt: skip
+
+        async def in_hand() -> bool:
+            return (await queue.stats())["pending"] == 4
+
+        try:
+            read = await _lines_until(proc, b'"worker.start"', processes)  # every child
+            await eventually(in_hand, within=120)
+            proc.send_signal(signal.SIGINT)
+            read = await _lines_until(proc, b'"worker.stopping"', processes, read)
+            proc.send_signal(signal.SIGINT)
+            _, rest = await asyncio.wait_for(proc.communicate(), timeout=120)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        err = (read + rest).decode()
+        assert proc.returncode == 130, err[-3000:]
+        assert "stampede worker: interrupted" in err and "Traceback" not in err, err[-3000:]
+        logged = b"\n".join(ln for ln in (read + rest).splitlines() if ln.startswith(b"{"))
+        stops = [e for e in events(logged) if e["event"] == "worker.stop"]
+        assert len(stops) == processes and sum(e["released"] for e in stops) >= 4, err[-3000:]
+        taken = await queue.claim("next-worker", 10)  # handed back: taken over at once
+        assert len(taken) == 4 and all(job.deliveries == 1 for job in taken)

@@ -29,6 +29,7 @@ from ._common import Spec, Where, options, unreachable, with_connection
 from ._errors import Failure, fail, usage
 from ._logs import log_options, setup_logging
 from ._params import FiniteRange
+from ._stopper import Stopper
 from ._supervise import CHILD_ENV, supervise
 
 __all__ = ["worker_command"]
@@ -231,8 +232,9 @@ def worker_command(
     delay, dead-letter what keeps failing.
 
     SIGTERM or SIGINT stops taking jobs, lets the jobs in hand finish (--grace), runs
-    the strategy's shutdown and exits 0. Every option can also be set by the
-    environment variable shown in its help.
+    the strategy's shutdown and exits 0; a second Ctrl-C hands the jobs still in hand
+    back at once and exits 130. Every option can also be set by the environment
+    variable shown in its help.
     """
     setup_logging(log_level, log_format)
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -248,10 +250,9 @@ def worker_command(
     child = os.environ.get(CHILD_ENV)
     if processes > 1 and child is None:
         sys.exit(supervise(processes))
-    if child is not None:  # one of --processes N: its own metrics port and consumer name
-        index = int(child)
-        metrics_port = metrics_port + index if metrics_port else metrics_port  # 0: any
-        consumer = None if consumer is None else f"{consumer}-{index}"
+    metrics_port, consumer = _as_child(child, metrics_port, consumer)
+
+    stopped: list[Stopper] = []  # set once the worker takes signals
 
     async def run() -> None:
         try:
@@ -292,8 +293,9 @@ def worker_command(
                     job_timeout=job_timeout,
                 )
                 loop = asyncio.get_running_loop()
+                stopped.append(Stopper(worker, grace))
                 for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.add_signal_handler(sig, worker.stop)
+                    loop.add_signal_handler(sig, stopped[0], sig)
                 server = await _metrics(worker, metrics_port, metrics_host)
                 try:
                     await worker.run()
@@ -316,6 +318,19 @@ def worker_command(
         raise usage(exc.args[0], option="--strategy") from None
     except StampedeError as exc:  # found running (servers refusing the set-up, ...)
         fail(exc)
+    if stopped and stopped[0].at_once:  # a second Ctrl-C: handed back, not finished
+        raise KeyboardInterrupt  # the group's `stampede worker: interrupted`, 130
+
+
+def _as_child(
+    child: str | None, metrics_port: int | None, consumer: str | None
+) -> tuple[int | None, str | None]:
+    """Child i of --processes N: its own metrics port (0: any) and consumer name."""
+    if child is None:
+        return metrics_port, consumer
+    index = int(child)
+    port = metrics_port + index if metrics_port else metrics_port
+    return port, None if consumer is None else f"{consumer}-{index}"
 
 
 _NOT_FOR_THE_WORKER = {

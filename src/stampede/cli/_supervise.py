@@ -7,7 +7,8 @@ so it does not supervise in turn), and:
 
 - forwards SIGTERM and SIGINT to every child (each finishes its jobs in hand within
   --grace, as a single worker does); the children run in their own session, so a
-  Ctrl-C on the terminal reaches them once, through the supervisor;
+  Ctrl-C on the terminal reaches them once, through the supervisor; a second Ctrl-C
+  reaches them too (they hand their jobs back at once), and the supervisor exits 130;
 - restarts a child that exits with an error or is killed, after a backoff (1 s,
   doubling up to 30 s; reset once a child has run a minute);
 - stops every child and exits with the same status when one exits 2 (bad usage)
@@ -69,6 +70,7 @@ class Supervisor:
         self.children: dict[int, asyncio.subprocess.Process] = {}
         self.signal = signal.SIGTERM
         self.fatal: int | None = None
+        self.at_once = False  # a second Ctrl-C: exit 130 once the children are gone
 
     async def run(self) -> int:
         self.stopping = asyncio.Event()
@@ -78,11 +80,15 @@ class Supervisor:
         event("supervisor.started", processes=self.processes, pid=os.getpid())
         codes = await asyncio.gather(*(self.keep(i) for i in range(self.processes)))
         code = self.fatal if self.fatal is not None else (0 if not any(codes) else 1)
+        if self.at_once and self.fatal is None:
+            code = 128 + signal.SIGINT  # as an interrupted command (EXIT_INTERRUPTED)
         event("supervisor.stopped", exit_codes=list(codes), exit_code=code)
         return code
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop: forward `sig` to every running child and restart none."""
+        if sig == signal.SIGINT and self.stopping.is_set():
+            self.at_once = True
         self.signal = signal.Signals(sig)
         self.stopping.set()
         for proc in self.children.values():

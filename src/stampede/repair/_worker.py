@@ -109,6 +109,7 @@ class Worker:
         self.tombstone_grace = check_seconds(tombstone_grace, "tombstone_grace", zero=False)
         self.stats = WorkerStats()
         self.stopping = asyncio.Event()
+        self._now = asyncio.Event()  # stop(now=True): no grace for the jobs in hand
         self._in_hand: set[asyncio.Task[None]] = set()
         self._held: dict[str, Job] = {}  # kept from looking idle (`keep_held`)
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -121,9 +122,13 @@ class Worker:
             registry=self.registry,
         )
 
-    def stop(self) -> None:
-        """Take no new jobs; `run` returns once the jobs in hand are finished or released."""
+    def stop(self, *, now: bool = False) -> None:
+        """Take no new jobs; `run` returns once the jobs in hand are finished or released.
+        With `now` (a second Ctrl-C), the jobs in hand get no more of the grace period:
+        they are cancelled and handed back at once (even during the grace of a stop)."""
         self.stopping.set()
+        if now:
+            self._now.set()
 
     async def run(self) -> WorkerStats:
         """Work until `stop()` (or, with `burst`, until the queue is drained); returns the
@@ -244,7 +249,16 @@ class Worker:
     async def _drain(self) -> None:
         if not self._in_hand:
             return
-        _, pending = await asyncio.wait(self._in_hand, timeout=self.grace)
+        in_hand = set(self._in_hand)
+        finished = asyncio.ensure_future(asyncio.wait(in_hand))
+        hurry = asyncio.ensure_future(self._now.wait())  # stop(now=True) ends the grace
+        try:
+            first = asyncio.FIRST_COMPLETED
+            await asyncio.wait({finished, hurry}, timeout=self.grace, return_when=first)
+        finally:
+            finished.cancel()
+            hurry.cancel()
+        pending = [task for task in in_hand if not task.done()]
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
