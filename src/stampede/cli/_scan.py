@@ -21,6 +21,7 @@ from ._common import Where, console, setting, show, with_connection
 from ._errors import fail, usage, warn
 from ._logs import log_options, setup_logging
 from ._params import not_empty
+from ._regex import can_match_empty
 
 __all__ = ["EXIT_ERROR", "EXIT_TORN", "scan_command"]
 
@@ -87,10 +88,19 @@ def scan_command(
     setup_logging(log_level, log_format)
     pattern = _group_pattern(group_pattern, old_pattern)
     mode = _mode(ctx, mode)
+    flag = "--pattern" if old_pattern is not None else "--group-pattern"
     try:
         regex = compile_pattern(pattern)
     except StampedeError as exc:
-        raise usage(exc, option="--group-pattern") from None
+        raise usage(exc, option=flag) from None
+    if can_match_empty(regex, "group"):
+        raise usage(
+            f"the named group 'group' of {pattern!r} can match an empty string, and a key "
+            "whose group is empty names no group: it would be ignored, not judged (with "
+            r"'(?P<group>)' every key is, and nothing is ever torn). Make the group match "
+            r"at least one character, e.g. '(?P<group>user:\{\d+\}):.*'",
+            option=flag,
+        )
     st = where.connect()
 
     async def run() -> tuple[ScanReport, int]:
