@@ -124,11 +124,15 @@ def child_env() -> dict[str, str]:
 
 
 def run_cli(
-    *args: str, timeout: float = 120.0, stdout: int | None = None
+    *args: str,
+    timeout: float = 120.0,
+    stdout: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run `python -m stampede.cli ARGS` (call it through asyncio.to_thread); its
-    output is captured, or goes to the file descriptor `stdout`."""
-    env = child_env()
+    """Run `python -m stampede.cli ARGS` (call it through asyncio.to_thread), with `env`
+    added to its environment; its output is captured, or goes to the file descriptor
+    `stdout`."""
+    env = {**child_env(), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "stampede.cli", *args],
         stdout=subprocess.PIPE if stdout is None else stdout,

@@ -406,3 +406,34 @@ async def test_the_cli_takes_sentinels_and_services(watched: LocalSentinels) -> 
     assert mixed.returncode == 2 and b"not both" in mixed.stderr
     alone = await asyncio.to_thread(run_cli, *scan, where[0])
     assert alone.returncode == 2 and b"--service" in alone.stderr
+
+
+async def test_the_cli_takes_the_data_nodes_credentials(watched: LocalSentinels) -> None:
+    """Data nodes with a password behind Sentinels without one could be used from
+    Python (`connect(data_url=...)`) but not from the command line: `--data-url` (or
+    `$STAMPEDE_DATA_URL`) gives their credentials now, on every command that takes
+    `--sentinel`; one that names a host, or comes without `--sentinel`, is a usage
+    error that names the flag and never shows the password."""
+    await asyncio.to_thread(_protect_data_nodes, watched, "data-pw")
+    where = [f"--sentinel={u}" for u in watched.sentinel_urls]
+    where += [f"--service={n}" for n in watched.names]
+    stats = ["queue", "stats", "--json", *where]
+    refused = await asyncio.to_thread(run_cli, *stats, timeout=60)
+    assert refused.returncode == 1, refused.stderr.decode()  # the Sentinels' (no) password
+    flag = await asyncio.to_thread(run_cli, *stats, "--data-url", "redis://:data-pw@")
+    assert flag.returncode == 0, flag.stderr.decode()
+    variable = {"STAMPEDE_DATA_URL": "redis://:data-pw@"}
+    scan = ["scan", "--group-pattern", r"(?P<group>sv:\{\d+\}):.*", *where]
+    scanned = await asyncio.to_thread(run_cli, *scan, env=variable, timeout=60)
+    assert scanned.returncode == 0, scanned.stderr.decode()
+    live = ["slots", "--json", *where, "--data-url", "redis://:data-pw@"]
+    walked = await asyncio.to_thread(run_cli, *live, timeout=60)
+    assert walked.returncode == 0, walked.stderr.decode()
+    host = await asyncio.to_thread(run_cli, *stats, "--data-url", "redis://u:data-pw@h:1")
+    err = host.stderr.decode()
+    assert host.returncode == 2 and "'--data-url'" in err and "names a host" in err, err
+    assert "data-pw" not in err, err
+    alone = await asyncio.to_thread(
+        run_cli, "queue", "stats", "--url", "redis://a:1", "--data-url", "redis://:pw@"
+    )
+    assert alone.returncode == 2 and b"--data-url" in alone.stderr, alone.stderr

@@ -18,7 +18,8 @@ from rich.console import Console
 from ..errors import ConfigurationError, SetupError, StampedeError
 from ..testing import LocalCluster, LocalPrimaries, default_server
 from ..verdict import Mode
-from ._common import Spec, check_where, console, options, sentinel_options, setting
+from ._common import Spec, console, options, setting
+from ._connection import check_where, sentinel_options
 from ._demo import STRATEGIES, Demo, DemoConfig, Summary, run_demo
 from ._demo.display import live_view, summary_table
 from ._errors import fail, usage
@@ -83,6 +84,7 @@ def demo_command(
     urls: tuple[str, ...],
     sentinels: tuple[str, ...],
     services: tuple[str, ...],
+    data_url: str | None,
     mode: str,
     seed: int | None,
     as_json: bool,
@@ -107,11 +109,13 @@ def demo_command(
         seed=seed,
     )
     out = console()
-    check_where(urls, cluster, sentinels, services)
+    check_where(urls, cluster, sentinels, services, data_url)
     yours = bool(urls or sentinels)
     try:
         with _sigterm_interrupts():
-            summary = _run(config, Where(urls, cluster, sentinels, services), out, as_json)
+            summary = _run(
+                config, Where(urls, cluster, sentinels, services, data_url), out, as_json
+            )
     except KeyboardInterrupt:
         what = "the keys it wrote are deleted" if yours else "every server it started is stopped"
         click.echo(f"stampede demo: interrupted; {what}", err=True)
@@ -145,6 +149,7 @@ class Where(NamedTuple):
     cluster: bool
     sentinels: tuple[str, ...]
     services: tuple[str, ...]
+    data_url: str | None
 
 
 def _run(config: DemoConfig, where: Where, out: Console, as_json: bool) -> Summary:
@@ -156,13 +161,14 @@ def _run(config: DemoConfig, where: Where, out: Console, as_json: bool) -> Summa
         async with live_view(demo, out):
             yield
 
-    urls, cluster, sentinels, services = where
+    urls, cluster, sentinels, services, data_url = where
     if urls or sentinels:
         yours = run_demo(
             urls,
             cluster=cluster,
             sentinels=sentinels,
             services=services,
+            data_url=data_url,
             config=config,
             watch=watch,
         )

@@ -77,6 +77,11 @@ ADVICE: tuple[tuple[str, str], ...] = (
         "give either URLs (or cluster=True) or sentinels= and services=, not both",
         "give --sentinel and --service, or --url, not both",
     ),
+    ("data_url is a Redis URL without a host", "--data-url is a Redis URL without a host"),
+    (
+        "names a host: it gives only the credentials and TLS settings",
+        "names a host: --data-url gives only the credentials and TLS settings",
+    ),
 )
 """The library's advice to Python callers -> the same advice in the CLI's flags.
 

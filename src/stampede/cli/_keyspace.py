@@ -42,9 +42,9 @@ from ._common import (
     options,
     pattern_option,
     policy_from,
-    sentinel_options,
     show,
 )
+from ._connection import sentinel_options
 from ._live import LiveServers, check_live_options, print_live, run_live
 from ._params import FiniteRange, not_empty
 from ._tables import plural, spans, table
@@ -296,6 +296,7 @@ def slots_command(
     connect_timeout: float,
     sentinels: Sequence[str],
     services: Sequence[str],
+    data_url: str | None,
     patterns: Sequence[str],
     as_json: bool,
 ) -> None:
@@ -311,7 +312,7 @@ def slots_command(
     """
     policy: HashPolicy | None = policy_from(patterns)
     timeouts = ConnectOptions(socket_timeout=socket_timeout, connect_timeout=connect_timeout)
-    servers = LiveServers(urls, cluster, sentinels, services, timeouts)
+    servers = LiveServers(urls, cluster, sentinels, services, timeouts, data_url)
     if servers:
         check_live_options(ctx, keys, stream, servers, policy)
         report = run_live(

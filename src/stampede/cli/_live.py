@@ -24,7 +24,8 @@ from ..keys._live import Method
 from ..options import ConnectOptions
 from ..topology import Cluster, SentinelShards, Shards
 from ..typing import Topology
-from ._common import check_where, console, show
+from ._common import console, show
+from ._connection import check_where
 from ._errors import fail, usage
 from ._tables import plural, spans, table
 
@@ -43,9 +44,10 @@ class LiveServers:
     services: Sequence[str] = ()
     timeouts: ConnectOptions = field(default_factory=ConnectOptions)
     """--socket-timeout and --connect-timeout (the rest of it is not used)."""
+    data_url: str | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.urls or self.sentinels or self.services)
+        return bool(self.urls or self.sentinels or self.services or self.data_url)
 
     def topology(self, policy: HashPolicy | None) -> Topology:
         """The topology to walk; read only, so no shard identity record is written."""
@@ -58,7 +60,11 @@ class LiveServers:
             return Cluster(list(self.urls), options=quiet_open)
         if self.sentinels:
             return SentinelShards(
-                list(self.sentinels), list(self.services), policy=policy, options=quiet_open
+                list(self.sentinels),
+                list(self.services),
+                policy=policy,
+                options=quiet_open,
+                data_url=self.data_url,
             )
         return Shards(list(self.urls), policy=policy, options=quiet_open)
 
@@ -70,7 +76,9 @@ def check_live_options(
     servers: LiveServers,
     policy: HashPolicy | None,
 ) -> None:
-    check_where(servers.urls, servers.cluster, servers.sentinels, servers.services)
+    check_where(
+        servers.urls, servers.cluster, servers.sentinels, servers.services, servers.data_url
+    )
     if keys or stream is not None:
         raise click.UsageError("give keys (arguments or --file) or --url, not both")
     if ctx.get_parameter_source("shards") is not click.core.ParameterSource.DEFAULT:

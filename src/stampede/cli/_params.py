@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-__all__ = ["FiniteRange", "not_empty"]
+__all__ = ["FiniteRange", "from_env", "not_empty"]
 
 
 class FiniteRange(click.FloatRange):
@@ -31,3 +31,8 @@ def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     if value == "":
         raise click.BadParameter("is empty (a quoting mistake?); give a value or leave it out")
     return value
+
+
+def from_env(name: str) -> dict[str, Any]:
+    """click option settings that read the option from `$STAMPEDE_<name>` too."""
+    return {"envvar": f"STAMPEDE_{name}", "show_envvar": True}

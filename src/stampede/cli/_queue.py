@@ -21,7 +21,8 @@ from .._client import Stampede
 from ..errors import ConfigurationError, ShardResponseError, StampedeError
 from ..repair._queue import RepairQueue
 from ..repair._queue_requeue import check_entry_id
-from ._common import Where, console, setting, unreachable, with_connection
+from ._common import console, setting
+from ._connection import Where, unreachable, with_connection
 from ._errors import fail
 
 __all__ = ["queue_command"]

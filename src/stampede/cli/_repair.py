@@ -25,7 +25,8 @@ from ..repair._worker_record import event
 from ..topology import cluster_mode
 from ..typing import RepairStrategy
 from ..verdict import Mode
-from ._common import Spec, Where, options, unreachable, with_connection
+from ._common import Spec, options
+from ._connection import Where, unreachable, with_connection
 from ._errors import Failure, fail, usage
 from ._logs import log_options, setup_logging
 from ._params import FiniteRange

@@ -17,7 +17,8 @@ from ..errors import StampedeError
 from ..repair._queue import RepairQueue
 from ..scan import ScanReport, compile_pattern, scan_groups
 from ..verdict import Mode
-from ._common import Where, console, setting, show, with_connection
+from ._common import console, setting, show
+from ._connection import Where, with_connection
 from ._errors import fail, usage, warn
 from ._logs import log_options, setup_logging
 from ._params import not_empty

@@ -340,6 +340,7 @@ async def run_demo(
     watch: Watch | None = None,
     sentinels: Sequence[str] = (),
     services: Sequence[str] = (),
+    data_url: str | None = None,
 ) -> Summary:
     """Connect, run a `Demo`, close. `nodes` are primaries the demo may pause.
 
@@ -354,7 +355,7 @@ async def run_demo(
     # A short grace window: a write torn by an injected fault reads as the last whole
     # write only briefly, then as torn, so the demo shows detection and repair.
     where: dict[str, Any] = (
-        {"sentinels": list(sentinels), "services": list(services)}
+        {"sentinels": list(sentinels), "services": list(services), "data_url": data_url}
         if sentinels
         else {"urls": list(urls), "cluster": cluster}
     )
