@@ -208,3 +208,20 @@ async def test_a_second_ctrl_c_stops_the_worker_at_once(
         assert len(stops) == processes and sum(e["released"] for e in stops) >= 4, err[-3000:]
         taken = await queue.claim("next-worker", 10)  # handed back: taken over at once
         assert len(taken) == 4 and all(job.deliveries == 1 for job in taken)
+
+
+@pytest.mark.parametrize("command", ["lint", "slots"])
+def test_a_closed_stdin_is_a_usage_error(command: str) -> None:
+    """`stampede lint --file - <&-` (no stdin at all) raised click's RuntimeError, a
+    traceback; it is a usage error naming --file now."""
+    result = subprocess.run(
+        [sys.executable, "-m", "stampede.cli", command, "--file", "-"],
+        capture_output=True,
+        env=child_env(),
+        preexec_fn=lambda: os.close(0),
+        timeout=120,
+        check=False,
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert "'--file'" in err and "stdin is closed" in err and "Traceback" not in err, err

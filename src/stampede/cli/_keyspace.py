@@ -46,7 +46,7 @@ from ._common import (
 )
 from ._connection import sentinel_options
 from ._live import LiveServers, check_live_options, print_live, run_live
-from ._params import FiniteRange, not_empty
+from ._params import FiniteRange, KeyFile, not_empty
 from ._tables import plural, spans, table
 
 _DEFAULTS = ConnectOptions()
@@ -58,7 +58,7 @@ _file_option = click.option(
     "--file",
     "-f",
     "stream",
-    type=click.File("rb", lazy=False),
+    type=KeyFile(),
     help="Read keys from this file, one per line ('-' for stdin).",
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")

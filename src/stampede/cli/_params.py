@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-__all__ = ["FiniteRange", "from_env", "not_empty"]
+__all__ = ["FiniteRange", "KeyFile", "from_env", "not_empty"]
 
 
 class FiniteRange(click.FloatRange):
@@ -22,6 +22,20 @@ class FiniteRange(click.FloatRange):
             problem = "nan and inf mean nothing here; give a plain number"
             self.fail(f"{value!r} is not a finite number ({problem})", param, ctx)
         return number
+
+
+class KeyFile(click.File):
+    """`click.File("rb")` whose '-' on a closed stdin (`stampede lint --file - <&-`)
+    is a usage error: click raises a RuntimeError there, shown as a traceback."""
+
+    def __init__(self) -> None:
+        super().__init__("rb", lazy=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except RuntimeError:  # "Was not able to determine binary stream for sys.stdin."
+            self.fail("stdin is closed; give a file, or keys as arguments", param, ctx)
 
 
 def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
