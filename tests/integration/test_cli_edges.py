@@ -225,3 +225,28 @@ def test_a_closed_stdin_is_a_usage_error(command: str) -> None:
     err = result.stderr.decode()
     assert result.returncode == 2, err
     assert "'--file'" in err and "stdin is closed" in err and "Traceback" not in err, err
+
+
+NOT_UTF8 = os.fsdecode(b"repairs-\xff")  # as the shell passes bytes that are not UTF-8
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["queue", "stats", "--stream", NOT_UTF8], "--stream"),
+        (["scan", "--group-pattern", GROUPS, "--enqueue", "--stream", NOT_UTF8], "--stream"),
+        (["worker", "--strategy", "newest-wins", "--burst", "--consumer", NOT_UTF8], "--consumer"),
+    ],
+    ids=["queue-stream", "scan-stream", "worker-consumer"],
+)
+async def test_a_name_that_is_not_utf8_is_a_usage_error(
+    stampede_primaries: LocalPrimaries, args: list[str], flag: str
+) -> None:
+    """A --stream that is not UTF-8 failed at the first command (`queue`: exit 1, with
+    advice for Python callers, "pass the raw bytes"); a worker's --consumer failed
+    every claim for ever, even with --burst. Both are usage errors now, named."""
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    result = await asyncio.to_thread(run_cli, *args, *urls, timeout=60)
+    err = result.stderr.decode()
+    assert result.returncode == 2, err[-2000:]
+    assert f"'{flag}'" in err and "not UTF-8" in err and "Traceback" not in err, err

@@ -17,7 +17,7 @@ from ..errors import ConfigurationError, StampedeError
 from ..options import ConnectOptions
 from ..topology._sentinel_ask import data_template
 from ._errors import usage
-from ._params import FiniteRange, from_env, not_empty
+from ._params import FiniteRange, from_env, utf8_name
 
 __all__ = [
     "SENTINEL_OPTIONS",
@@ -159,7 +159,7 @@ _CONNECTION = [
     click.option(
         "--stream",
         default="stampede:repairs",
-        callback=not_empty,
+        callback=utf8_name,
         show_default=True,
         envvar="STAMPEDE_STREAM",
         show_envvar=True,

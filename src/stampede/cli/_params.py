@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-__all__ = ["FiniteRange", "KeyFile", "from_env", "not_empty"]
+__all__ = ["FiniteRange", "KeyFile", "from_env", "not_empty", "utf8_name"]
 
 
 class FiniteRange(click.FloatRange):
@@ -50,3 +50,20 @@ def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 def from_env(name: str) -> dict[str, Any]:
     """click option settings that read the option from `$STAMPEDE_<name>` too."""
     return {"envvar": f"STAMPEDE_{name}", "show_envvar": True}
+
+
+def utf8_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A name stampede sends as text (`--stream`, `--consumer`): not empty, and UTF-8.
+    Bytes that are not (the shell passes them as surrogate escapes) failed at the
+    first command sent: `queue` with exit status 1 and advice for Python callers, a
+    worker's every claim, for ever, even with --burst."""
+    not_empty(ctx, param, value)
+    if value is not None:
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            shown = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise click.BadParameter(
+                f"'{shown}' is not UTF-8 text; give the name in UTF-8"
+            ) from None
+    return value

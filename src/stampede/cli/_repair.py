@@ -29,7 +29,7 @@ from ._common import Spec, options
 from ._connection import Where, unreachable, with_connection
 from ._errors import Failure, fail, usage
 from ._logs import log_options, setup_logging
-from ._params import FiniteRange
+from ._params import FiniteRange, utf8_name
 from ._stopper import Stopper
 from ._supervise import CHILD_ENV, supervise
 
@@ -123,7 +123,12 @@ _WORKER_OPTIONS: dict[str | tuple[str, ...], Spec] = {
         "How groups are judged when a job does not say (jobs carry their own).",
     ),
     "--concurrency": (click.IntRange(1, 1024), 4, None),
-    "--consumer": (None, None, "Consumer name [default: host-pid].", {"show_default": False}),
+    "--consumer": (
+        None,
+        None,
+        "Consumer name [default: host-pid].",
+        {"show_default": False, "callback": utf8_name},
+    ),
     "--max-attempts": (click.IntRange(1, 100), 5, None),
     "--retry-delay": (
         _SECONDS,
