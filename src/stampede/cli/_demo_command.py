@@ -25,7 +25,11 @@ from ._demo.display import live_view, summary_table
 from ._errors import fail, usage
 from ._params import FiniteRange
 
-__all__ = ["demo_command"]
+__all__ = ["EXIT_INCOMPLETE", "demo_command"]
+
+EXIT_INCOMPLETE = 3
+"""`stampede demo`: it did not run to the end (servers unreachable or refusing the
+set-up, a failure found running), as `scan`'s 3. Not 1: torn groups left."""
 
 
 _DEMO_OPTIONS: dict[str | tuple[str, ...], Spec] = {
@@ -97,8 +101,10 @@ def demo_command(
     Runs concurrent writers and readers over users and orders whose keys span
     shards, kills writers between shards and
     pauses a primary for a moment, repairs what stays torn, and ends with a
-    summary. Exit status 0 only when a final scan finds no torn group. Servers it
-    started are stopped in every case, Ctrl-C included.
+    summary. Exit status 0 when a final scan finds no torn group, 1 when it finds
+    some, 2 bad usage, 3 the demo did not run to the end (a server unreachable or
+    refusing the set-up), 130 interrupted. Servers it started are stopped in every
+    case, Ctrl-C included.
     """
     config = DemoConfig(
         size=size,
@@ -123,9 +129,9 @@ def demo_command(
     except ConfigurationError as exc:
         if not isinstance(exc, SetupError):
             raise usage(exc) from None  # a malformed URL: nothing was sent
-        fail(exc)
-    except StampedeError as exc:
-        fail(exc)
+        fail(exc, exit_code=EXIT_INCOMPLETE)
+    except StampedeError as exc:  # not 1: that is "torn groups left"
+        fail(exc, exit_code=EXIT_INCOMPLETE)
     if summary.removed is not None:
         click.echo(
             f"stampede demo: removed the {summary.removed:,} keys it wrote "
