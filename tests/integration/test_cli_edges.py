@@ -250,3 +250,36 @@ async def test_a_name_that_is_not_utf8_is_a_usage_error(
     err = result.stderr.decode()
     assert result.returncode == 2, err[-2000:]
     assert f"'{flag}'" in err and "not UTF-8" in err and "Traceback" not in err, err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["scan", "--group-pattern", GROUPS],
+        ["scan", "--group-pattern", GROUPS, "--json"],
+        ["queue", "stats"],
+        ["keyslot", "a"],
+        ["lint", "--rules"],
+        ["--help"],
+        ["scan", "--help"],
+    ],
+    ids=["scan", "scan-json", "queue-stats", "keyslot", "lint-rules", "help", "scan-help"],
+)
+async def test_output_that_cannot_be_written_is_one_line_and_exit_74(
+    stampede_primaries: LocalPrimaries, args: list[str]
+) -> None:
+    """Output to a full disk (`> /dev/full`) printed a traceback (`scan`: "the scan did
+    not complete", exit 3, when its progress display wrote first). It is one line now,
+    `error: cannot write the output (...)`, and exit status 74 (EX_IOERR)."""
+    await _unstamped(stampede_primaries, 5)
+    connecting = args[0] in ("scan", "queue") and "--help" not in args
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)] if connecting else []
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        result = await asyncio.to_thread(run_cli, *args, *urls, stdout=full)
+    finally:
+        os.close(full)
+    err = result.stderr.decode()
+    assert result.returncode == 74, err
+    assert err == "error: cannot write the output (No space left on device)\n", err

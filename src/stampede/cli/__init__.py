@@ -16,12 +16,12 @@ from .. import __version__
 from .._startup import release
 from ._demo_command import demo_command
 from ._keyspace import keyslot_command, lint_command, slots_command
-from ._output import EXIT_OUTPUT_CLOSED, closed_output_exits
+from ._output import EXIT_OUTPUT_CLOSED, EXIT_OUTPUT_FAILED, closed_output_exits
 from ._queue import queue_command
 from ._repair import worker_command
 from ._scan import scan_command
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_OUTPUT_CLOSED", "main"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_OUTPUT_CLOSED", "EXIT_OUTPUT_FAILED", "main"]
 
 EXIT_INTERRUPTED = 130
 """Exit status of a command stopped by Ctrl-C (SIGINT): 128 + 2, as shells report it.

@@ -13,7 +13,7 @@ import click
 
 from ..errors import ConfigurationError
 from ..keys import HashPolicy
-from ._output import console
+from ._output import console, out
 from ._params import from_env
 
 __all__ = [
@@ -42,7 +42,7 @@ def show(key: bytes | str) -> str:
 
 def echo_json(data: Any) -> None:
     """Print `data` as indented JSON."""
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    out(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def keys_from_args(args: Sequence[str]) -> list[bytes]:

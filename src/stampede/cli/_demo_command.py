@@ -23,6 +23,7 @@ from ._connection import check_where, sentinel_options
 from ._demo import STRATEGIES, Demo, DemoConfig, Summary, run_demo
 from ._demo.display import live_view, summary_table
 from ._errors import fail, usage
+from ._output import out as emit
 from ._params import FiniteRange
 
 __all__ = ["EXIT_INCOMPLETE", "demo_command"]
@@ -139,7 +140,7 @@ def demo_command(
             err=True,
         )
     if as_json:
-        click.echo(json.dumps(summary.as_dict(), indent=2))
+        emit(json.dumps(summary.as_dict(), indent=2))
     else:
         out.print()
         out.print(summary_table(summary))

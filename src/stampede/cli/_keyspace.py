@@ -46,6 +46,7 @@ from ._common import (
 )
 from ._connection import sentinel_options
 from ._live import LiveServers, check_live_options, print_live, run_live
+from ._output import out
 from ._params import FiniteRange, KeyFile, not_empty
 from ._tables import plural, spans, table
 
@@ -112,7 +113,7 @@ def keyslot_command(
         where = f"slot={slot:<{slot_width}}"
         if shard is not None:
             where += f"  shard={shard:<{len(str(shards))}}"
-        click.echo(f"{show(raw):<{key_width}}  {where}  hashed={show(part)}")
+        out(f"{show(raw):<{key_width}}  {where}  hashed={show(part)}")
 
 
 _LINT_OPTIONS: dict[str | tuple[str, ...], Spec] = {

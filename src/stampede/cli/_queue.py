@@ -24,6 +24,7 @@ from ..repair._queue_requeue import check_entry_id
 from ._common import console, setting
 from ._connection import Where, unreachable, with_connection
 from ._errors import fail
+from ._output import out
 
 __all__ = ["queue_command"]
 
@@ -56,7 +57,7 @@ def _when(epoch: Any) -> str:
 
 
 def _dump(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    out(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")

@@ -21,6 +21,7 @@ from ._common import console, setting, show
 from ._connection import Where, with_connection
 from ._errors import fail, usage, warn
 from ._logs import log_options, setup_logging
+from ._output import out
 from ._params import not_empty
 from ._regex import can_match_empty
 
@@ -83,8 +84,8 @@ def scan_command(
 
     Exit status: 0 none torn, 1 torn groups found, 2 bad usage, 3 the scan did not
     complete (a server unreachable or refusing the set-up, --mode stamp over groups
-    with commit records, a shard timing out or erroring), 130 interrupted, 141 its
-    output closed by its reader (| head).
+    with commit records, a shard timing out or erroring), 74 the output could not be
+    written, 130 interrupted, 141 the output closed by its reader (| head).
     """
     setup_logging(log_level, log_format)
     pattern = _group_pattern(group_pattern, old_pattern)
@@ -148,7 +149,7 @@ def scan_command(
     except (StampedeError, OSError) as exc:
         fail(f"the scan did not complete: {exc}", exit_code=EXIT_ERROR)
     if as_json:
-        click.echo(json.dumps(_as_json(report, queued), indent=2))
+        out(json.dumps(_as_json(report, queued), indent=2))
     else:
         _print(report, queued, enqueue)
     sys.exit(EXIT_TORN if report.torn else 0)
