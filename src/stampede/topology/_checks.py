@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import ssl
 import time
 from collections.abc import Sequence
@@ -57,15 +58,14 @@ def redact(url: str) -> str:
     """`url` with its password (if any) replaced by `***`, fit for a message or a log."""
     try:
         parts = urlsplit(url)
-    except ValueError:
-        return url
+        port = parts.port  # (a port out of range is a ValueError too)
+    except ValueError:  # it does not parse: mask whatever stands for a password
+        return re.sub(r"(://[^@/]*?:)[^@/]*@", r"\1***@", url)
     if parts.password is None:
         return url
-    user = parts.username or ""
     host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{port}" if port is not None else "")
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 

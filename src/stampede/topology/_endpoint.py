@@ -71,7 +71,10 @@ def parse_url(url: str, options: ConnectOptions | None = None) -> Endpoint:
     opts = options or ConnectOptions()
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(f"{url!r} is not a Redis URL; write redis://host:port")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": a bracket left open
+        raise ConfigurationError(f"bad Redis URL: {exc}") from None
     if parts.scheme not in _SCHEMES:
         raise ConfigurationError(
             f"bad Redis URL: scheme {parts.scheme!r} is not one of {', '.join(_SCHEMES)}"

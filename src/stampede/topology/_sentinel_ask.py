@@ -162,10 +162,10 @@ def data_template(data_url: str | None, sentinel_url: str, options: ConnectOptio
         return parse_url(sentinel_url, options)
     if not isinstance(data_url, str) or "://" not in data_url:
         raise ConfigurationError(f"data_url is a Redis URL without a host, e.g. {_DATA}")
-    parts = urlsplit(data_url)
     try:
+        parts = urlsplit(data_url)
         named = parts.hostname is not None or parts.port is not None
-    except ValueError:
+    except ValueError:  # an IPv6 bracket left open, a port out of range: a host
         named = True
     if named or parts.scheme == "unix":
         raise ConfigurationError(

@@ -1,0 +1,45 @@
+"""URLs that do not parse are usage errors naming what is wrong, never a traceback:
+`redis://[::1` (an IPv6 bracket left open) raised urllib's ValueError."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+import stampede
+from stampede import ConfigurationError
+from stampede.cli import main
+
+OPEN_BRACKET = "redis://[::1"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["queue", "stats", "--url", OPEN_BRACKET],
+        ["scan", "--group-pattern", r"(?P<group>u:\d+):.*", "--url", OPEN_BRACKET],
+        ["slots", "--url", OPEN_BRACKET],
+        ["queue", "stats", "--sentinel", OPEN_BRACKET, "--service", "a"],
+        [
+            "queue",
+            "stats",
+            "--sentinel",
+            "redis://s:1",
+            "--service",
+            "a",
+            "--data-url",
+            "redis://:pw@[::1",
+        ],
+    ],
+    ids=["queue", "scan", "slots", "sentinel", "data-url"],
+)
+def test_a_url_that_does_not_parse_is_a_usage_error(args: list[str]) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "bad Redis URL" in result.output or "names a host" in result.output, result.output
+    assert "pw" not in result.output
+
+
+def test_connect_refuses_it_with_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="bad Redis URL: Invalid IPv6 URL"):
+        stampede.connect([OPEN_BRACKET])
