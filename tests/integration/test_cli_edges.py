@@ -283,3 +283,31 @@ async def test_output_that_cannot_be_written_is_one_line_and_exit_74(
     err = result.stderr.decode()
     assert result.returncode == 74, err
     assert err == "error: cannot write the output (No space left on device)\n", err
+
+
+def _scans(primaries: LocalPrimaries) -> list[int]:
+    """SCAN calls each primary has answered so far."""
+    stats = [node.client().info("commandstats") for node in primaries.nodes]
+    return [int(s.get("cmdstat_scan", {}).get("calls", 0)) for s in stats]
+
+
+async def test_scan_enqueue_refuses_a_queue_key_of_another_type_before_scanning(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """`scan --enqueue` with the repair stream's key holding a string walked every
+    shard, judged every group, then failed on the first enqueue (exit 3) and printed
+    none of what it found: a long scan thrown away. It is refused before the first
+    SCAN now."""
+    await _unstamped(stampede_primaries, 5)
+    async with open_stampede(stampede_primaries, "primaries", connection=FAST) as st:
+        key = b"stampede:repairs"
+        await st.topology.execute(key, "SET", key, b"another program's")
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    before = await asyncio.to_thread(_scans, stampede_primaries)
+    args = ["scan", "--group-pattern", GROUPS, "--enqueue", *urls]
+    result = await asyncio.to_thread(run_cli, *args)
+    after = await asyncio.to_thread(_scans, stampede_primaries)
+    err = result.stderr.decode()
+    assert result.returncode == 3, err
+    assert "holds another type of value" in err and "--stream" in err, err
+    assert after == before, "it scanned before refusing the queue"

@@ -107,6 +107,10 @@ def scan_command(
 
     async def run() -> tuple[ScanReport, int]:
         async with st:
+            queue = None
+            if enqueue:  # a queue key of another type is refused now, not after the scan
+                queue = RepairQueue(st.topology, name=where.stream, partitions=where.partitions)
+                await queue.stats()
             with Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
@@ -131,8 +135,7 @@ def scan_command(
                     progress=progress,
                 )
             queued = 0
-            if enqueue and report.torn:
-                queue = RepairQueue(st.topology, name=where.stream, partitions=where.partitions)
+            if queue is not None and report.torn:
                 for torn in report.torn:
                     job = await queue.enqueue(
                         torn.group,
