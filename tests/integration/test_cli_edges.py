@@ -311,3 +311,15 @@ async def test_scan_enqueue_refuses_a_queue_key_of_another_type_before_scanning(
     assert result.returncode == 3, err
     assert "holds another type of value" in err and "--stream" in err, err
     assert after == before, "it scanned before refusing the queue"
+
+
+async def test_a_scan_report_written_to_a_file_starts_with_the_report(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """`stampede scan > report.txt` began with an empty line: what the progress
+    display, meant for a terminal, left behind. Not on a terminal, there is none."""
+    await _unstamped(stampede_primaries, 2)
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    result = await asyncio.to_thread(run_cli, "scan", "--group-pattern", GROUPS, *urls)
+    assert result.returncode == 1, result.stderr.decode()
+    assert result.stdout.split(b"\n")[0].strip() == b"2 torn group(s)", result.stdout[:200]

@@ -111,14 +111,15 @@ def scan_command(
             if enqueue:  # a queue key of another type is refused now, not after the scan
                 queue = RepairQueue(st.topology, name=where.stream, partitions=where.partitions)
                 await queue.stats()
+            shown = console()
             with Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
                 TextColumn("{task.completed}"),
                 TimeElapsedColumn(),
-                console=console(),
+                console=shown,
                 transient=True,
-                disable=as_json,
+                disable=as_json or not shown.is_terminal,  # no blank line in a file
             ) as bar:
                 scanned = bar.add_task("keys scanned", total=None)
                 judged = bar.add_task("groups judged", total=None)
