@@ -323,3 +323,23 @@ async def test_a_scan_report_written_to_a_file_starts_with_the_report(
     result = await asyncio.to_thread(run_cli, "scan", "--group-pattern", GROUPS, *urls)
     assert result.returncode == 1, result.stderr.decode()
     assert result.stdout.split(b"\n")[0].strip() == b"2 torn group(s)", result.stdout[:200]
+
+
+@pytest.mark.parametrize(
+    "args", [["keyslot", "a"], ["lint", "user:1"], ["lint", "--rules", "--json"]]
+)
+def test_a_closed_stdout_is_a_failure_not_silence(args: list[str]) -> None:
+    """With stdout closed (`>&-`) Python has no sys.stdout, and click and rich print
+    nothing, silently: `keyslot` exited 0, `lint` 0 or 1, with nothing written. It is
+    `error: cannot write the output (stdout is closed)` and exit status 74 now."""
+    result = subprocess.run(
+        [sys.executable, "-m", "stampede.cli", *args],
+        stderr=subprocess.PIPE,
+        env=child_env(),
+        preexec_fn=lambda: os.close(1),
+        timeout=120,
+        check=False,
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 74, err
+    assert err == "error: cannot write the output (stdout is closed)\n", err

@@ -52,8 +52,12 @@ class OutputClosed(Exception):
 class OutputFailed(Exception):
     """stdout could not be written (not a closed pipe: a full disk, an I/O error)."""
 
-    def __init__(self, exc: OSError) -> None:
-        super().__init__(exc.strerror or str(exc))
+    def __init__(self, exc: OSError | str) -> None:
+        super().__init__(exc if isinstance(exc, str) else exc.strerror or str(exc))
+
+
+_NO_STDOUT = "stdout is closed"
+"""`>&-`: Python has no sys.stdout, and click.echo and rich print nothing, silently."""
 
 
 class _Console(Console):
@@ -100,11 +104,15 @@ def console(*, stderr: bool = False) -> Console:
     stderr."""
     if stderr:
         return _Console(highlight=False, stderr=True)
+    if sys.stdout is None:
+        raise OutputFailed(_NO_STDOUT)
     return _Console(highlight=False, file=_Written(sys.stdout))  # type: ignore[arg-type]
 
 
 def out(text: str) -> None:
     """Print a line on stdout (`click.echo`); a write error is `OutputFailed`."""
+    if sys.stdout is None:
+        raise OutputFailed(_NO_STDOUT)
     with _failing():
         click.echo(text)
 
