@@ -43,3 +43,36 @@ def test_a_url_that_does_not_parse_is_a_usage_error(args: list[str]) -> None:
 def test_connect_refuses_it_with_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="bad Redis URL: Invalid IPv6 URL"):
         stampede.connect([OPEN_BRACKET])
+
+
+NOT_UTF8_HOST = "redis://\udcff:6379"  # bytes the shell passed that are not UTF-8
+NOT_UTF8_PASSWORD = "redis://:\udcff@127.0.0.1:1"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["queue", "stats", "--url", NOT_UTF8_HOST],
+        ["queue", "stats", "--url", NOT_UTF8_PASSWORD],
+        ["slots", "--url", NOT_UTF8_HOST],
+        ["queue", "stats", "--sentinel", NOT_UTF8_HOST, "--service", "a"],
+        [
+            "queue",
+            "stats",
+            "--sentinel",
+            "redis://s:1",
+            "--service",
+            "a",
+            "--data-url",
+            "redis://:\udcff@",
+        ],
+    ],
+    ids=["host", "password", "slots", "sentinel", "data-url"],
+)
+def test_a_url_that_is_not_utf8_is_a_usage_error(args: list[str]) -> None:
+    """A host that is not UTF-8 raised UnicodeEncodeError from the socket layer (a
+    traceback); a password, exit 1 with advice for Python callers ("pass its raw
+    bytes"). Both are usage errors before anything is sent now."""
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "bad Redis URL: it is not UTF-8 text" in result.output, result.output

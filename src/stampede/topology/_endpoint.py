@@ -72,7 +72,10 @@ def parse_url(url: str, options: ConnectOptions | None = None) -> Endpoint:
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(f"{url!r} is not a Redis URL; write redis://host:port")
     try:
+        url.encode()
         parts = urlsplit(url)
+    except UnicodeEncodeError:  # bytes a shell passed that are not UTF-8
+        raise ConfigurationError("bad Redis URL: it is not UTF-8 text; write it in UTF-8") from None
     except ValueError as exc:  # "Invalid IPv6 URL": a bracket left open
         raise ConfigurationError(f"bad Redis URL: {exc}") from None
     if parts.scheme not in _SCHEMES:
