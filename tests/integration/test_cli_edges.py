@@ -343,3 +343,19 @@ def test_a_closed_stdout_is_a_failure_not_silence(args: list[str]) -> None:
     err = result.stderr.decode()
     assert result.returncode == 74, err
     assert err == "error: cannot write the output (stdout is closed)\n", err
+
+
+@pytest.mark.parametrize("host", ["no such host", "192.0.2.1"], ids=["unknown", "not-ours"])
+async def test_a_metrics_host_that_is_not_ours_is_named(
+    stampede_primaries: LocalPrimaries, host: str
+) -> None:
+    """A --metrics-host that does not resolve, or is no address of this host, was
+    answered "pick another --metrics-port, or stop what listens there": advice
+    about the wrong flag. The advice names --metrics-host now."""
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    args = ["worker", *urls, "--strategy", "newest-wins", "--burst", "--metrics-port", "0"]
+    result = await asyncio.to_thread(run_cli, *args, "--metrics-host", host)
+    err = result.stderr.decode()
+    assert result.returncode == 1, err[-2000:]
+    assert "give --metrics-host an address of this host" in err, err[-2000:]
+    assert "--metrics-port" not in err.splitlines()[-1] and "Traceback" not in err, err

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 
@@ -48,9 +50,13 @@ async def _metrics(worker: Worker, port: int | None, host: str) -> asyncio.Serve
     try:
         return await serve_metrics(worker, port, host)
     except OSError as exc:  # found running: not a usage error
+        fix = (
+            "give --metrics-host an address of this host (127.0.0.1, 0.0.0.0, ...)"
+            if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL
+            else "pick another --metrics-port, or stop what listens there"
+        )
         raise Failure(
-            f"cannot serve metrics on {host}:{port} ({exc.strerror or exc}); pick another "
-            "--metrics-port, or stop what listens there"
+            f"cannot serve metrics on {host}:{port} ({exc.strerror or exc}); {fix}"
         ) from None
 
 
