@@ -359,3 +359,39 @@ async def test_a_metrics_host_that_is_not_ours_is_named(
     assert result.returncode == 1, err[-2000:]
     assert "give --metrics-host an address of this host" in err, err[-2000:]
     assert "--metrics-port" not in err.splitlines()[-1] and "Traceback" not in err, err
+
+
+def _close_the_log_once_started(args: list[str], processes: int) -> int:
+    """Run the worker, read its log until every process has logged `worker.start`,
+    then close the log's read end (as `| head` exiting); its exit status."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stampede.cli", *args], stderr=subprocess.PIPE, env=child_env()
+    )
+    assert proc.stderr is not None
+    try:
+        started = 0
+        for line in proc.stderr:
+            started += b'"worker.start"' in line
+            if started == processes:
+                break
+        proc.stderr.close()
+        return proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("processes", [1, 2], ids=["worker", "supervised"])
+async def test_a_worker_whose_log_reader_has_gone_stops_with_141(
+    stampede_primaries: LocalPrimaries, processes: int
+) -> None:
+    """`stampede worker 2>&1 | head` kept running with every log line lost, once head
+    had exited ("--- Logging error ---" on the same closed stream). It stops as on
+    SIGTERM now (jobs finished or handed back) and exits 141, as SIGPIPE would
+    have it; the supervisor of --processes stops the others and exits 141 too."""
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    args = ["worker", *urls, "--strategy", "newest-wins", "--health-interval", "0.1"]
+    args += ["--processes", str(processes)]
+    status = await asyncio.to_thread(_close_the_log_once_started, args, processes)
+    assert status == 141

@@ -10,16 +10,19 @@ and its `key=value` fields.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-__all__ = ["JsonFormatter", "log_options", "setup_logging"]
+__all__ = ["JsonFormatter", "LogHandler", "log_options", "setup_logging"]
 
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message",
@@ -56,9 +59,35 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
-def setup_logging(level: str, fmt: str) -> None:
+class LogHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """stderr's handler. When the log's reader has gone (`stampede worker 2>&1 | head`),
+    it says so once (`closed`, then `on_closed()`) instead of printing "--- Logging
+    error ---" on the same closed stream at every record; stderr then goes to
+    /dev/null."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self.closed = False
+        self.on_closed: Callable[[], None] | None = None
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        error = sys.exc_info()[1]
+        if not isinstance(error, OSError) or error.errno != errno.EPIPE:
+            super().handleError(record)
+            return
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stderr.fileno())
+                os.close(devnull)
+            if self.on_closed is not None:
+                self.on_closed()
+
+
+def setup_logging(level: str, fmt: str) -> LogHandler:
     """Route every `stampede.*` logger (and the root) to stderr in the chosen format."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = LogHandler()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
@@ -70,6 +99,7 @@ def setup_logging(level: str, fmt: str) -> None:
     root.setLevel(logging.WARNING)
     logging.getLogger("stampede").setLevel(level.upper())
     logging.captureWarnings(True)
+    return handler
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -248,7 +248,7 @@ def worker_command(
     back at once and exits 130. Every option can also be set by the environment
     variable shown in its help.
     """
-    setup_logging(log_level, log_format)
+    log = setup_logging(log_level, log_format)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     _check_strategy(strategy)  # import errors are usage errors, before connecting
@@ -305,7 +305,7 @@ def worker_command(
                     job_timeout=job_timeout,
                 )
                 loop = asyncio.get_running_loop()
-                stopped.append(Stopper(worker, grace))
+                stopped.append(Stopper(worker, grace, log))
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, stopped[0], sig)
                 server = await _metrics(worker, metrics_port, metrics_host)
@@ -330,8 +330,8 @@ def worker_command(
         raise usage(exc.args[0], option="--strategy") from None
     except StampedeError as exc:  # found running (servers refusing the set-up, ...)
         fail(exc)
-    if stopped and stopped[0].at_once:  # a second Ctrl-C: handed back, not finished
-        raise KeyboardInterrupt  # the group's `stampede worker: interrupted`, 130
+    if stopped:  # 130 after a second Ctrl-C, 141 once the log's reader has gone
+        stopped[0].finish()
 
 
 def _as_child(

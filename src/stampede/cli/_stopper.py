@@ -1,7 +1,11 @@
 """How `stampede worker` stops on signals: the first SIGTERM or SIGINT stops it
 gracefully (no new jobs; the jobs in hand get --grace to finish, exit 0); a second
 Ctrl-C (SIGINT) while it waits stops it at once: the jobs still in hand are
-handed back now, and the command exits 130, as an interrupted command does."""
+handed back now, and the command exits 130, as an interrupted command does.
+
+A log whose reader has gone (`stampede worker 2>&1 | head`) stops it as SIGTERM
+does, then it exits 141 (128 + SIGPIPE, `EXIT_OUTPUT_CLOSED`): as a program SIGPIPE
+ends, but with its jobs finished or handed back, not dropped mid-repair."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import signal
 
 from ..repair._worker import Worker
 from ..repair._worker_record import event
+from ._logs import LogHandler
+from ._output import EXIT_OUTPUT_CLOSED
 
 __all__ = ["Stopper"]
 
@@ -17,12 +23,31 @@ __all__ = ["Stopper"]
 class Stopper:
     """The worker's signal handler (`loop.add_signal_handler(sig, stopper, sig)`)."""
 
-    def __init__(self, worker: Worker, grace: float) -> None:
+    def __init__(self, worker: Worker, grace: float, log: LogHandler | None = None) -> None:
         self.worker = worker
         self.grace = grace
         self.stopping = False
         self.at_once = False
         """A second Ctrl-C came: the command exits 130 once the worker has stopped."""
+        self.log = log
+        if log is not None:
+            log.on_closed = self.log_closed
+            if log.closed:  # gone already, while the worker started
+                self.log_closed()
+
+    def log_closed(self) -> None:
+        """The log's reader has gone: stop as on SIGTERM (the exit status is 141)."""
+        if not self.stopping:
+            self.stopping = True
+            self.worker.stop()
+
+    def finish(self) -> None:
+        """Once the worker has stopped: 130 after a second Ctrl-C, 141 once the log's
+        reader has gone, else nothing (the command exits 0)."""
+        if self.at_once:
+            raise KeyboardInterrupt  # the group's `stampede worker: interrupted`, 130
+        if self.log is not None and self.log.closed:
+            raise SystemExit(EXIT_OUTPUT_CLOSED)
 
     def __call__(self, sig: int) -> None:
         name = signal.Signals(sig).name

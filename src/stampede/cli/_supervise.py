@@ -11,8 +11,9 @@ so it does not supervise in turn), and:
   reaches them too (they hand their jobs back at once), and the supervisor exits 130;
 - restarts a child that exits with an error or is killed, after a backoff (1 s,
   doubling up to 30 s; reset once a child has run a minute);
-- stops every child and exits with the same status when one exits 2 (bad usage)
-  or 3 (no server answered at start): restarting would not help;
+- stops every child and exits with the same status when one exits 2 (bad usage),
+  3 (no server answered at start) or 141 (the log's reader gone): restarting would
+  not help;
 - exits once every child has exited: 0 when they all stopped cleanly (SIGTERM, or
   --burst with the queue drained).
 
@@ -37,8 +38,9 @@ __all__ = ["CHILD_ENV", "FATAL", "supervise"]
 
 CHILD_ENV = "STAMPEDE_WORKER_CHILD"
 """Set in each child's environment to its index (0, 1, ...)."""
-FATAL = frozenset({2, 3})
-"""Child exit statuses that stop the supervisor: bad usage, no server at start."""
+FATAL = frozenset({2, 3, 141})
+"""Child exit statuses that stop the supervisor: bad usage, no server at start, the
+log's reader gone (the children share it: a restarted one would find it gone)."""
 RESTART_BASE = 1.0
 RESTART_CAP = 30.0
 HEALTHY_AFTER = 60.0
