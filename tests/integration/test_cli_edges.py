@@ -395,3 +395,24 @@ async def test_a_worker_whose_log_reader_has_gone_stops_with_141(
     args += ["--processes", str(processes)]
     status = await asyncio.to_thread(_close_the_log_once_started, args, processes)
     assert status == 141
+
+
+async def test_keys_and_names_that_look_like_markup_are_printed_as_they_are(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """rich read the text it printed as markup: a key named `user:[/]:a` in the data
+    made `stampede scan` end in a MarkupError traceback (exit 1, "torn groups found",
+    the report lost), `user:[bold red]7:a` printed as `user:7:a` in red, and
+    `queue stats --stream '[/]'` crashed the same way. They are printed as they are."""
+    async with open_stampede(stampede_primaries, "primaries", connection=FAST) as st:
+        for key in (b"user:[/]:a", b"user:[bold red]7:a"):
+            await st.topology.execute(key, "SET", key, b"plain")
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    args = ["scan", "--group-pattern", r"(?P<group>user:[^:]+):.*", *urls]
+    scanned = await asyncio.to_thread(run_cli, *args)
+    text = scanned.stdout.decode()
+    assert scanned.returncode == 1, scanned.stderr.decode()
+    assert "user:[/]" in text and "user:[bold red]7" in text, text
+    stats = await asyncio.to_thread(run_cli, "queue", "stats", "--stream", "[/]", *urls)
+    assert stats.returncode == 0, stats.stderr.decode()
+    assert "repair queue [/]" in stats.stdout.decode(), stats.stdout.decode()

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from ..errors import ConfigurationError, SetupError, StampedeError
 from ..testing import LocalCluster, LocalPrimaries, default_server
@@ -145,7 +146,8 @@ def demo_command(
         out.print()
         out.print(summary_table(summary))
         if not summary.ok:
-            out.print(f"[bold red]torn groups left:[/] {', '.join(summary.left_groups)}")
+            left = ", ".join(summary.left_groups)
+            out.print(Text.assemble(("torn groups left:", "bold red"), f" {left}"))
     ctx.exit(summary.exit_code)
 
 

@@ -185,7 +185,7 @@ def print_live(report: LiveSlots) -> None:
     )
     for name, stray in report.misplaced.items():
         out.print(
-            f"[yellow]{name} holds {stray:,} keys its slot map gives to another shard",
+            Text(f"{name} holds {stray:,} keys its slot map gives to another shard", "yellow"),
             soft_wrap=True,
         )
     shard_table = table("Shard", "Primary", "Slots", "Keys", "Share", title="Shards")

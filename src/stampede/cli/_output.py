@@ -101,12 +101,15 @@ def _failing() -> Iterator[None]:
 
 def console(*, stderr: bool = False) -> Console:
     """A rich console on the current stdout (which click's test runner may swap), or
-    stderr."""
+    stderr. Without markup: what it prints holds data (keys, stream names, errors),
+    and a key named `user:[/]` raised rich's MarkupError (`[bold]`, a style); styles
+    are given as `Text` styles instead."""
     if stderr:
-        return _Console(highlight=False, stderr=True)
+        return _Console(highlight=False, markup=False, stderr=True)
     if sys.stdout is None:
         raise OutputFailed(_NO_STDOUT)
-    return _Console(highlight=False, file=_Written(sys.stdout))  # type: ignore[arg-type]
+    stream = _Written(sys.stdout)
+    return _Console(highlight=False, markup=False, file=stream)  # type: ignore[arg-type]
 
 
 def out(text: str) -> None:
