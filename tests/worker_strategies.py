@@ -100,6 +100,19 @@ class FailsToStart(NewestWins):
         raise ConnectionError("the database refused the pool")
 
 
+class FailsToStop(NewestWins):
+    """A strategy whose shutdown hook raises (a pool closed twice, say)."""
+
+    name = "fails-to-stop"
+
+    async def on_shutdown(self) -> None:
+        raise RuntimeError("pool already closed")
+
+
+def fails_to_stop() -> FailsToStop:
+    return FailsToStop()
+
+
 def fails_to_start() -> FailsToStart:
     return FailsToStart()
 

@@ -416,3 +416,21 @@ async def test_keys_and_names_that_look_like_markup_are_printed_as_they_are(
     stats = await asyncio.to_thread(run_cli, "queue", "stats", "--stream", "[/]", *urls)
     assert stats.returncode == 0, stats.stderr.decode()
     assert "repair queue [/]" in stats.stdout.decode(), stats.stdout.decode()
+
+
+async def test_a_strategy_that_fails_to_shut_down_is_one_error_line(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """A strategy whose `on_shutdown` raised ended `stampede worker` with a traceback
+    (one whose `on_startup` raises was already one line): it is `error: the strategy
+    ... failed to shut down: ...` and exit status 1 now."""
+    urls = [a for url in stampede_primaries.urls for a in ("--url", url)]
+    args = ["worker", *urls, "--strategy", "tests.worker_strategies:fails_to_stop", "--burst"]
+    result = await asyncio.to_thread(run_cli, *args)
+    err = result.stderr.decode()
+    assert result.returncode == 1, err[-2000:]
+    last = err.splitlines()[-1]
+    assert last == (
+        "error: the strategy 'fails-to-stop' failed to shut down: RuntimeError: pool already closed"
+    ), err[-2000:]
+    assert "Traceback" not in err, err[-2000:]

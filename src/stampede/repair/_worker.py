@@ -156,7 +156,13 @@ class Worker:
         hook = getattr(self.strategy, "on_shutdown", None)
         if hook is None:
             return
-        await hook()
+        try:
+            await hook()
+        except Exception as exc:  # as a failed start: one clear error, not a traceback
+            raise StampedeError(
+                f"the strategy {self.strategy.name!r} failed to shut down: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         event("strategy.stopped", strategy=self.strategy.name)
 
     async def _work(self) -> None:
