@@ -76,3 +76,15 @@ def test_a_url_that_is_not_utf8_is_a_usage_error(args: list[str]) -> None:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, (result.output, result.exception)
     assert "bad Redis URL: it is not UTF-8 text" in result.output, result.output
+
+
+def test_urls_from_the_environment_with_sentinel_say_where_they_come_from() -> None:
+    """$STAMPEDE_URLS set in a worker's shell and `--sentinel` on the command line was
+    refused with "give --sentinel and --service, or --url, not both", naming a flag
+    the user had not given. The error names the variable now."""
+    args = ["queue", "stats", "--sentinel", "redis://s:1", "--service", "a"]
+    result = CliRunner().invoke(main, args, env={"STAMPEDE_URLS": "redis://127.0.0.1:1"})
+    assert result.exit_code == 2, result.output
+    assert "--url is set by $STAMPEDE_URLS: unset it to use --sentinel" in result.output
+    given = CliRunner().invoke(main, [*args, "--url", "redis://127.0.0.1:1"])
+    assert given.exit_code == 2 and "STAMPEDE_URLS" not in given.output, given.output

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from .._client import Stampede
 from .._connect import connect
@@ -244,12 +245,22 @@ def check_where(
         )
     if sentinels or services:
         if urls or cluster:
-            raise click.UsageError("give --sentinel and --service, or --url, not both")
+            raise click.UsageError(
+                "give --sentinel and --service, or --url, not both" + _from_env("urls", "URLS")
+            )
         if not sentinels or not services:
             raise click.UsageError(
                 "with Sentinel give both: --sentinel URL (one or more) and --service NAME "
                 "(one per shard, in shard order)"
             )
+
+
+def _from_env(name: str, var: str) -> str:
+    """Where a value came from the environment, not the command line: say so."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.get_parameter_source(name) is not ParameterSource.ENVIRONMENT:
+        return ""
+    return f" (--url is set by $STAMPEDE_{var}: unset it to use --sentinel)"
 
 
 def connect_from(
