@@ -23,7 +23,7 @@ from stampede.repair._loading import open_strategy
 from stampede.repair._worker import RetryBackoff, Worker
 from stampede.testing import LocalPrimaries
 
-from ..support import eventually, open_stampede, run_cli
+from ..support import child_env, eventually, open_stampede, run_cli
 from ..worker_strategies import PG_DSN, broken
 from .test_worker import check_repaired, events, plant
 
@@ -38,7 +38,7 @@ async def spawn(
     *args: str, env: dict[str, str] | None = None, cwd: str | None = None
 ) -> asyncio.subprocess.Process:
     """`python -m stampede.cli ARGS` with extra environment variables, stderr piped."""
-    full = {**os.environ, "PYTHONPATH": os.getcwd(), **(env or {})}
+    full = {**child_env(), **(env or {})}  # this checkout's stampede, not an installed one
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "stampede.cli", *args, stderr=asyncio.subprocess.PIPE, env=full,
         cwd=cwd,
