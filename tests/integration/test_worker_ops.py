@@ -4,6 +4,7 @@ burst, grace, settings from the environment, and bad input that gets a message."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -490,6 +491,42 @@ async def test_processes_n_supervises_workers(
         stopped = [e for e in log if e["event"] == "supervisor.stopped"]
         assert stopped and stopped[0]["exit_code"] == 0, stopped
         assert b"Traceback" not in rest
+
+
+async def test_the_children_of_a_killed_supervisor_stop(
+    stampede_primaries: LocalPrimaries,
+) -> None:
+    """`--processes 2` whose supervisor is killed outright (SIGKILL, the OOM killer):
+    its children, in sessions of their own, ran on unmanaged for good (and beside the
+    children of a supervisor started again). Each now stops as on SIGTERM, logging
+    `worker.orphaned`; the log's pipe then ends, every child gone."""
+    proc = await spawn(
+        "worker", *url_args(stampede_primaries), "--strategy", "newest-wins",
+        "--stream", "orphans", "--processes", "2",
+    )  # fmt: skip
+    assert proc.stderr is not None
+    seen: list[dict[str, Any]] = []
+    children: list[int] = []
+    try:
+        while len(children) < 2:
+            started = await read_events(
+                proc.stderr, seen, lambda e: e["event"] == "supervisor.child_started"
+            )
+            children.append(started["pid"])
+        for _ in children:
+            await read_events(proc.stderr, seen, lambda e: e["event"] == "worker.start")
+        os.kill(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        rest = await finish(proc, within=120)  # the pipe ends once every child is gone
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    log = seen + events(rest)
+    orphaned = [e for e in log if e["event"] == "worker.orphaned"]
+    assert len(orphaned) == 2 and {e["supervisor"] for e in orphaned} == {proc.pid}, orphaned
+    assert [e["event"] for e in log].count("worker.stop") == 2, log[-6:]
+    assert b"Traceback" not in rest
 
 
 async def test_processes_metrics_ports_past_65535_are_a_usage_error() -> None:

@@ -5,11 +5,17 @@ handed back now, and the command exits 130, as an interrupted command does.
 
 A log whose reader has gone (`stampede worker 2>&1 | head`) stops it as SIGTERM
 does, then it exits 141 (128 + SIGPIPE, `EXIT_OUTPUT_CLOSED`): as a program SIGPIPE
-ends, but with its jobs finished or handed back, not dropped mid-repair."""
+ends, but with its jobs finished or handed back, not dropped mid-repair.
+
+A child of `--processes` whose supervisor is gone (killed: SIGKILL, the OOM killer)
+stops as on SIGTERM too, within a second, where it ran on unmanaged (in a session of
+its own, no signal reached it) beside the workers of a supervisor started again."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import signal
 
 from ..repair._worker import Worker
@@ -17,7 +23,12 @@ from ..repair._worker_record import event
 from ._logs import LogHandler
 from ._output import EXIT_OUTPUT_CLOSED
 
-__all__ = ["Stopper"]
+__all__ = ["PARENT_ENV", "Stopper"]
+
+PARENT_ENV = "STAMPEDE_WORKER_PARENT"
+"""Set in a supervised child's environment to its supervisor's pid (`_supervise`)."""
+ORPHAN_CHECK = 1.0
+"""Seconds between a supervised child's looks at whether its supervisor is alive."""
 
 
 class Stopper:
@@ -34,6 +45,25 @@ class Stopper:
             log.on_closed = self.log_closed
             if log.closed:  # gone already, while the worker started
                 self.log_closed()
+        self.watch_supervisor()
+
+    def watch_supervisor(self) -> None:
+        """In a supervised child: stop as on SIGTERM once the supervisor is gone (this
+        process has another parent then), looked at every `ORPHAN_CHECK` seconds."""
+        parent = os.environ.get(PARENT_ENV, "")
+        if not parent.isdigit():
+            return
+        loop = asyncio.get_running_loop()
+
+        def check() -> None:
+            if os.getppid() == int(parent):
+                loop.call_later(ORPHAN_CHECK, check)
+            elif not self.stopping:
+                self.stopping = True
+                event("worker.orphaned", logging.WARNING, supervisor=int(parent))
+                self.worker.stop()
+
+        check()
 
     def log_closed(self) -> None:
         """The log's reader has gone: stop as on SIGTERM (the exit status is 141)."""

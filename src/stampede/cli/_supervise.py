@@ -17,6 +17,9 @@ so it does not supervise in turn), and:
 - exits once every child has exited: 0 when they all stopped cleanly (SIGTERM, or
   --burst with the queue drained).
 
+A child whose supervisor is gone (killed outright) stops as on SIGTERM within a
+second (`$STAMPEDE_WORKER_PARENT`, `_stopper.Stopper.watch_supervisor`).
+
 Child i serves its metrics on --metrics-port + i (0: each any free port) and, with
 --consumer NAME, is consumer NAME-i (the default, host-pid, is distinct already).
 """
@@ -33,6 +36,7 @@ import sys
 import click
 
 from ..repair._worker_record import event
+from ._stopper import PARENT_ENV
 
 __all__ = ["CHILD_ENV", "FATAL", "supervise"]
 
@@ -104,7 +108,7 @@ class Supervisor:
         failures = 0
         while True:
             started = loop.time()
-            env = {**os.environ, CHILD_ENV: str(index)}
+            env = {**os.environ, CHILD_ENV: str(index), PARENT_ENV: str(os.getpid())}
             proc = await asyncio.create_subprocess_exec(
                 *self.command, env=env, start_new_session=True
             )
