@@ -83,6 +83,8 @@ async def test_a_key_deleted_or_expired_after_its_transaction_stays_gone(
     value expires. read_atomic reads A as missing, never writes T's old A back, and
     keeps doing so after the grace window."""
     st = quick
+    # (TTLs of 0.5 s: an update's WATCH/MULTI round trips on a loaded machine outlasted
+    # 0.05 s, and a write landing past its expiry instant is refused, ClockSkewError)
     a, b = spread_keys(st, f"gone-{how}", 2)
     async with st.transaction() as tx:
         tx.set(a, b"a1")
@@ -91,13 +93,13 @@ async def test_a_key_deleted_or_expired_after_its_transaction_stays_gone(
         async with st.transaction() as tx:
             tx.delete(a)
     elif how == "st.delete":
-        await st.delete(a, [a])
+        await st.delete(a, [a], grace=0.5)
     elif how == "st.write ttl":
-        await st.write(a, {a: b"a2"}, ttl=0.05)
+        await st.write(a, {a: b"a2"}, ttl=0.5)
     elif how == "update ttl":
-        await st.update(a, [a], lambda cur: {a: b"a2"}, ttl=0.05)
+        await st.update(a, [a], lambda cur: {a: b"a2"}, ttl=0.5)
     else:
-        async with st.transaction(ttl=0.05) as tx:
+        async with st.transaction(ttl=0.5) as tx:
             tx.set(a, b"a2")
     await gone(st, a)
     for _ in range(3):
